@@ -1,0 +1,170 @@
+"""Loop overhead against a hand-written asyncio loop doing the same work, in one process.
+
+The peer workload: one async no-op tool ``add(a, b)``; a scripted model that calls it K=10
+times and then finishes; zero model latency, the model awaiting ``asyncio.sleep(0)`` once per
+turn. tether runs it with its full machinery (events, hash chain, fold, validation, policy);
+the raw loop keeps an OpenAI-style message list and calls the tool directly.
+
+Prints one JSON line: tether_us_per_step, raw_us_per_step, ratio, concurrent_runs,
+concurrent_wall_s, raw_concurrent_wall_s, peak_rss_mib, import_ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tether import Agent, Limits, ModelRequest, ModelResponse, ToolCall, tool
+from tether.models.base import Model
+
+K = 10
+STEPS = K + 1  # K tool turns + the finishing turn
+
+
+@tool
+async def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first.
+        b: The second.
+    """
+    return a + b
+
+
+class PeerModel(Model):
+    """Calls add K times, then finish_task; one ``sleep(0)`` per turn, like a network await."""
+
+    real = False
+
+    @property
+    def name(self) -> str:
+        return "peer-workload"
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        await asyncio.sleep(0)
+        turn = (len(request.messages) - 1) // 2  # goal, then (assistant, tool result) pairs
+        if turn < K:
+            return ModelResponse(
+                tool_calls=(ToolCall(id=f"c{turn}", name="add", arguments={"a": turn, "b": 1}),)
+            )
+        return ModelResponse(
+            tool_calls=(ToolCall(id=f"c{turn}", name="finish_task", arguments={"answer": "done"}),)
+        )
+
+
+async def raw_add(a: int, b: int) -> int:
+    return a + b
+
+
+async def raw_run() -> list[dict[str, Any]]:
+    """The same work without a framework: a message list, a model await, a tool call."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "add"}]
+    for turn in range(STEPS):
+        await asyncio.sleep(0)
+        if turn < K:
+            call = {"id": f"c{turn}", "name": "add", "arguments": {"a": turn, "b": 1}}
+            messages.append({"role": "assistant", "tool_calls": [call]})
+            result = await raw_add(**call["arguments"])
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": str(result)})
+        else:
+            messages.append({"role": "assistant", "content": "done"})
+    return messages
+
+
+def median_us_per_step(samples: list[float]) -> float:
+    return statistics.median(samples) / STEPS * 1e6
+
+
+async def measure(agent: Agent, runs: int, concurrent: int) -> dict[str, float]:
+    for _ in range(20):  # warm up both
+        await agent.run("add")
+        await raw_run()
+    tether_s: list[float] = []
+    raw_s: list[float] = []
+    for _ in range(runs):  # interleave so that machine noise hits both alike
+        t = time.perf_counter()
+        outcome = await agent.run("add")
+        tether_s.append(time.perf_counter() - t)
+        assert outcome.status == "finished", outcome
+        assert outcome.tool_calls == K, outcome
+        t = time.perf_counter()
+        await raw_run()
+        raw_s.append(time.perf_counter() - t)
+    gc.collect()
+    t = time.perf_counter()
+    outcomes = await asyncio.gather(*(agent.run("add") for _ in range(concurrent)))
+    concurrent_wall = time.perf_counter() - t
+    assert all(o.status == "finished" for o in outcomes)
+    del outcomes
+    t = time.perf_counter()
+    await asyncio.gather(*(raw_run() for _ in range(concurrent)))
+    raw_concurrent_wall = time.perf_counter() - t
+    return {
+        "tether_us_per_step": round(median_us_per_step(tether_s), 2),
+        "raw_us_per_step": round(median_us_per_step(raw_s), 2),
+        "concurrent_wall_s": round(concurrent_wall, 3),
+        "raw_concurrent_wall_s": round(raw_concurrent_wall, 4),
+    }
+
+
+def import_ms(repeats: int = 5) -> float:
+    """Median wall time of ``import tether`` in a fresh interpreter."""
+    code = "import time; t=time.perf_counter(); import tether; print(time.perf_counter()-t)"
+    times = [
+        float(
+            subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        for _ in range(repeats)
+    ]
+    return round(statistics.median(times) * 1000, 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=300, help="sequential runs (>= 200)")
+    parser.add_argument("--concurrent", type=int, default=1000, help="concurrent runs")
+    parser.add_argument("--log-dir", action="store_true", help="also write each run's JSONL log")
+    args = parser.parse_args()
+    limits = Limits(max_steps=STEPS + 1, max_tool_calls=K + 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        agent = Agent(
+            name="overhead",
+            model=PeerModel(),
+            tools=[add],
+            limits=limits,
+            log_dir=Path(tmp) if args.log_dir else None,
+        )
+        result = asyncio.run(measure(agent, args.runs, args.concurrent))
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        json.dumps(
+            {
+                "bench": "overhead",
+                "store": "jsonl" if args.log_dir else "none",
+                "steps_per_run": STEPS,
+                "runs": args.runs,
+                **result,
+                "ratio": round(result["tether_us_per_step"] / result["raw_us_per_step"], 2),
+                "concurrent_runs": args.concurrent,
+                "peak_rss_mib": round(peak_rss_mib, 1),
+                "import_ms": import_ms(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Internals: not part of tether's public API; may change without notice."""

@@ -1,0 +1,130 @@
+"""The append side of a run's log: seq, time and hash chain, then commit to the sinks."""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import orjson
+
+from tether._internal.clock import Clock
+from tether.codec import _hashed_fields as _getters  # pyright: ignore[reportPrivateUsage]
+from tether.codec import hashed_fields
+from tether.events import GENESIS_HASH, Event
+
+__all__ = ["EventSink", "Journal", "JsonlSink"]
+
+E = TypeVar("E", bound=Event)
+
+_dumps = orjson.dumps
+_sha256 = hashlib.sha256
+_seal = object.__setattr__
+
+
+class EventSink(ABC):
+    """Where committed events go (a JSONL file, a run store)."""
+
+    @abstractmethod
+    async def write(self, events: Sequence[Event]) -> None:
+        """Persist ``events`` (in order); return only when they are written."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; called once when the run ends."""
+
+
+class JsonlSink(EventSink):
+    """Appends each event as one line to ``<dir>/<run_id>.jsonl``."""
+
+    def __init__(self, directory: str | Path, run_id: str) -> None:
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path / f"{run_id}.jsonl"
+        self._fh: IO[bytes] | None = self.path.open("ab")
+
+    async def write(self, events: Sequence[Event]) -> None:
+        """Append the events' lines and flush them to the OS."""
+        fh = self._fh
+        if fh is None:
+            raise RuntimeError(f"the log {self.path} is closed")
+        fh.write(b"".join(_dumps(e) + b"\n" for e in events))
+        fh.flush()
+
+    async def close(self) -> None:
+        """Close the file."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+class Journal:
+    """Builds a run's events (seq, time, hash chain) and commits them in batches."""
+
+    __slots__ = (
+        "_now",
+        "_on_event",
+        "_pending",
+        "clock",
+        "events",
+        "prev_hash",
+        "run_id",
+        "seq",
+        "sinks",
+    )
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        clock: Clock,
+        sinks: Sequence[EventSink] = (),
+        prefix: Sequence[Event] = (),
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.clock = clock
+        self._now = clock.now
+        self.sinks = tuple(sinks)
+        self.events: list[Event] = list(prefix)
+        self.seq = len(self.events)
+        self.prev_hash = self.events[-1].hash if self.events else GENESIS_HASH
+        self._pending: list[Event] = []
+        self._on_event = on_event
+
+    def add(self, cls: type[E], **fields: Any) -> E:
+        """Build, seal and buffer the next event (not yet committed), then fold it."""
+        event = cls(
+            run_id=self.run_id, seq=self.seq, at=self._now(), prev_hash=self.prev_hash, **fields
+        )
+        getter = _getters.get(cls) or hashed_fields(cls)
+        digest = _sha256(_dumps(getter(event))).hexdigest()
+        _seal(event, "hash", digest)  # sealed before anyone else sees it
+        self.seq += 1
+        self.prev_hash = digest
+        self.events.append(event)
+        self._pending.append(event)
+        if self._on_event is not None:
+            self._on_event(event)
+        return event
+
+    @property
+    def has_pending(self) -> bool:
+        """Whether events wait to be committed."""
+        return bool(self._pending)
+
+    async def commit(self) -> list[Event]:
+        """Write the buffered events to every sink; they are then part of the run."""
+        batch = self._pending
+        if not batch:
+            return batch
+        self._pending = []
+        for sink in self.sinks:
+            await sink.write(batch)
+        return batch
+
+    async def close(self) -> None:
+        """Close every sink."""
+        for sink in self.sinks:
+            await sink.close()

@@ -1,0 +1,246 @@
+"""``Agent``: the configuration of an agent. The loop that runs it lives in ``tether.loop``."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
+
+from tether._internal.clock import Clock
+from tether._internal.ids import new_run_id
+from tether._internal.journal import EventSink, JsonlSink
+from tether.codec import canonical_json
+from tether.errors import ConfigError, UserError
+from tether.limits import Limits
+from tether.loop import AgentRun, ToolRunner, run_tool
+from tether.memory.base import MemoryStore
+from tether.models.base import Model, ModelSettings
+from tether.models.registry import resolve_model
+from tether.outcome import RunOutcome
+from tether.policy.base import AllowAll, Policy
+from tether.retry import Backoff
+from tether.tools.base import Tool, ToolDefinition
+from tether.tools.function import function_tool
+from tether.tools.output import OutputSpec, ask_user_definition
+from tether.tools.registry import ToolRegistry
+
+__all__ = ["Agent", "AgentSpec"]
+
+OutputT = TypeVar("OutputT", default=str)
+
+_FINISH_HINT = (
+    "Work on the task step by step, calling tools where they help. When it is done, call "
+    "`finish_task` with the final result."
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentSpec(Generic[OutputT]):
+    """What an agent's configuration resolves to, computed once (derived, not configured)."""
+
+    name: str
+    """The agent's name."""
+    instructions: str
+    """The full system instructions (the agent's, plus how to finish)."""
+    registry: ToolRegistry
+    """The agent's own tools."""
+    output: OutputSpec[OutputT]
+    """The output type as ``finish_task``."""
+    definitions: tuple[ToolDefinition, ...]
+    """Every tool the model is offered, control tools included."""
+    tool_names: tuple[str, ...]
+    """Their names."""
+    ask_user: ToolDefinition | None
+    """The ``ask_user`` definition, when the agent may ask."""
+    limits: Limits
+    """The run limits."""
+    model_settings: ModelSettings
+    """Generation settings."""
+    policy: Policy
+    """The policy gate."""
+    backoff: Backoff
+    """Retry back-off for transient model failures."""
+    digest: str
+    """SHA-256 of instructions, tool definitions, output schema and limits."""
+
+    @property
+    def can_ask_user(self) -> bool:
+        """Whether ``ask_user`` is offered."""
+        return self.ask_user is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Agent(Generic[OutputT]):
+    """An agent: instructions, a model, tools, an output type and limits.
+
+    ``await agent.run(goal)`` runs it to an outcome, ``agent.stream(goal)`` yields its events
+    as they are committed, ``agent.run_sync(goal)`` blocks. ``run`` is "consume ``stream``
+    to the end", so the two cannot drift apart.
+    """
+
+    name: str = "agent"
+    """The agent's name (recorded in every run)."""
+    instructions: str = ""
+    """What the agent is and how it should work."""
+    model: Model | str | None = None
+    """A model, a model string (``"scripted:PATH"``), or ``None`` for ``$TETHER_MODEL``."""
+    tools: Sequence[Tool | Callable[..., Any]] = ()
+    """Tools; plain typed functions are turned into tools as by ``@tool``."""
+    output_type: type[OutputT] = str  # pyright: ignore[reportAssignmentType]
+    """The type of the result ``finish_task`` returns; plain text by default."""
+    limits: Limits = field(default_factory=Limits)
+    """The bounds of every run."""
+    model_settings: ModelSettings = field(default_factory=ModelSettings)
+    """Generation settings for every request."""
+    policy: Policy | None = None
+    """The gate every tool call passes; ``None`` allows everything."""
+    memory: MemoryStore | None = None
+    """Long-term memory (not yet used by the loop: setting it is an error for now)."""
+    can_ask_user: bool = False
+    """Offer ``ask_user``: the run may pause with ``waiting_for_user``."""
+    log_dir: str | Path | None = None
+    """Write each run's log to ``<log_dir>/<run_id>.jsonl``."""
+    backoff: Backoff = field(default_factory=Backoff)
+    """Back-off between retries of transient model failures."""
+    spec: AgentSpec[OutputT] = field(init=False, repr=False, compare=False)
+    """The resolved configuration (derived in ``__post_init__``)."""
+    _model_cache: list[Model] = field(
+        init=False, repr=False, compare=False, default_factory=lambda: []
+    )
+
+    def __post_init__(self) -> None:
+        if self.memory is not None:
+            raise ConfigError(
+                "Agent(memory=...) is not supported yet: the loop does not recall or write "
+                "memory. Leave it unset."
+            )
+        registry = ToolRegistry(t if isinstance(t, Tool) else function_tool(t) for t in self.tools)
+        output = OutputSpec[OutputT].for_type(self.output_type)
+        ask = ask_user_definition() if self.can_ask_user else None
+        for reserved in ("finish_task", "ask_user"):
+            if reserved in registry:
+                raise ConfigError(
+                    f"{reserved!r} is reserved for tether's control tools; rename your tool"
+                )
+        definitions = (*registry.definitions(), output.definition(), *((ask,) if ask else ()))
+        instructions = f"{self.instructions.strip()}\n\n{_FINISH_HINT}".strip()
+        digest = hashlib.sha256(
+            canonical_json(
+                {
+                    "name": self.name,
+                    "instructions": instructions,
+                    "tools": definitions,
+                    "limits": self.limits,
+                }
+            )
+        ).hexdigest()
+        spec = AgentSpec(
+            name=self.name,
+            instructions=instructions,
+            registry=registry,
+            output=output,
+            definitions=definitions,
+            tool_names=tuple(d.name for d in definitions),
+            ask_user=ask,
+            limits=self.limits,
+            model_settings=self.model_settings,
+            policy=self.policy or AllowAll(),
+            backoff=self.backoff,
+            digest=digest,
+        )
+        object.__setattr__(self, "spec", spec)
+
+    def resolved_model(self) -> Model:
+        """The model this agent uses (a model string is resolved once)."""
+        if not self._model_cache:
+            self._model_cache.append(resolve_model(self.model))
+        return self._model_cache[0]
+
+    def stream(
+        self,
+        goal: str,
+        *,
+        run_id: str | None = None,
+        model: Model | str | None = None,
+        tags: Sequence[str] = (),
+        parent_run_id: str | None = None,
+        agent_ref: str | None = None,
+        sinks: Sequence[EventSink] = (),
+        clock: Clock | None = None,
+        tool_runner: ToolRunner = run_tool,
+    ) -> AgentRun[OutputT]:
+        """Start a run; iterate the result for its events, then read ``.outcome``.
+
+        Args:
+            goal: The task.
+            run_id: The run's id (a new time-ordered id by default).
+            model: Use this model instead of the agent's for this run.
+            tags: Labels recorded with the run.
+            parent_run_id: The run that started this one.
+            agent_ref: ``module:attribute`` that imports this agent (for ``tether replay``).
+            sinks: Extra places every committed event is written to.
+            clock: The clock (tests pass a fake one for deterministic logs).
+            tool_runner: Runs validated tool calls (replay swaps in recorded results).
+        """
+        if not goal.strip():
+            raise UserError("the goal must be a non-empty string")
+        rid = run_id or new_run_id()
+        all_sinks = list(sinks)
+        if self.log_dir is not None:
+            all_sinks.append(JsonlSink(self.log_dir, rid))
+        return AgentRun(
+            self,
+            goal,
+            run_id=rid,
+            model=resolve_model(model) if model is not None else self.resolved_model(),
+            clock=clock or Clock(),
+            sinks=all_sinks,
+            agent_ref=agent_ref,
+            tags=tags,
+            parent_run_id=parent_run_id,
+            tool_runner=tool_runner,
+        )
+
+    async def run(
+        self,
+        goal: str,
+        *,
+        run_id: str | None = None,
+        model: Model | str | None = None,
+        tags: Sequence[str] = (),
+        parent_run_id: str | None = None,
+        agent_ref: str | None = None,
+        sinks: Sequence[EventSink] = (),
+        clock: Clock | None = None,
+        tool_runner: ToolRunner = run_tool,
+    ) -> RunOutcome[OutputT]:
+        """Run to the end and return the outcome (consumes ``stream``)."""
+        run = self.stream(
+            goal,
+            run_id=run_id,
+            model=model,
+            tags=tags,
+            parent_run_id=parent_run_id,
+            agent_ref=agent_ref,
+            sinks=sinks,
+            clock=clock,
+            tool_runner=tool_runner,
+        )
+        async for _ in run:
+            pass
+        return run.outcome
+
+    def run_sync(self, goal: str, **kwargs: Any) -> RunOutcome[OutputT]:
+        """``run`` for code without an event loop (takes the same keyword arguments)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(goal, **kwargs))
+        raise UserError(
+            "run_sync() was called inside a running event loop: use `await agent.run(...)`"
+        )

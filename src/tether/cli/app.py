@@ -1,0 +1,229 @@
+"""The ``tether`` command: run agents, watch them, replay their logs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from tether.agent import Agent
+from tether.cli.render import describe
+from tether.codec import read_jsonl
+from tether.errors import TetherError
+from tether.events import Event, ModelResponded, RunFinished, RunStarted, ToolCallRequested
+from tether.limits import Limits
+from tether.loop import AgentRun
+from tether.outcome import RunOutcome
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="tether",
+    help="tether: a small, durable, safe runtime for LLM agents. The log is the run.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+DEFAULT_AGENT = "tether.examples.demo:assistant"
+DEFAULT_LOG_DIR = Path(".tether") / "runs"
+
+
+def _log_dir(option: Path | None, disabled: bool) -> Path | None:
+    if disabled:
+        return None
+    return option or Path(os.environ.get("TETHER_LOG_DIR") or DEFAULT_LOG_DIR)
+
+
+class _Status:
+    """The live status line: step k/N, phase, tool, tokens."""
+
+    def __init__(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+        self.step = 0
+        self.tokens = 0
+        self.phase = "starting"
+
+    def update(self, event: Event) -> str:
+        if isinstance(event, ModelResponded):
+            self.step = event.step
+            self.tokens += event.usage.input_tokens + event.usage.output_tokens
+            self.phase = "answering" if event.final else "model answered"
+        elif isinstance(event, ToolCallRequested):
+            self.phase = f"tool {event.tool}"
+        elif isinstance(event, RunStarted):
+            self.phase = "thinking"
+        elif isinstance(event, RunFinished):
+            self.phase = event.status
+        else:
+            self.phase = event.kind.replace("_", " ")
+        return f"step {self.step}/{self.max_steps} · {self.phase} · {self.tokens} tokens"
+
+
+async def _drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutcome[Any]:
+    status = _Status(max_steps)
+    with err.status("starting…", spinner="dots") as live:
+        async for event in run:
+            live.update(escape(status.update(event)))
+            if verbose:
+                err.print(f"[dim]{event.seq:>3}[/] {describe(event)}")
+    return run.outcome
+
+
+def _report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> None:
+    if as_json:
+        import orjson  # noqa: PLC0415
+
+        out.print_json(
+            orjson.dumps(
+                {
+                    "run_id": outcome.run_id,
+                    "status": outcome.status,
+                    "answer": outcome.answer,
+                    "steps": outcome.steps,
+                    "tool_calls": outcome.tool_calls,
+                    "usage": outcome.usage,
+                    "error": outcome.error,
+                    "limit": outcome.limit,
+                }
+            ).decode()
+        )
+        return
+    if outcome.answer:
+        out.print(escape(outcome.answer), soft_wrap=True)
+    color = "green" if outcome.success else "red"
+    detail = f" ({outcome.limit})" if outcome.limit else ""
+    if outcome.error is not None:
+        detail += f": {outcome.error.type}: {outcome.error.message}"
+    u = outcome.usage
+    cost = "unknown" if u.cost is None else f"${u.cost:.4f}"
+    err.print(
+        f"[{color}]{outcome.status}[/]{escape(detail)} · {outcome.steps} steps · {outcome.tool_calls} tool calls · "
+        f"{u.input_tokens}+{u.output_tokens} tokens · cost {cost} · {outcome.duration_s:.2f}s"
+    )
+    if log_dir is not None:
+        err.print(f"[dim]log: {log_dir / (outcome.run_id + '.jsonl')}[/]")
+
+
+def _fail(exc: TetherError) -> typer.Exit:
+    err.print(f"[red]error:[/] {escape(str(exc))}")
+    return typer.Exit(2)
+
+
+@app.command()
+def run(
+    goal: Annotated[str, typer.Argument(help="The task, in words.")],
+    agent_ref: Annotated[str, typer.Option("--agent", help="module:attribute of the Agent to run.")] = DEFAULT_AGENT,
+    model: Annotated[str | None, typer.Option(help="Model string, e.g. 'scripted:script.json' (default: $TETHER_MODEL).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Override the agent's max_steps.")] = None,
+    log_dir: Annotated[Path | None, typer.Option(help="Where run logs go (default: .tether/runs or $TETHER_LOG_DIR).")] = None,
+    no_log: Annotated[bool, typer.Option("--no-log", help="Do not write a JSONL log.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every event as it is committed.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
+) -> None:
+    """Run an agent on a goal, with a live status line; exit 0 only if it finished."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from tether.replay import load_agent  # noqa: PLC0415
+
+    try:
+        agent = load_agent(agent_ref)
+        directory = _log_dir(log_dir, no_log)
+        limits: Limits = agent.limits if max_steps is None else replace(agent.limits, max_steps=max_steps)
+        agent = Agent(
+            name=agent.name,
+            instructions=agent.instructions,
+            model=model or agent.model,
+            tools=agent.tools,
+            output_type=agent.output_type,
+            limits=limits,
+            model_settings=agent.model_settings,
+            policy=agent.policy,
+            can_ask_user=agent.can_ask_user,
+            log_dir=directory,
+            backoff=agent.backoff,
+        )
+        stream = agent.stream(goal, agent_ref=agent_ref)
+        outcome = asyncio.run(_drive(stream, verbose=verbose, max_steps=limits.max_steps))
+    except TetherError as exc:
+        raise _fail(exc) from None
+    _report(outcome, directory, as_json)
+    raise typer.Exit(0 if outcome.success else 1)
+
+
+@app.command()
+def demo(
+    log_dir: Annotated[Path | None, typer.Option(help="Where the run log goes (default: .tether/runs).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every event.")] = True,
+) -> None:
+    """Run the bundled example agent on its SCRIPTED model (no AI): calculator + clock tools."""
+    from tether.examples.demo import DEMO_GOAL, demo_agent  # noqa: PLC0415
+
+    directory = _log_dir(log_dir, False)
+    agent = Agent(
+        name=demo_agent.name,
+        instructions=demo_agent.instructions,
+        model=demo_agent.model,
+        tools=demo_agent.tools,
+        log_dir=directory,
+    )
+    err.print(f"[dim]goal:[/] {DEMO_GOAL}\n[dim]model: a scripted stand-in (deterministic, not a language model)[/]")
+    stream = agent.stream(DEMO_GOAL, agent_ref="tether.examples.demo:demo_agent")
+    outcome = asyncio.run(_drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
+    _report(outcome, directory, False)
+    raise typer.Exit(0 if outcome.success else 1)
+
+
+@app.command()
+def replay(
+    path: Annotated[Path, typer.Argument(help="A run's JSONL log.", exists=True, dir_okay=False)],
+    agent_ref: Annotated[str | None, typer.Option("--agent", help="module:attribute of the Agent (default: the one recorded).")] = None,
+) -> None:
+    """Re-run a recorded run with its recorded model responses and tool results.
+
+    Exits 0 if the new log matches the recording, 1 naming the first divergence.
+    """
+    from tether.replay import load_agent  # noqa: PLC0415
+    from tether.replay import replay as do_replay  # noqa: PLC0415
+
+    try:
+        events = read_jsonl(path)
+        agent = load_agent(agent_ref) if agent_ref else None
+        report = asyncio.run(do_replay(events, agent=agent))
+    except TetherError as exc:
+        raise _fail(exc) from None
+    if report.ok:
+        err.print(f"[green]replay matches[/]: {len(report.replayed)} events reproduced")
+        raise typer.Exit(0)
+    err.print(f"[red]replay diverged[/]: {escape(report.divergence or '')}")
+    raise typer.Exit(1)
+
+
+@app.command()
+def show(path: Annotated[Path, typer.Argument(help="A run's JSONL log.", exists=True, dir_okay=False)]) -> None:
+    """Print a run's log readably (its hash chain is verified first)."""
+    try:
+        events = read_jsonl(path)
+    except TetherError as exc:
+        raise _fail(exc) from None
+    for event in events:
+        out.print(f"[dim]{event.seq:>3}[/] {describe(event)}", soft_wrap=True)
+
+
+@app.command()
+def version() -> None:
+    """Print tether's version."""
+    from tether import __version__  # noqa: PLC0415
+
+    out.print(__version__)
+
+
+def main() -> None:
+    """Entry point of the ``tether`` console script."""
+    app()

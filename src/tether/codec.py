@@ -1,0 +1,166 @@
+"""The JSON codec for events, the hash chain, and JSONL logs.
+
+An event's encoding is orjson's encoding of the dataclass: one JSON object, fields in
+declaration order, ``kind`` first. Its ``hash`` is the SHA-256 (hex) of the JSON array of
+every other field's value in declaration order (``prev_hash`` included, so each event seals
+the whole log before it). Decoding is exact, ``decode_event(encode_event(e)) == e``, which is
+what lets a reader re-check every hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import fields
+from functools import cache
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, cast
+
+import orjson
+from pydantic import JsonValue, TypeAdapter, ValidationError
+
+from tether.errors import BrokenChain, LogError, UnknownEventKind
+from tether.events import EVENT_TYPES, GENESIS_HASH, Event
+
+__all__ = [
+    "canonical_json",
+    "compute_hash",
+    "decode_event",
+    "encode_event",
+    "event_to_dict",
+    "hashed_fields",
+    "iter_jsonl",
+    "read_jsonl",
+    "seal",
+    "verify_chain",
+    "write_jsonl",
+]
+
+_sha256 = hashlib.sha256
+_dumps = orjson.dumps
+
+
+def encode_event(event: Event) -> bytes:
+    """The canonical JSON encoding of an event (one line, no trailing newline)."""
+    return _dumps(event)
+
+
+def event_to_dict(event: Event) -> dict[str, JsonValue]:
+    """The event as plain JSON data (for rendering and comparison)."""
+    return cast(dict[str, JsonValue], orjson.loads(_dumps(event)))
+
+
+def canonical_json(value: object) -> bytes:
+    """Deterministic JSON for hashing values whose key order is not meaningful."""
+    return _dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+_hashed_fields: dict[type[Any], Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def hashed_fields(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """The getter of an event class's hashed field values (every field but ``hash``)."""
+    getter = _hashed_fields.get(cls)
+    if getter is None:
+        names = [f.name for f in fields(cls) if f.name != "hash"]
+        getter = _hashed_fields[cls] = attrgetter(*names)
+    return getter
+
+
+def compute_hash(event: Event) -> str:
+    """The hash an event must carry: SHA-256 of the JSON array of its other fields' values."""
+    return _sha256(_dumps(hashed_fields(type(event))(event))).hexdigest()
+
+
+def seal(event: Event) -> Event:
+    """Set the hash of a freshly built event (built with ``hash=""``) and return it.
+
+    The event is not yet shared with anyone; sealing it in place avoids building it twice
+    on the loop's hot path.
+    """
+    object.__setattr__(event, "hash", compute_hash(event))
+    return event
+
+
+@cache
+def _adapter(kind: str) -> TypeAdapter[Any]:
+    return TypeAdapter(EVENT_TYPES[kind])
+
+
+def decode_event(data: bytes | str, *, line: int | None = None) -> Event:
+    """Decode one event; a malformed line or an unknown ``kind`` is a clear error.
+
+    Raises:
+        UnknownEventKind: the ``kind`` is not one this version knows.
+        LogError: the line is not JSON, not an object, or does not fit its event type.
+    """
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise LogError(f"an event is not valid JSON ({exc})", line=line) from None
+    if not isinstance(raw, dict):
+        raise LogError("an event must be a JSON object", line=line)
+    kind = cast(dict[str, object], raw).get("kind")
+    if not isinstance(kind, str):
+        raise LogError("an event has no string 'kind' field", line=line)
+    if kind not in EVENT_TYPES:
+        raise UnknownEventKind(kind, line=line)
+    try:
+        return cast(Event, _adapter(kind).validate_json(data, strict=True))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise LogError(f"a {kind!r} event does not fit its schema: {problems}", line=line) from None
+
+
+def verify_chain(events: Iterable[Event], *, run_id: str | None = None, start_seq: int = 0) -> None:
+    """Check that events form one unbroken, untampered chain of one run.
+
+    Raises:
+        BrokenChain: at the first event that is out of order, of another run, or whose
+            hash does not match its content or its predecessor.
+    """
+    expected_prev = GENESIS_HASH if start_seq == 0 else None
+    seq = start_seq
+    for event in events:
+        rid = run_id if run_id is not None else event.run_id
+        run_id = rid
+        if event.run_id != rid:
+            raise BrokenChain(
+                f"event belongs to run {event.run_id!r}, not {rid!r}", seq=seq, run_id=rid
+            )
+        if event.seq != seq:
+            raise BrokenChain(f"expected seq {seq}, found {event.seq}", seq=seq, run_id=rid)
+        if expected_prev is not None and event.prev_hash != expected_prev:
+            raise BrokenChain("prev_hash does not match the previous event", seq=seq, run_id=rid)
+        if compute_hash(event) != event.hash:
+            raise BrokenChain("the hash does not match the event's content", seq=seq, run_id=rid)
+        expected_prev = event.hash
+        seq += 1
+
+
+def iter_jsonl(path: str | Path) -> Iterator[Event]:
+    """Decode events from a JSONL file, line by line, without checking the chain."""
+    with Path(path).open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if raw.strip():
+                yield decode_event(raw, line=number)
+
+
+def read_jsonl(path: str | Path, *, verify: bool = True) -> list[Event]:
+    """Read a run's JSONL log and (by default) verify its hash chain."""
+    events = list(iter_jsonl(path))
+    if verify:
+        verify_chain(events)
+    return events
+
+
+def write_jsonl(path: str | Path, events: Iterable[Event]) -> None:
+    """Write events to a JSONL file, one canonical encoding per line."""
+    with Path(path).open("wb") as fh:
+        for event in events:
+            fh.write(_dumps(event))
+            fh.write(b"\n")

@@ -1,0 +1,104 @@
+"""MCP-aligned tool results: content blocks, structured content and an error flag."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from pydantic import JsonValue
+
+from tether._internal.fastinit import fast_init
+
+__all__ = [
+    "ContentBlock",
+    "ImageBlock",
+    "JsonObject",
+    "JsonValue",
+    "ResourceBlock",
+    "TextBlock",
+    "ToolResult",
+    "content_text",
+]
+
+JsonObject: TypeAlias = dict[str, JsonValue]
+"""A JSON object, as tool arguments and structured content are."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TextBlock:
+    """Plain text."""
+
+    kind: Literal["text"] = "text"
+    """Discriminator."""
+    text: str
+    """The text."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ImageBlock:
+    """An image, base64-encoded."""
+
+    kind: Literal["image"] = "image"
+    """Discriminator."""
+    data: str
+    """Base64 of the image bytes."""
+    mime_type: str
+    """For example ``image/png``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResourceBlock:
+    """A resource named by URI, with its text when it has one."""
+
+    kind: Literal["resource"] = "resource"
+    """Discriminator."""
+    uri: str
+    """Where the resource lives."""
+    mime_type: str | None = None
+    """Its media type, if known."""
+    text: str | None = None
+    """Its text content, if it is text and was read."""
+
+
+ContentBlock: TypeAlias = TextBlock | ImageBlock | ResourceBlock
+"""One block of a tool result."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolResult:
+    """What a tool returned: content blocks, optional structured content, and an error flag."""
+
+    content: tuple[ContentBlock, ...] = ()
+    """Content for the model, in order."""
+    structured: JsonValue = None
+    """Machine-readable result (MCP ``structuredContent``), if any."""
+    is_error: bool = False
+    """Whether the call failed; the content then explains why."""
+
+    @classmethod
+    def text(cls, text: str, *, structured: JsonValue = None) -> ToolResult:
+        """A successful result holding one text block."""
+        return cls(content=(TextBlock(text=text),), structured=structured)
+
+    @classmethod
+    def error(cls, message: str) -> ToolResult:
+        """A failed result holding the message the model will see."""
+        return cls(content=(TextBlock(text=message),), is_error=True)
+
+
+for _cls in (TextBlock, ImageBlock, ResourceBlock, ToolResult):
+    fast_init(_cls)
+
+
+def content_text(blocks: tuple[ContentBlock, ...]) -> str:
+    """Render content blocks as text for models that only take text."""
+    parts: list[str] = []
+    for block in blocks:
+        match block:
+            case TextBlock(text=text):
+                parts.append(text)
+            case ImageBlock(mime_type=mime):
+                parts.append(f"[image {mime}]")
+            case ResourceBlock(uri=uri, text=text):
+                parts.append(text if text is not None else f"[resource {uri}]")
+    return "\n".join(parts)

@@ -1,0 +1,221 @@
+"""tether's one error tree.
+
+Three families are kept apart: mistakes made by the user of the library, failures of a
+run, and control signals that are not failures at all::
+
+    TetherError
+    ├── UserError                  the library was used wrongly; fix the calling code
+    │   ├── ConfigError            an Agent, Limits or tool definition is invalid
+    │   ├── DuplicateToolError     two tools share one name
+    │   ├── UnknownModelError      a model string no provider resolves
+    │   ├── ModelRequestsBlocked   a real model was called where requests are blocked (tests)
+    │   └── MissingExtraError      an optional dependency is not installed (also an ImportError)
+    ├── RunError                   a run, or the log of one, failed
+    │   ├── ModelError             the model request failed (``transient`` says whether to retry)
+    │   ├── ToolTimeout            a tool exceeded its timeout
+    │   ├── LogError               a stored or streamed event log cannot be trusted
+    │   │   ├── UnknownEventKind   an event of a kind this version does not know
+    │   │   └── BrokenChain        a gap in ``seq`` or a hash that does not match
+    │   └── ReplayDivergence       a replayed run did something other than the recording
+    └── ControlSignal              not failures: they steer the loop
+        ├── ModelRetry             raised by a tool: "tell the model this and let it try again"
+        └── ApprovalRequired       raised by a tool: a human must approve before it proceeds
+
+Errors carry context (run id, tool, event) as attributes and never log on construction.
+Their messages say what happened, why, and what to do next.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ApprovalRequired",
+    "BrokenChain",
+    "ConfigError",
+    "ControlSignal",
+    "DuplicateToolError",
+    "LogError",
+    "MissingExtraError",
+    "ModelError",
+    "ModelRequestsBlocked",
+    "ModelRetry",
+    "ReplayDivergence",
+    "RunError",
+    "TetherError",
+    "ToolTimeout",
+    "UnknownEventKind",
+    "UnknownModelError",
+    "UserError",
+]
+
+
+class TetherError(Exception):
+    """The base of every error tether raises on purpose."""
+
+
+# -- mistakes by the user of the library -------------------------------------------------
+
+
+class UserError(TetherError):
+    """The library was used in a way it does not support; the calling code must change."""
+
+
+class ConfigError(UserError, ValueError):
+    """An agent, its limits, a tool or a model setting is invalid."""
+
+
+class DuplicateToolError(ConfigError):
+    """Two tools were registered under the same name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"two tools are named {name!r}; tool names must be unique within an agent. "
+            "Rename one (`@tool(name=...)`) or drop the duplicate."
+        )
+        self.name = name
+
+
+class UnknownModelError(UserError):
+    """A model string that no registered provider can resolve."""
+
+    def __init__(self, spec: str, known: list[str]) -> None:
+        super().__init__(
+            f"no model provider for {spec!r}. Known prefixes: {', '.join(sorted(known))}. "
+            "Pass a Model instance or register a provider with `register_model_provider`."
+        )
+        self.spec = spec
+        self.known = known
+
+
+class ModelRequestsBlocked(UserError):
+    """A real model request was attempted while real requests are blocked (as in tests)."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"real request to model {model!r} blocked: real model requests are disabled here "
+            "(tests). Use tether.testing.ScriptedModel/FunctionModel, or opt in with "
+            "`tether.testing.allow_model_requests()` / the `real_model` pytest marker."
+        )
+        self.model = model
+
+
+class MissingExtraError(UserError, ImportError):
+    """An optional dependency is missing; the message names the ``pip install`` to run."""
+
+    def __init__(self, extra: str, package: str) -> None:
+        super().__init__(
+            f'this feature needs the optional dependency {package!r}: pip install "tether[{extra}]"'
+        )
+        self.extra = extra
+        self.package = package
+
+
+# -- failures of a run ---------------------------------------------------------------------
+
+
+class RunError(TetherError):
+    """A run, or the event log of one, failed."""
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class ModelError(RunError):
+    """A model request failed. ``transient`` errors (rate limits, 5xx, timeouts) are retried."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool = False,
+        model: str | None = None,
+        status_code: int | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(message, run_id=run_id)
+        self.transient = transient
+        self.model = model
+        self.status_code = status_code
+
+
+class ToolTimeout(RunError):
+    """A tool call did not finish within its timeout."""
+
+    def __init__(self, tool: str, seconds: float, *, run_id: str | None = None) -> None:
+        super().__init__(
+            f"tool {tool!r} did not finish within {seconds:g}s and was cancelled", run_id=run_id
+        )
+        self.tool = tool
+        self.seconds = seconds
+
+
+class LogError(RunError):
+    """An event log cannot be trusted: malformed, unknown, out of order or tampered with."""
+
+    def __init__(self, message: str, *, run_id: str | None = None, line: int | None = None) -> None:
+        where = f" (line {line})" if line is not None else ""
+        super().__init__(message + where, run_id=run_id)
+        self.line = line
+
+
+class UnknownEventKind(LogError):
+    """An event whose ``kind`` this version of tether does not know."""
+
+    def __init__(self, kind: str, *, run_id: str | None = None, line: int | None = None) -> None:
+        super().__init__(
+            f"unknown event kind {kind!r}: the log was written by a newer or different "
+            "program. Upgrade tether to read it; events are never skipped silently",
+            run_id=run_id,
+            line=line,
+        )
+        self.kind = kind
+
+
+class BrokenChain(LogError):
+    """A gap in ``seq``, a foreign ``run_id`` or a hash that does not match its event."""
+
+    def __init__(
+        self, message: str, *, seq: int, run_id: str | None = None, line: int | None = None
+    ) -> None:
+        super().__init__(
+            f"event log chain broken at seq {seq}: {message}. The log was edited, reordered, "
+            "truncated or mixed with another run; restore it from a trusted copy",
+            run_id=run_id,
+            line=line,
+        )
+        self.seq = seq
+
+
+class ReplayDivergence(RunError):
+    """A replayed run diverged from its recording; ``index`` is the first difference."""
+
+    def __init__(
+        self, message: str, *, index: int, expected: object = None, actual: object = None
+    ) -> None:
+        super().__init__(message)
+        self.index = index
+        self.expected = expected
+        self.actual = actual
+
+
+# -- control signals -----------------------------------------------------------------------
+
+
+class ControlSignal(TetherError):
+    """Not a failure: a signal a tool raises to steer the loop."""
+
+
+class ModelRetry(ControlSignal):
+    """Raised by a tool to send ``message`` back to the model so it can try again."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ApprovalRequired(ControlSignal):
+    """Raised by a tool when a human must approve the call before it proceeds."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,478 @@
+"""The events a run is made of. The log of them is the run; everything else is a view.
+
+Every event is a frozen, keyword-only dataclass with a ``kind`` literal, the ``run_id``, a
+gap-free ``seq`` starting at 0, the UTC time ``at``, and a hash chain: ``prev_hash`` is the
+previous event's ``hash`` (``GENESIS_HASH`` for the first), and ``hash`` is the SHA-256 of the
+JSON array of all the event's other field values, in declaration order (see ``tether.codec``).
+
+Event names are permanent once released.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Literal, TypeAlias
+
+from pydantic import ConfigDict, Field, JsonValue
+
+from tether._internal.fastinit import fast_init
+from tether.content import ContentBlock, JsonObject
+from tether.limits import Limits
+from tether.messages import ToolCall
+from tether.outcome import ErrorInfo, RunStatus
+from tether.usage import Usage
+
+__all__ = [
+    "EVENT_TYPES",
+    "GENESIS_HASH",
+    "ApprovalGiven",
+    "ApprovalRequested",
+    "BudgetWarning",
+    "ContextCompacted",
+    "Decision",
+    "Event",
+    "EventBase",
+    "LimitReached",
+    "MemoryRecalled",
+    "MemoryWritten",
+    "ModelFailed",
+    "ModelResponded",
+    "PlanMade",
+    "PlanRevised",
+    "PolicyDecided",
+    "Reflected",
+    "RetryPrompted",
+    "RunFinished",
+    "RunStarted",
+    "ToolCallFinished",
+    "ToolCallRequested",
+    "ToolCallUnknown",
+    "UserReplied",
+]
+
+GENESIS_HASH = "0" * 64
+"""The ``prev_hash`` of every run's first event."""
+
+Decision: TypeAlias = Literal["allow", "deny", "needs_approval"]
+"""A policy decision on one tool call."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventBase:
+    """Fields every event has."""
+
+    kind: str
+    """Which event this is; each subclass fixes it to a literal."""
+    run_id: str
+    """The run the event belongs to."""
+    seq: int
+    """Position in the run's log: 0, 1, 2, ... without gaps."""
+    at: datetime
+    """When the event was recorded (UTC)."""
+    prev_hash: str
+    """The previous event's ``hash``; ``GENESIS_HASH`` for ``seq == 0``."""
+    hash: str = ""
+    """SHA-256 (hex) of the JSON array of every other field's value (see ``tether.codec``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunStarted(EventBase):
+    """A run began."""
+
+    kind: Literal["run_started"] = "run_started"
+    """Discriminator."""
+    goal: str
+    """The task, as given."""
+    agent: str
+    """The agent's name."""
+    agent_ref: str | None = None
+    """``module:attribute`` that imports the agent, when known (used by ``tether replay``)."""
+    spec_digest: str
+    """SHA-256 of the agent's spec: instructions, tool definitions, output schema, limits."""
+    instructions: str
+    """The system instructions the model gets."""
+    model: str
+    """The model's name."""
+    tools: tuple[str, ...]
+    """Names of the tools offered to the model, ``finish_task`` included."""
+    output_schema: JsonObject
+    """JSON Schema of ``finish_task``'s arguments (the agent's output type)."""
+    limits: Limits
+    """The run's limits."""
+    parent_run_id: str | None = None
+    """The run that started this one, for sub-agents."""
+    tags: tuple[str, ...] = ()
+    """Free-form labels."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanMade(EventBase):
+    """The agent made a plan."""
+
+    kind: Literal["plan_made"] = "plan_made"
+    """Discriminator."""
+    steps: tuple[str, ...]
+    """The planned steps, in order."""
+    success_criteria: tuple[str, ...] = ()
+    """How the agent will know it is done."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanRevised(EventBase):
+    """The agent changed its plan."""
+
+    kind: Literal["plan_revised"] = "plan_revised"
+    """Discriminator."""
+    steps: tuple[str, ...]
+    """The new steps."""
+    reason: str
+    """Why the plan changed."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelResponded(EventBase):
+    """The model answered a request."""
+
+    kind: Literal["model_responded"] = "model_responded"
+    """Discriminator."""
+    step: int
+    """The model turn (1-based); the best-effort answer after a limit reuses the last step."""
+    model: str
+    """The model's name."""
+    request_digest: str
+    """SHA-256 committing to the exact request: the agent's spec digest, the request options
+    and the hash of the last event before it (the request is derived from that log prefix)."""
+    text: str = ""
+    """Visible text."""
+    reasoning: str | None = None
+    """The model's reasoning, when it exposes it."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The tool calls it asked for, in order."""
+    usage: Usage = Usage()
+    """Tokens and cost of this request."""
+    latency_s: float = 0.0
+    """Seconds the request took."""
+    final: bool = False
+    """True for the tool-free best-effort answer requested after a limit was reached."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelFailed(EventBase):
+    """A model request failed."""
+
+    kind: Literal["model_failed"] = "model_failed"
+    """Discriminator."""
+    step: int
+    """The model turn the request was for."""
+    model: str
+    """The model's name."""
+    error: ErrorInfo
+    """What failed."""
+    transient: bool
+    """Whether the failure is worth retrying (rate limit, 5xx, timeout)."""
+    attempt: int
+    """1 for the first attempt."""
+    will_retry: bool
+    """Whether tether retries (within ``max_retries``)."""
+    retry_in_s: float = 0.0
+    """The back-off before the retry."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPrompted(EventBase):
+    """tether told the model what to correct (invalid output, a missing tool call)."""
+
+    kind: Literal["retry_prompted"] = "retry_prompted"
+    """Discriminator."""
+    reason: str
+    """Machine-readable reason, e.g. ``no_tool_call``."""
+    text: str
+    """The message the model gets."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallRequested(EventBase):
+    """The model asked for a tool call; recorded BEFORE anything runs."""
+
+    kind: Literal["tool_call_requested"] = "tool_call_requested"
+    """Discriminator."""
+    call_id: str
+    """The call's id."""
+    tool: str
+    """The tool's name."""
+    arguments: JsonObject
+    """The arguments as the model gave them."""
+    reason: str | None = None
+    """The model's stated reason (its text in that turn), if any."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PolicyDecided(EventBase):
+    """The policy decided on a tool call."""
+
+    kind: Literal["policy_decided"] = "policy_decided"
+    """Discriminator."""
+    call_id: str
+    """The call's id."""
+    tool: str
+    """The tool's name."""
+    decision: Decision
+    """allow, deny or needs_approval."""
+    rule: str
+    """The rule that decided."""
+    reason: str
+    """Why, in words."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalRequested(EventBase):
+    """A tool call waits for a human."""
+
+    kind: Literal["approval_requested"] = "approval_requested"
+    """Discriminator."""
+    call_id: str
+    """The call's id."""
+    tool: str
+    """The tool's name."""
+    arguments: JsonObject
+    """The exact arguments an approval binds to."""
+    arguments_hash: str
+    """SHA-256 of the canonical arguments."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalGiven(EventBase):
+    """A human decided on a pending call."""
+
+    kind: Literal["approval_given"] = "approval_given"
+    """Discriminator."""
+    call_id: str
+    """The call's id."""
+    approved: bool
+    """Approved or denied."""
+    arguments: JsonObject | None = None
+    """Edited arguments, if the human changed them."""
+    by: str = ""
+    """Who decided."""
+    reason: str = ""
+    """Why, if given."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallFinished(EventBase):
+    """A tool call ended (or tether answered it itself: denied, skipped, invalid)."""
+
+    kind: Literal["tool_call_finished"] = "tool_call_finished"
+    """Discriminator."""
+    call_id: str
+    """The call's id."""
+    tool: str
+    """The tool's name."""
+    content: tuple[ContentBlock, ...]
+    """The result's content blocks, as the model will see them."""
+    structured: JsonValue = None
+    """Structured content, if the tool returned any."""
+    is_error: bool = False
+    """Whether the call failed."""
+    error_type: str | None = None
+    """For errors: ``invalid_arguments``, ``exception``, ``timeout``, ``denied``, ..."""
+    duration_s: float = 0.0
+    """Seconds the tool ran."""
+    synthetic: bool = False
+    """True when the tool did not run and tether wrote the result."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallUnknown(EventBase):
+    """A non-idempotent call was in flight when the run crashed; its outcome is unknown."""
+
+    kind: Literal["tool_call_unknown"] = "tool_call_unknown"
+    """Discriminator."""
+    call_id: str
+    """The call's id."""
+    tool: str
+    """The tool's name."""
+    reason: str
+    """What the model is told."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reflected(EventBase):
+    """The agent reflected on a failure (stored as episodic memory)."""
+
+    kind: Literal["reflected"] = "reflected"
+    """Discriminator."""
+    failure: str
+    """What failed."""
+    analysis: str
+    """Why it failed."""
+    fix: str
+    """What to do differently."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryRecalled(EventBase):
+    """Long-term memory was searched and results entered the context."""
+
+    kind: Literal["memory_recalled"] = "memory_recalled"
+    """Discriminator."""
+    query: str
+    """What was searched for."""
+    records: tuple[str, ...]
+    """Ids of the records recalled."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryWritten(EventBase):
+    """A record was written to long-term memory."""
+
+    kind: Literal["memory_written"] = "memory_written"
+    """Discriminator."""
+    namespace: str
+    """The memory namespace."""
+    record_id: str
+    """The record's id."""
+    text: str
+    """The text stored."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextCompacted(EventBase):
+    """Older history was summarised to fit the context."""
+
+    kind: Literal["context_compacted"] = "context_compacted"
+    """Discriminator."""
+    tokens_before: int
+    """Estimated tokens before compaction."""
+    tokens_after: int
+    """Estimated tokens after compaction."""
+    summary: str
+    """The summary that replaced the older messages."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BudgetWarning(EventBase):
+    """A limit is close."""
+
+    kind: Literal["budget_warning"] = "budget_warning"
+    """Discriminator."""
+    limit: str
+    """Which limit."""
+    used: float
+    """How much is used."""
+    maximum: float
+    """The limit."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LimitReached(EventBase):
+    """A limit was reached; the run stops after at most one tool-free best-effort answer."""
+
+    kind: Literal["limit_reached"] = "limit_reached"
+    """Discriminator."""
+    limit: str
+    """Which limit (a ``Limits`` field name)."""
+    used: float
+    """How much was used."""
+    maximum: float
+    """The limit."""
+    ask_for_answer: bool
+    """Whether the model is asked for a best-effort answer (not when time or budget is gone)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UserReplied(EventBase):
+    """The user answered a question the agent asked."""
+
+    kind: Literal["user_replied"] = "user_replied"
+    """Discriminator."""
+    text: str
+    """The user's answer."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunFinished(EventBase):
+    """The run ended; this is always the last event of an ended run."""
+
+    kind: Literal["run_finished"] = "run_finished"
+    """Discriminator."""
+    status: RunStatus
+    """How it ended."""
+    output: JsonValue = None
+    """``finish_task``'s validated arguments (the output), when finished."""
+    answer: str | None = None
+    """The text answer, or the best-effort answer when not finished."""
+    error: ErrorInfo | None = None
+    """What went wrong, if anything."""
+    limit: str | None = None
+    """The limit reached, for ``budget_exhausted``."""
+    question: str | None = None
+    """The question, for ``waiting_for_user``."""
+    usage: Usage = Usage()
+    """Tokens and cost over the run."""
+    steps: int = 0
+    """Model turns taken."""
+    tool_calls: int = 0
+    """Tool calls executed."""
+
+
+Event: TypeAlias = (
+    RunStarted
+    | PlanMade
+    | PlanRevised
+    | ModelResponded
+    | ModelFailed
+    | RetryPrompted
+    | ToolCallRequested
+    | PolicyDecided
+    | ApprovalRequested
+    | ApprovalGiven
+    | ToolCallFinished
+    | ToolCallUnknown
+    | Reflected
+    | MemoryRecalled
+    | MemoryWritten
+    | ContextCompacted
+    | BudgetWarning
+    | LimitReached
+    | UserReplied
+    | RunFinished
+)
+"""Any event."""
+
+AnnotatedEvent = Annotated[Event, Field(discriminator="kind")]
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__dataclass_fields__["kind"].default: cls  # pyright: ignore[reportUnknownMemberType]
+    for cls in (
+        RunStarted,
+        PlanMade,
+        PlanRevised,
+        ModelResponded,
+        ModelFailed,
+        RetryPrompted,
+        ToolCallRequested,
+        PolicyDecided,
+        ApprovalRequested,
+        ApprovalGiven,
+        ToolCallFinished,
+        ToolCallUnknown,
+        Reflected,
+        MemoryRecalled,
+        MemoryWritten,
+        ContextCompacted,
+        BudgetWarning,
+        LimitReached,
+        UserReplied,
+        RunFinished,
+    )
+}
+"""Each event class by its ``kind``."""
+
+# Decoding a log must refuse fields this version does not know rather than drop them.
+_STRICT = ConfigDict(extra="forbid")
+for _cls in (*EVENT_TYPES.values(), ToolCall, Usage, Limits, ErrorInfo):
+    setattr(_cls, "__pydantic_config__", _STRICT)  # noqa: B010 - class attribute read by pydantic
+for _cls in EVENT_TYPES.values():
+    fast_init(_cls)

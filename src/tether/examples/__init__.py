@@ -1,0 +1,1 @@
+"""Example agents shipped with tether."""

@@ -1,0 +1,894 @@
+"""The loop: decide the next events from the log so far, commit them, repeat.
+
+One turn: check the limits -> ask the model -> record its answer -> for each tool call record
+the intent, validate, ask the policy -> commit (the intent is durable before anything runs)
+-> run the allowed calls (in parallel up to a cap) -> record each result in call order ->
+stop on ``finish_task``, a question for the user, pending approvals, or a limit.
+
+Every exit is a ``run_finished`` event; nothing in the limit, cancel or failure paths raises
+out of the run. The history sent to the model is always protocol-valid: every tool call the
+model made gets exactly one result, synthetic when the tool did not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Generic, cast
+
+from typing_extensions import TypeVar
+
+from tether._internal.clock import Clock
+from tether._internal.journal import EventSink, Journal
+from tether._internal.watchdog import Watchdog
+from tether.codec import canonical_json
+from tether.content import TextBlock, ToolResult
+from tether.errors import ApprovalRequired, ModelError, ModelRetry, UserError
+from tether.events import (
+    ApprovalRequested,
+    BudgetWarning,
+    Event,
+    LimitReached,
+    ModelFailed,
+    ModelResponded,
+    PolicyDecided,
+    RetryPrompted,
+    RunFinished,
+    RunStarted,
+    ToolCallFinished,
+    ToolCallRequested,
+)
+from tether.messages import ASK_USER, FINISH_TASK, ToolCall
+from tether.models.base import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ToolChoice,
+    check_model_requests_allowed,
+)
+from tether.outcome import ErrorInfo, PendingCall, RunOutcome, RunStatus
+from tether.state import StateBuilder
+from tether.tools.base import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from tether.agent import Agent
+
+__all__ = ["AgentRun", "ToolRunner", "run_tool"]
+
+OutputT = TypeVar("OutputT", default=str)
+T = TypeVar("T")
+
+ToolRunner = Callable[
+    [Tool, ToolCall, ToolContext, Mapping[str, Any], "float | None"],
+    Awaitable[tuple[ToolResult, "str | None"]],
+]
+"""Runs one validated call and returns its result and error type (replay swaps it)."""
+
+_FINAL_ANSWER_SECONDS = 60.0
+_WARN_AT = 0.8
+
+
+async def run_tool(
+    tool: Tool,
+    call: ToolCall,
+    ctx: ToolContext,
+    arguments: Mapping[str, Any],
+    timeout: float | None,
+) -> tuple[ToolResult, str | None]:
+    """Run one call, turning every failure into an error result the model can read."""
+    try:
+        if timeout is None:
+            result = await tool.handler(ctx, arguments)
+        else:
+            async with asyncio.timeout(timeout) as scope:
+                try:
+                    result = await tool.handler(ctx, arguments)
+                except TimeoutError:
+                    if scope.expired():
+                        raise
+                    return ToolResult.error(f"{tool.name} raised TimeoutError"), "exception"
+    except ModelRetry as exc:
+        return ToolResult.error(exc.message), "model_retry"
+    except TimeoutError:
+        assert timeout is not None
+        return _timed_out(tool.name, timeout), "timeout"
+    except ApprovalRequired as exc:
+        return ToolResult.error(f"{tool.name} needs approval: {exc.reason}"), "approval_required"
+    except Exception as exc:
+        return ToolResult.error(f"{tool.name} failed: {type(exc).__name__}: {exc}"), "exception"
+    return result, ("tool_error" if result.is_error else None)
+
+
+def _timed_out(name: str, timeout: float) -> ToolResult:
+    return ToolResult.error(f"{name} did not finish within {timeout:g}s and was cancelled")
+
+
+@dataclass(slots=True)
+class _Planned:
+    """What happens to one tool call of a turn."""
+
+    call: ToolCall
+    tool: Tool | None = None
+    arguments: Mapping[str, Any] | None = None
+    synthetic: ToolResult | None = None
+    error_type: str | None = None
+    output: object = None
+    finish: bool = False
+    question: str | None = None
+    awaiting_approval: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    status: RunStatus
+    limit: str | None = None
+    used: float = 0.0
+    maximum: float = 0.0
+    ask_for_answer: bool = False
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Retry:
+    delay: float
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class AgentRun(Generic[OutputT]):
+    """One run of an agent: iterate it for the events, then read ``outcome``.
+
+    ``async for event in run`` drives the run; each event is yielded after it is committed.
+    ``cancel()`` ends the run with ``cancelled`` (an in-flight model or tool call is
+    interrupted). If the task iterating the run is cancelled by someone else, the run records
+    ``cancelled`` and the ``CancelledError`` propagates, as asyncio expects.
+    """
+
+    def __init__(
+        self,
+        agent: Agent[OutputT],
+        goal: str,
+        *,
+        run_id: str,
+        model: Model,
+        clock: Clock,
+        sinks: Sequence[EventSink] = (),
+        agent_ref: str | None = None,
+        tags: Sequence[str] = (),
+        parent_run_id: str | None = None,
+        tool_runner: ToolRunner = run_tool,
+    ) -> None:
+        self.run_id = run_id
+        self.goal = goal
+        self._agent = agent
+        self._spec = agent.spec
+        self._model = model
+        self._clock = clock
+        self._state = StateBuilder()
+        self._journal = Journal(run_id, clock=clock, sinks=sinks, on_event=self._state.apply)
+        self._agent_ref = agent_ref
+        self._tags = tuple(tags)
+        self._parent_run_id = parent_run_id
+        self._tool_runner = tool_runner
+        self._output: OutputT | None = None
+        self._outcome: RunOutcome[OutputT] | None = None
+        self._cancel_reason: str | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._interruptible = False
+        self._watchdog: Watchdog | None = None
+        self._t0 = 0.0
+        self._warned_steps = False
+        self._warn_steps_at = _WARN_AT * self._spec.limits.max_steps
+        self._digest_prefix: tuple[object, str, bytes] = (None, "", b"")
+        self._runnable = 0
+        self._basis = ""
+        self._gen = self._drive()
+
+    # -- public surface ------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._gen
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """The events recorded so far."""
+        return tuple(self._journal.events)
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has ended (its outcome is available)."""
+        return self._outcome is not None
+
+    @property
+    def outcome(self) -> RunOutcome[OutputT]:
+        """The run's outcome; available once iteration has ended."""
+        if self._outcome is None:
+            raise RuntimeError("the run has not ended: iterate it to the end first")
+        return self._outcome
+
+    def cancel(self, reason: str = "cancelled by the caller") -> None:
+        """End the run with ``cancelled``; interrupts an in-flight model or tool call."""
+        if self._outcome is not None or self._cancel_reason is not None:
+            return
+        self._cancel_reason = reason
+        task = self._task
+        if self._interruptible and task is not None and not task.done():
+            task.cancel()
+
+    async def aclose(self) -> None:
+        """Stop iterating early (the run is left as it is: unfinished)."""
+        await self._gen.aclose()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _add(self, cls: type[Any], **fields: Any) -> Event:
+        return self._journal.add(cls, **fields)
+
+    async def _drive(self) -> AsyncGenerator[Event]:  # noqa: C901 - the loop, read top to bottom
+        task = asyncio.current_task()
+        assert task is not None, "a run must be iterated inside a task"
+        self._task = task
+        self._watchdog = Watchdog(task)
+        journal = self._journal
+        try:
+            try:
+                self._start()
+                for event in await journal.commit():
+                    yield event
+                while True:
+                    stop = self._check_limits()
+                    if stop is None:
+                        request = self._request()
+                        while True:
+                            answer = await self._ask_model(request)
+                            if journal.has_pending:
+                                for event in await journal.commit():
+                                    yield event
+                            if not isinstance(answer, _Retry):
+                                break
+                            await self._sleep(answer.delay)  # back-off before retrying
+                        if isinstance(answer, _Stop):
+                            stop = answer
+                        else:
+                            planned = self._plan(answer)
+                            for event in await journal.commit():
+                                yield event
+                            if self._runnable <= 1:
+                                await self._execute_inline(planned)
+                                for event in await journal.commit():
+                                    yield event
+                            else:
+                                async for event in self._execute_parallel(planned):
+                                    yield event
+                            stop = self._after_turn(planned)
+                    if stop is not None:
+                        async for event in self._stop(stop):
+                            yield event
+                        return
+            except _Cancelled:
+                pass
+            except asyncio.CancelledError:
+                if self._cancel_reason is None:
+                    # Someone cancelled the task driving us: record it, then let it propagate.
+                    self._cancel_reason = "the task running the agent was cancelled"
+                    self._record_cancel()
+                    await journal.commit()
+                    self._finish_outcome()
+                    raise
+                task.uncancel()
+            self._record_cancel()
+            for event in await journal.commit():
+                yield event
+            self._finish_outcome()
+        finally:
+            self._watchdog.close()
+            await journal.close()
+
+    def _start(self) -> None:
+        spec = self._spec
+        self._t0 = self._clock.monotonic()
+        self._add(
+            RunStarted,
+            goal=self.goal,
+            agent=spec.name,
+            agent_ref=self._agent_ref,
+            spec_digest=spec.digest,
+            instructions=spec.instructions,
+            model=self._model.name,
+            tools=spec.tool_names,
+            output_schema=spec.output.schema,
+            limits=spec.limits,
+            parent_run_id=self._parent_run_id,
+            tags=self._tags,
+        )
+
+    def _elapsed(self) -> float:
+        return self._clock.monotonic() - self._t0
+
+    def _remaining(self) -> float | None:
+        max_seconds = self._spec.limits.max_seconds
+        return None if max_seconds is None else max(0.0, max_seconds - self._elapsed())
+
+    def _check_cancel(self) -> None:
+        if self._cancel_reason is not None:
+            raise _Cancelled
+
+    def _check_limits(self) -> _Stop | None:
+        """Before a model call: is any limit reached?"""
+        self._check_cancel()
+        limits, st = self._spec.limits, self._state
+        if st.retries > limits.max_retries:
+            return _Stop("budget_exhausted", "max_retries", st.retries, limits.max_retries, True)
+        remaining = self._remaining()
+        if remaining is not None and remaining <= 0:
+            assert limits.max_seconds is not None
+            return _Stop("budget_exhausted", "max_seconds", self._elapsed(), limits.max_seconds)
+        if limits.max_tokens is not None:
+            tokens = st.input_tokens + st.output_tokens
+            if tokens >= limits.max_tokens:
+                return _Stop("budget_exhausted", "max_tokens", tokens, limits.max_tokens)
+        if limits.max_cost is not None and st.cost is not None and st.cost >= limits.max_cost:
+            return _Stop("budget_exhausted", "max_cost", st.cost, limits.max_cost)
+        if st.steps >= limits.max_steps:
+            return _Stop("budget_exhausted", "max_steps", st.steps, limits.max_steps, True)
+        if st.steps + 1 >= self._warn_steps_at and not self._warned_steps:
+            self._warned_steps = True
+            self._add(BudgetWarning, limit="max_steps", used=st.steps, maximum=limits.max_steps)
+        return None
+
+    def _request(self, tool_choice: ToolChoice = "auto", *, final: bool = False) -> ModelRequest:
+        spec, st = self._spec, self._state
+        settings = spec.model_settings
+        limits = spec.limits
+        self._basis = st.last_hash
+        if final:
+            cap = limits.answer_max_tokens
+            if settings.max_output_tokens is not None:
+                cap = min(cap, settings.max_output_tokens)
+            settings = replace(settings, max_output_tokens=cap)
+        if limits.max_tokens is not None:
+            left = max(1, limits.max_tokens - st.input_tokens - st.output_tokens)
+            if settings.max_output_tokens is None or settings.max_output_tokens > left:
+                settings = replace(settings, max_output_tokens=left)
+        return ModelRequest(
+            instructions=spec.instructions,
+            messages=tuple(st.messages),
+            tools=() if final else spec.definitions,
+            tool_choice="none" if final else tool_choice,
+            settings=settings,
+        )
+
+    def _request_digest(self, request: ModelRequest) -> str:
+        """Commit to a request: the spec digest, its options, and the log prefix it came from.
+
+        The request is a pure function of the agent's spec and the events before it, so the
+        hash of the last of those events (taken when the request was built) pins its history.
+        """
+        cached_settings, cached_choice, prefix = self._digest_prefix
+        if request.settings is not cached_settings or request.tool_choice != cached_choice:
+            options = (request.tool_choice, request.settings, len(request.tools))
+            prefix = self._spec.digest.encode() + canonical_json(options)
+            self._digest_prefix = (request.settings, request.tool_choice, prefix)
+        return hashlib.sha256(prefix + self._basis.encode()).hexdigest()
+
+    async def _call_model(self, request: ModelRequest, *, final: bool) -> ModelResponse:
+        """One model request, bounded by the run's remaining time. Raises on failure."""
+        model = self._model
+        check_model_requests_allowed(model)
+        timeout = request.settings.timeout
+        remaining = self._remaining()
+        if final:
+            remaining = (
+                _FINAL_ANSWER_SECONDS
+                if remaining is None
+                else min(remaining, _FINAL_ANSWER_SECONDS)
+            )
+        if remaining is not None and (timeout is None or remaining < timeout):
+            timeout = remaining
+        return await self._bounded(model.request(request), timeout)
+
+    async def _bounded(self, awaitable: Awaitable[T], timeout: float | None) -> T:
+        """Await on the run's task, interruptible by ``cancel()``; past ``timeout``: TimeoutError."""
+        watchdog = self._watchdog
+        assert watchdog is not None
+        watchdog.arm(timeout)
+        self._interruptible = True
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if watchdog.expired and self._cancel_reason is None:
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                raise TimeoutError from None
+            raise
+        finally:
+            self._interruptible = False
+            watchdog.disarm()
+
+    async def _ask_model(self, request: ModelRequest) -> ModelResponse | _Stop | _Retry:
+        """One attempt at this turn's model request.
+
+        Returns the response (recorded as ``model_responded``), a ``_Stop``, or a ``_Retry``
+        with the back-off before the next attempt (the failure is recorded as ``model_failed``).
+        """
+        st, limits = self._state, self._spec.limits
+        step = st.steps + 1
+        t0 = self._clock.monotonic()
+        try:
+            response = await self._call_model(request, final=False)
+        except UserError:
+            raise
+        except Exception as exc:
+            remaining = self._remaining()
+            if isinstance(exc, TimeoutError) and remaining is not None and remaining <= 0:
+                return self._time_stop()
+            transient = isinstance(exc, TimeoutError) or (
+                isinstance(exc, ModelError) and exc.transient
+            )
+            attempt = st.model_failures + 1
+            retry = transient and attempt <= limits.max_retries
+            delay = self._spec.backoff.delay(attempt) if retry else 0.0
+            if retry and remaining is not None and delay >= remaining:
+                retry = False
+            info = _error_info(exc, "the model request timed out")
+            self._add(
+                ModelFailed,
+                step=step,
+                model=self._model.name,
+                error=info,
+                transient=transient,
+                attempt=attempt,
+                will_retry=retry,
+                retry_in_s=delay,
+            )
+            if retry:
+                return _Retry(delay)
+            if transient:
+                return _Stop(
+                    "budget_exhausted", "max_retries", attempt, limits.max_retries, False, info
+                )
+            return _Stop("failed", error=info)
+        self._add(
+            ModelResponded,
+            step=step,
+            model=self._model.name,
+            request_digest=self._request_digest(request),
+            text=response.text,
+            reasoning=response.reasoning,
+            tool_calls=response.tool_calls,
+            usage=response.usage,
+            latency_s=self._clock.monotonic() - t0,
+        )
+        return response
+
+    async def _sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        self._interruptible = True
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._interruptible = False
+
+    def _time_stop(self) -> _Stop:
+        limits = self._spec.limits
+        return _Stop("budget_exhausted", "max_seconds", self._elapsed(), limits.max_seconds or 0.0)
+
+    # -- one turn's tool calls ----------------------------------------------------------
+
+    def _plan(self, response: ModelResponse) -> list[_Planned]:  # noqa: C901 - a flat decision table
+        """Record intent and decide, for every call of the turn, what happens to it."""
+        add, spec = self._add, self._spec
+        calls = response.tool_calls
+        if not calls:
+            self._runnable = 0
+            return []
+        reason = response.text or None
+        for call in calls:
+            add(
+                ToolCallRequested,
+                call_id=call.id,
+                tool=call.name,
+                arguments=call.arguments,
+                reason=reason,
+            )
+        budget = spec.limits.max_tool_calls - self._state.tool_calls
+        runnable = 0
+        planned: list[_Planned] = []
+        for call in calls:
+            item = _Planned(call)
+            planned.append(item)
+            name = call.name
+            if call.parse_error is not None:
+                item.synthetic = ToolResult.error(
+                    f"the arguments are not a JSON object: {call.parse_error}"
+                )
+                item.error_type = "invalid_arguments"
+                continue
+            if name == FINISH_TASK:
+                definition = spec.output.definition()
+                try:
+                    item.output = spec.output.validate(call.arguments)
+                except ModelRetry as exc:
+                    item.synthetic, item.error_type = (
+                        ToolResult.error(exc.message),
+                        "invalid_output",
+                    )
+                    continue
+                item.finish = True
+            elif name == ASK_USER and spec.can_ask_user:
+                assert spec.ask_user is not None
+                definition = spec.ask_user
+                question = call.arguments.get("question")
+                if not isinstance(question, str) or not question:
+                    item.synthetic = ToolResult.error(
+                        "invalid arguments: 'question' must be a non-empty string"
+                    )
+                    item.error_type = "invalid_arguments"
+                    continue
+                item.question = question
+            else:
+                tool = spec.registry.get(name)
+                if tool is None:
+                    item.synthetic = ToolResult.error(
+                        f"there is no tool named {name!r}; the tools are: {', '.join(spec.tool_names)}"
+                    )
+                    item.error_type = "unknown_tool"
+                    continue
+                try:
+                    item.arguments = tool.validator(call.arguments)
+                except ModelRetry as exc:
+                    item.synthetic, item.error_type = (
+                        ToolResult.error(exc.message),
+                        "invalid_arguments",
+                    )
+                    continue
+                if budget <= 0:
+                    item.synthetic = ToolResult.error(
+                        f"not executed: the run's limit of {spec.limits.max_tool_calls} tool calls is reached"
+                    )
+                    item.error_type = "limit"
+                    continue
+                definition = tool.definition
+                item.tool = tool
+            decision = spec.policy.decide(call, definition, self._journal.events)
+            add(
+                PolicyDecided,
+                call_id=call.id,
+                tool=name,
+                decision=decision.decision,
+                rule=decision.rule,
+                reason=decision.reason,
+            )
+            if decision.decision == "allow":
+                if item.tool is not None:
+                    budget -= 1
+                    runnable += 1
+            elif decision.decision == "deny":
+                item.tool, item.finish, item.question = None, False, None
+                item.synthetic = ToolResult.error(
+                    f"denied by policy ({decision.rule}): {decision.reason}"
+                )
+                item.error_type = "denied"
+            else:
+                item.tool, item.finish, item.question = None, False, None
+                item.awaiting_approval = True
+                add(
+                    ApprovalRequested,
+                    call_id=call.id,
+                    tool=name,
+                    arguments=call.arguments,
+                    arguments_hash=hashlib.sha256(canonical_json(call.arguments)).hexdigest(),
+                )
+        self._runnable = runnable
+        return planned
+
+    async def _execute_inline(self, planned: list[_Planned]) -> None:
+        """Record every result of a turn with at most one call to run (the common case)."""
+        for item in planned:
+            if item.tool is not None:
+                result, error_type, duration = await self._run_one(item)
+                self._record_result(item, result, error_type, duration)
+            else:
+                self._record_planned(item, planned)
+
+    async def _execute_parallel(self, planned: list[_Planned]) -> AsyncIterator[Event]:
+        """Run the allowed calls concurrently (capped) and commit each result in call order."""
+        semaphore = asyncio.Semaphore(self._spec.limits.max_parallel_tools)
+
+        async def guarded(item: _Planned) -> tuple[ToolResult, str | None, float]:
+            async with semaphore:
+                return await self._run_one(item, child=True)
+
+        tasks = {id(p): asyncio.ensure_future(guarded(p)) for p in planned if p.tool is not None}
+        try:
+            for item in planned:
+                task = tasks.get(id(item))
+                if task is not None:
+                    self._interruptible = True
+                    try:
+                        result, error_type, duration = await task
+                    finally:
+                        self._interruptible = False
+                    self._record_result(item, result, error_type, duration)
+                else:
+                    self._record_planned(item, planned)
+                if self._journal.has_pending:
+                    for event in await self._journal.commit():
+                        yield event
+        finally:
+            pending = [t for t in tasks.values() if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _run_one(
+        self, item: _Planned, *, child: bool = False
+    ) -> tuple[ToolResult, str | None, float]:
+        """Run one allowed call; ``child`` when it runs in its own task (parallel calls)."""
+        tool = item.tool
+        assert tool is not None
+        assert item.arguments is not None
+        limits = self._spec.limits
+        timeout = tool.timeout if tool.timeout is not None else limits.tool_timeout
+        remaining = self._remaining()
+        if remaining is not None and (timeout is None or remaining < timeout):
+            timeout = remaining
+        ctx = ToolContext(run_id=self.run_id, call_id=item.call.id, tool=tool.name)
+        t0 = self._clock.monotonic()
+        if child:
+            result, error_type = await self._tool_runner(
+                tool, item.call, ctx, item.arguments, timeout
+            )
+        else:
+            try:
+                result, error_type = await self._bounded(
+                    self._tool_runner(tool, item.call, ctx, item.arguments, None), timeout
+                )
+            except TimeoutError:
+                assert timeout is not None
+                result, error_type = _timed_out(tool.name, timeout), "timeout"
+        return result, error_type, self._clock.monotonic() - t0
+
+    def _record_result(
+        self, item: _Planned, result: ToolResult, error_type: str | None, duration: float
+    ) -> None:
+        self._add(
+            ToolCallFinished,
+            call_id=item.call.id,
+            tool=item.call.name,
+            content=result.content,
+            structured=result.structured,
+            is_error=result.is_error,
+            error_type=error_type,
+            duration_s=duration,
+        )
+
+    def _record_planned(self, item: _Planned, planned: list[_Planned]) -> None:
+        """Results tether writes itself: errors, and the answer to ``finish_task``."""
+        if item.synthetic is not None:
+            result, error_type = item.synthetic, item.error_type
+        elif item.finish and any(p.awaiting_approval for p in planned):
+            item.finish = False
+            result = ToolResult.error(
+                "finish_task not accepted: other calls of this turn await approval"
+            )
+            error_type = "invalid_output"
+        elif item.finish:
+            result, error_type = ToolResult(content=(TextBlock(text="done"),)), None
+        else:
+            return  # ask_user: answered later by the user
+        self._add(
+            ToolCallFinished,
+            call_id=item.call.id,
+            tool=item.call.name,
+            content=result.content,
+            structured=result.structured,
+            is_error=result.is_error,
+            error_type=error_type,
+            synthetic=item.finish is False,
+        )
+
+    def _after_turn(self, planned: list[_Planned]) -> _Stop | None:
+        """After a turn's results: finished, waiting, or go on?"""
+        if not planned:
+            return self._no_tool_call()
+        waiting = asking = limited = False
+        for item in planned:
+            if item.finish:
+                self._output = cast(OutputT, item.output)
+                return _Stop("finished")
+            waiting = waiting or item.awaiting_approval
+            asking = asking or item.question is not None
+            limited = limited or item.error_type == "limit"
+        if waiting:
+            return _Stop("waiting_for_approval")
+        if asking:
+            return _Stop("waiting_for_user")
+        if limited:
+            maximum = self._spec.limits.max_tool_calls
+            return _Stop(
+                "budget_exhausted", "max_tool_calls", self._state.tool_calls, maximum, True
+            )
+        self._check_cancel()
+        return None
+
+    def _no_tool_call(self) -> _Stop | None:
+        """The model answered without calling a tool."""
+        spec, st = self._spec, self._state
+        last = st.messages[-1]
+        text = last.text if last.kind == "assistant" else ""
+        if spec.output.is_text and text.strip():
+            self._output = cast(OutputT, text)
+            return _Stop("finished")
+        why = (
+            "Your reply was empty. Call a tool, or call finish_task with the result."
+            if not text.strip()
+            else "Call finish_task with the result in its arguments; a plain reply does not end the task."
+        )
+        self._add(RetryPrompted, reason="no_tool_call", text=why)
+        return None
+
+    # -- ending ----------------------------------------------------------------------------
+
+    def _close_pending(self, reason: str, error_type: str) -> None:
+        """Give every call still without a result a synthetic one (protocol validity)."""
+        for call in list(self._state.pending.values()):
+            self._add(
+                ToolCallFinished,
+                call_id=call.id,
+                tool=call.name,
+                content=(TextBlock(text=reason),),
+                is_error=True,
+                error_type=error_type,
+                synthetic=True,
+            )
+
+    async def _stop(self, stop: _Stop) -> AsyncIterator[Event]:
+        st = self._state
+        answer: str | None = None
+        question: str | None = None
+        if stop.status == "budget_exhausted":
+            async for event in self._best_effort(stop):
+                yield event
+            answer = st.last_text or None
+        elif stop.status == "finished":
+            answer = self._spec.output.as_text(cast(OutputT, self._output))
+        elif stop.status == "waiting_for_user":
+            question = next(
+                (
+                    str(c.arguments.get("question", ""))
+                    for c in st.pending.values()
+                    if c.name == ASK_USER
+                ),
+                None,
+            )
+            answer = st.last_text or None
+        else:
+            answer = st.last_text or None
+        if stop.status in ("finished", "failed"):
+            self._close_pending(f"not executed: the run ended ({stop.status})", "run_ended")
+        self._add(
+            RunFinished,
+            status=stop.status,
+            output=self._spec.output.dump(cast(OutputT, self._output))
+            if stop.status == "finished"
+            else None,
+            answer=answer,
+            error=stop.error,
+            limit=stop.limit,
+            question=question,
+            usage=st.usage,
+            steps=st.steps,
+            tool_calls=st.tool_calls,
+        )
+        for event in await self._journal.commit():
+            yield event
+        self._finish_outcome()
+
+    async def _best_effort(self, stop: _Stop) -> AsyncIterator[Event]:
+        """Record the limit and, where budget allows, ask once for a tool-free answer."""
+        assert stop.limit is not None
+        self._close_pending(f"not executed: the run reached its limit ({stop.limit})", "limit")
+        ask = stop.ask_for_answer and (self._remaining() is None or (self._remaining() or 0) > 0)
+        self._add(
+            LimitReached,
+            limit=stop.limit,
+            used=float(stop.used),
+            maximum=float(stop.maximum),
+            ask_for_answer=ask,
+        )
+        for event in await self._journal.commit():
+            yield event
+        if not ask:
+            return
+        request = self._request(final=True)
+        t0 = self._clock.monotonic()
+        try:
+            response = await self._call_model(request, final=True)
+        except _Cancelled:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._add(
+                ModelFailed,
+                step=self._state.steps,
+                model=self._model.name,
+                error=_error_info(exc, "the best-effort answer timed out"),
+                transient=False,
+                attempt=1,
+                will_retry=False,
+            )
+        else:
+            self._add(
+                ModelResponded,
+                step=self._state.steps,
+                model=self._model.name,
+                request_digest=self._request_digest(request),
+                text=response.text,
+                reasoning=response.reasoning,
+                tool_calls=response.tool_calls,
+                usage=response.usage,
+                latency_s=self._clock.monotonic() - t0,
+                final=True,
+            )
+            self._close_pending("not executed: the run is over; answer without tools", "run_ended")
+        for event in await self._journal.commit():
+            yield event
+
+    def _record_cancel(self) -> None:
+        if self._state.finished is not None:
+            return
+        reason = self._cancel_reason or "cancelled"
+        self._close_pending(f"not executed: {reason}", "cancelled")
+        st = self._state
+        self._add(
+            RunFinished,
+            status="cancelled",
+            answer=st.last_text or None,
+            error=ErrorInfo(type="Cancelled", message=reason),
+            usage=st.usage,
+            steps=st.steps,
+            tool_calls=st.tool_calls,
+        )
+
+    def _finish_outcome(self) -> None:
+        st = self._state
+        fin = st.finished
+        assert fin is not None
+        assert st.started_at is not None
+        approved = {e.call_id for e in self._journal.events if e.kind == "approval_given"}
+        pending = tuple(
+            PendingCall(call_id=e.call_id, tool=e.tool, arguments=dict(e.arguments))
+            for e in self._journal.events
+            if isinstance(e, ApprovalRequested) and e.call_id not in approved
+        )
+        self._outcome = RunOutcome(
+            run_id=self.run_id,
+            status=fin.status,
+            output=self._output if fin.status == "finished" else None,
+            answer=fin.answer,
+            usage=fin.usage,
+            steps=fin.steps,
+            tool_calls=fin.tool_calls,
+            events=tuple(self._journal.events),
+            started_at=st.started_at,
+            finished_at=fin.at,
+            error=fin.error,
+            limit=fin.limit,
+            question=fin.question,
+            pending=pending if fin.status == "waiting_for_approval" else (),
+        )
+
+
+def _error_info(exc: BaseException, timeout_message: str) -> ErrorInfo:
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return ErrorInfo(type="TimeoutError", message=timeout_message)
+    return ErrorInfo(type=type(exc).__name__, message=str(exc) or type(exc).__name__)

@@ -1,0 +1,176 @@
+"""The model port: one request in, one response out (``request``), or a stream of deltas."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Generator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import ClassVar, Literal, TypeAlias
+
+from tether._internal.fastinit import fast_init
+from tether.errors import ModelRequestsBlocked
+from tether.messages import Message, ToolCall
+from tether.tools.base import ToolDefinition
+from tether.usage import Usage
+
+__all__ = [
+    "Model",
+    "ModelProfile",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelSettings",
+    "ResponseDone",
+    "StreamEvent",
+    "TextDelta",
+    "ToolChoice",
+    "allow_model_requests",
+    "check_model_requests_allowed",
+    "model_requests_allowed",
+]
+
+ToolChoice: TypeAlias = Literal["auto", "required", "none"]
+"""Whether the model may (``auto``), must (``required``) or must not (``none``) call tools."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSettings:
+    """Per-request generation settings; ``None`` leaves the provider's default."""
+
+    max_output_tokens: int | None = None
+    """Cap on generated tokens."""
+    temperature: float | None = None
+    """Sampling temperature."""
+    timeout: float | None = None
+    """Seconds one request may take (the run's remaining time also bounds it)."""
+    seed: int | None = None
+    """Sampling seed, where the provider supports one."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelRequest:
+    """Everything a model is asked in one turn."""
+
+    instructions: str
+    """System instructions."""
+    messages: tuple[Message, ...]
+    """The conversation so far; protocol-valid (every tool call has one result)."""
+    tools: tuple[ToolDefinition, ...]
+    """Tools the model may call."""
+    tool_choice: ToolChoice = "auto"
+    """Whether it may, must or must not call tools."""
+    settings: ModelSettings = ModelSettings()
+    """Generation settings."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelResponse:
+    """What a model answered."""
+
+    text: str = ""
+    """Visible text."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool calls, in order."""
+    reasoning: str | None = None
+    """Reasoning text, when the provider exposes it."""
+    usage: Usage = Usage()
+    """Tokens and cost of this request."""
+    finish_reason: str | None = None
+    """The provider's stop reason, if any."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TextDelta:
+    """A piece of streamed text."""
+
+    kind: Literal["text_delta"] = "text_delta"
+    """Discriminator."""
+    text: str
+    """The new text."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResponseDone:
+    """The end of a stream: the whole response."""
+
+    kind: Literal["response_done"] = "response_done"
+    """Discriminator."""
+    response: ModelResponse
+    """The complete response."""
+
+
+for _cls in (ModelRequest, ModelResponse):
+    fast_init(_cls)
+
+StreamEvent: TypeAlias = TextDelta | ResponseDone
+"""What ``Model.stream`` yields; the last item is always ``ResponseDone``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelProfile:
+    """What a model can do."""
+
+    native_tools: bool = True
+    """It takes tool definitions and returns structured tool calls."""
+    parallel_tool_calls: bool = True
+    """It may return several tool calls in one turn."""
+    json_schema_output: bool = False
+    """It can be constrained to a JSON Schema."""
+    streaming: bool = False
+    """It streams deltas."""
+
+
+class Model(ABC):
+    """A language model. Implement ``request``; ``stream`` defaults to one final item."""
+
+    real: ClassVar[bool] = True
+    """False for test doubles; real models are refused where requests are blocked (tests)."""
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The model's name, as recorded in events."""
+
+    @property
+    def profile(self) -> ModelProfile:
+        """What the model can do."""
+        return ModelProfile()
+
+    @abstractmethod
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request.
+
+        Raises:
+            ModelError: the request failed; ``transient=True`` when a retry may succeed.
+        """
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Answer one request as a stream; the default yields only the final response."""
+        yield ResponseDone(response=await self.request(request))
+
+
+_allowed = os.environ.get("TETHER_BLOCK_MODEL_REQUESTS", "") not in {"1", "true", "yes"}
+
+
+def model_requests_allowed() -> bool:
+    """Whether real model requests may be made in this process right now."""
+    return _allowed
+
+
+@contextmanager
+def allow_model_requests(allowed: bool = True) -> Generator[None]:
+    """Allow (or block) real model requests inside a ``with`` block."""
+    global _allowed
+    before = _allowed
+    _allowed = allowed
+    try:
+        yield
+    finally:
+        _allowed = before
+
+
+def check_model_requests_allowed(model: Model) -> None:
+    """Raise ``ModelRequestsBlocked`` if ``model`` is real and real requests are blocked."""
+    if model.real and not _allowed:
+        raise ModelRequestsBlocked(model.name)

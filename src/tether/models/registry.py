@@ -1,0 +1,65 @@
+"""Models named by strings: ``"scripted:PATH"``, later ``"openai:gpt-4.1-mini"``, ``"local"``.
+
+A provider is registered under a prefix and receives the rest of the string.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from tether.errors import ConfigError, UnknownModelError
+from tether.models.base import Model
+
+__all__ = ["ModelFactory", "known_prefixes", "register_model_provider", "resolve_model"]
+
+ModelFactory = Callable[[str], Model]
+"""Builds a model from the part of the model string after ``prefix:``."""
+
+_providers: dict[str, ModelFactory] = {}
+
+
+def register_model_provider(prefix: str, factory: ModelFactory, *, replace: bool = False) -> None:
+    """Make ``"prefix:rest"`` resolve to ``factory(rest)``."""
+    if prefix in _providers and not replace:
+        raise ConfigError(f"a model provider for {prefix!r} is already registered")
+    _providers[prefix] = factory
+
+
+def known_prefixes() -> list[str]:
+    """The registered prefixes."""
+    return sorted(_providers)
+
+
+def resolve_model(spec: Model | str | None) -> Model:
+    """The model for an instance, a model string, or ``None`` (then ``$TETHER_MODEL``).
+
+    Raises:
+        UnknownModelError: no provider for the string's prefix.
+        ConfigError: no model is configured at all.
+    """
+    if isinstance(spec, Model):
+        return spec
+    if spec is None:
+        spec = os.environ.get("TETHER_MODEL") or None
+        if spec is None:
+            raise ConfigError(
+                "no model configured: pass model=... to the Agent (a Model or a string such as "
+                "'scripted:script.json'), or set TETHER_MODEL"
+            )
+    prefix, _, rest = spec.partition(":")
+    factory = _providers.get(prefix)
+    if factory is None:
+        raise UnknownModelError(spec, known_prefixes())
+    return factory(rest)
+
+
+def _scripted(rest: str) -> Model:
+    from tether.models.scripted import ScriptedModel, load_script
+
+    if not rest:
+        raise ConfigError("'scripted' needs a script file: 'scripted:path/to/script.json'")
+    return ScriptedModel(load_script(rest), name=f"scripted:{rest}")
+
+
+register_model_provider("scripted", _scripted)

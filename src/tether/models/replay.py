@@ -1,0 +1,90 @@
+"""``ReplayModel``: serves the model responses of a recorded log, checking each request.
+
+The request a recorded response answered is not stored, but it is derived: the messages the
+model saw at step *n* are ``fold`` of the recorded events before that response. A replayed
+request that differs raises ``ReplayDivergence`` naming the first differing message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tether.errors import ModelError, ReplayDivergence
+from tether.events import Event, ModelFailed, ModelResponded
+from tether.messages import Message
+from tether.models.base import Model, ModelRequest, ModelResponse
+from tether.state import StateBuilder
+
+__all__ = ["ReplayModel"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Recorded:
+    messages: tuple[Message, ...]
+    event: ModelResponded | ModelFailed
+
+
+class ReplayModel(Model):
+    """Replays the model attempts of ``events`` in order: responses, and failures as errors."""
+
+    real = False
+
+    def __init__(self, events: Sequence[Event], *, name: str | None = None) -> None:
+        builder = StateBuilder()
+        recorded: list[_Recorded] = []
+        for event in events:
+            if isinstance(event, ModelResponded | ModelFailed):
+                recorded.append(_Recorded(tuple(builder.messages), event))
+            builder.apply(event)
+        self._recorded = recorded
+        self._name = name or (recorded[0].event.model if recorded else "replay")
+        self.served = 0
+        """How many recorded responses were served."""
+
+    @property
+    def name(self) -> str:
+        """The recorded model's name."""
+        return self._name
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """The next recorded response, if the request matches the recording."""
+        index = self.served
+        if index >= len(self._recorded):
+            raise ReplayDivergence(
+                f"the replay made model request {index + 1}, but the recording has only "
+                f"{len(self._recorded)}",
+                index=index,
+            )
+        expected = self._recorded[index]
+        _compare(index, expected.messages, request.messages)
+        self.served += 1
+        event = expected.event
+        if isinstance(event, ModelFailed):
+            raise ModelError(event.error.message, transient=event.transient, model=self._name)
+        return ModelResponse(
+            text=event.text,
+            tool_calls=event.tool_calls,
+            reasoning=event.reasoning,
+            usage=event.usage,
+        )
+
+
+def _compare(index: int, expected: tuple[Message, ...], actual: tuple[Message, ...]) -> None:
+    for position, (want, got) in enumerate(zip(expected, actual, strict=False)):
+        if want != got:
+            raise ReplayDivergence(
+                f"model request {index + 1} differs from the recording at message {position}: "
+                f"recorded {want!r}, replayed {got!r}",
+                index=index,
+                expected=want,
+                actual=got,
+            )
+    if len(expected) != len(actual):
+        raise ReplayDivergence(
+            f"model request {index + 1} has {len(actual)} messages; the recording had "
+            f"{len(expected)}",
+            index=index,
+            expected=len(expected),
+            actual=len(actual),
+        )

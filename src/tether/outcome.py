@@ -1,0 +1,100 @@
+"""The result contract of a run: its status, typed output, answer, usage and events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Generic, Literal, TypeAlias
+
+from typing_extensions import TypeVar
+
+from tether.usage import Usage
+
+if TYPE_CHECKING:
+    from tether.events import Event
+
+__all__ = ["TERMINAL_STATUSES", "ErrorInfo", "PendingCall", "RunOutcome", "RunStatus"]
+
+OutputT = TypeVar("OutputT", default=str)
+
+RunStatus: TypeAlias = Literal[
+    "finished",
+    "budget_exhausted",
+    "policy_denied",
+    "waiting_for_approval",
+    "waiting_for_user",
+    "cancelled",
+    "failed",
+]
+"""How a run ended. Only ``finished`` means the task was completed through ``finish_task``."""
+
+TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(
+    {"finished", "budget_exhausted", "policy_denied", "cancelled", "failed"}
+)
+"""Statuses a run cannot be resumed from (the others wait for a human)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErrorInfo:
+    """What went wrong, for a run that did not finish cleanly."""
+
+    type: str
+    """The error's class name, e.g. ``ModelError``."""
+    message: str
+    """The error's message: what happened and what to do."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PendingCall:
+    """A tool call that waits for a human decision."""
+
+    call_id: str
+    """The call's id."""
+    tool: str
+    """The tool's name."""
+    arguments: dict[str, object]
+    """The exact arguments the approval would bind to."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunOutcome(Generic[OutputT]):
+    """Everything a caller needs from a run (covers seed 004's ``AgentResult``)."""
+
+    run_id: str
+    """The run's id."""
+    status: RunStatus
+    """How the run ended."""
+    output: OutputT | None
+    """The validated output of ``finish_task``; ``None`` unless ``status == "finished"``."""
+    answer: str | None
+    """Text answer: the output as text when finished, else the best-effort answer, if any."""
+    usage: Usage
+    """Tokens and cost over the run."""
+    steps: int
+    """Model turns taken."""
+    tool_calls: int
+    """Tool calls executed."""
+    events: tuple[Event, ...]
+    """The run's whole event log."""
+    started_at: datetime
+    """When the run started (UTC)."""
+    finished_at: datetime
+    """When the run ended (UTC)."""
+    error: ErrorInfo | None = None
+    """Why the run failed, was cancelled or was stopped."""
+    limit: str | None = None
+    """For ``budget_exhausted``: the limit that was reached."""
+    question: str | None = None
+    """For ``waiting_for_user``: what the agent asks."""
+    pending: tuple[PendingCall, ...] = ()
+    """For ``waiting_for_approval``: the calls waiting for a decision."""
+
+    @property
+    def success(self) -> bool:
+        """Whether the task was completed (``status == "finished"``)."""
+        return self.status == "finished"
+
+    @property
+    def duration_s(self) -> float:
+        """Wall-clock seconds from start to end."""
+        return (self.finished_at - self.started_at).total_seconds()

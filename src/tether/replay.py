@@ -1,0 +1,154 @@
+"""Replay a recorded run: the same agent, the recorded model responses and tool results.
+
+The replayed run must produce the same event sequence as the recording, apart from what
+differs by nature between two runs (run id, times, hashes, latencies). The first event that
+differs is reported as the divergence.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from tether.agent import Agent
+from tether.codec import event_to_dict, verify_chain
+from tether.content import JsonValue, ToolResult
+from tether.errors import ConfigError, ReplayDivergence
+from tether.events import Event, RunStarted, ToolCallFinished
+from tether.messages import ToolCall
+from tether.models.replay import ReplayModel
+from tether.tools.base import Tool, ToolContext
+
+__all__ = ["VOLATILE_FIELDS", "ReplayReport", "first_divergence", "load_agent", "replay"]
+
+VOLATILE_FIELDS = frozenset(
+    {"run_id", "at", "prev_hash", "hash", "latency_s", "duration_s", "request_digest", "retry_in_s"}
+)
+"""Fields that differ between any two runs and are not compared."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReplayReport:
+    """What a replay found."""
+
+    recorded: tuple[Event, ...]
+    """The recording."""
+    replayed: tuple[Event, ...]
+    """The replayed run's events."""
+    divergence: str | None
+    """The first difference, in words; ``None`` when the runs match."""
+    index: int | None
+    """The position of the first differing event."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the replay reproduced the recording."""
+        return self.divergence is None
+
+
+def load_agent(ref: str) -> Agent[Any]:
+    """Import an agent from ``module:attribute`` (a callable attribute is called)."""
+    module_name, _, attribute = ref.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"agent reference {ref!r} must look like 'package.module:attribute'")
+    try:
+        value: object = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import agent {ref!r}: {exc}") from None
+    if not isinstance(value, Agent) and callable(value):
+        value = value()
+    if not isinstance(value, Agent):
+        raise ConfigError(f"{ref!r} is a {type(value).__name__}, not an Agent")
+    return cast(Agent[Any], value)
+
+
+def _normalized(event: Event) -> dict[str, JsonValue]:
+    return {k: v for k, v in event_to_dict(event).items() if k not in VOLATILE_FIELDS}
+
+
+def first_divergence(recorded: Sequence[Event], replayed: Sequence[Event]) -> tuple[int, str] | None:
+    """The first event where two runs differ (volatile fields aside), described."""
+    for index, (want, got) in enumerate(zip(recorded, replayed, strict=False)):
+        a, b = _normalized(want), _normalized(got)
+        if a != b:
+            if want.kind != got.kind:
+                return index, f"event {index}: recorded {want.kind!r}, replayed {got.kind!r}"
+            field = next(k for k in (*a, *b) if a.get(k) != b.get(k))
+            return index, (
+                f"event {index} ({want.kind}): {field} was {a.get(field)!r} in the recording, "
+                f"{b.get(field)!r} in the replay"
+            )
+    if len(recorded) != len(replayed):
+        index = min(len(recorded), len(replayed))
+        return index, f"the recording has {len(recorded)} events, the replay {len(replayed)}"
+    return None
+
+
+class _RecordedTools:
+    """Serves recorded tool results instead of running tools."""
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self._results = {
+            e.call_id: e for e in events if isinstance(e, ToolCallFinished) and not e.synthetic
+        }
+
+    async def __call__(
+        self,
+        tool: Tool,
+        call: ToolCall,
+        ctx: ToolContext,
+        arguments: Mapping[str, Any],
+        timeout: float | None,
+    ) -> tuple[ToolResult, str | None]:
+        recorded = self._results.get(call.id)
+        if recorded is None or recorded.tool != call.name:
+            raise ReplayDivergence(
+                f"the replay ran {call.name!r} (call {call.id!r}), which the recording never ran",
+                index=-1,
+            )
+        result = ToolResult(content=recorded.content, structured=recorded.structured, is_error=recorded.is_error)
+        return result, recorded.error_type
+
+
+async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) -> ReplayReport:
+    """Re-run a recorded run and compare the new log with the recording.
+
+    Args:
+        events: The recorded run (its chain is verified first).
+        agent: The agent to replay; by default the one named by the recording's ``agent_ref``.
+
+    Raises:
+        BrokenChain: the recording was tampered with.
+        ConfigError: no agent was given and the recording does not say how to import it.
+    """
+    verify_chain(events)
+    if not events or not isinstance(events[0], RunStarted):
+        raise ConfigError("a recording must start with a run_started event")
+    started = events[0]
+    if agent is None:
+        if started.agent_ref is None:
+            raise ConfigError(
+                "the recording does not say which agent ran it (no agent_ref): pass the agent, "
+                "or `--agent package.module:attribute` on the command line"
+            )
+        agent = load_agent(started.agent_ref)
+    run = agent.stream(
+        started.goal,
+        model=ReplayModel(events),
+        tags=started.tags,
+        parent_run_id=started.parent_run_id,
+        agent_ref=started.agent_ref,
+        tool_runner=_RecordedTools(events),
+    )
+    async for _ in run:
+        pass
+    replayed = run.outcome.events
+    found = first_divergence(events, replayed)
+    return ReplayReport(
+        recorded=tuple(events),
+        replayed=replayed,
+        divergence=None if found is None else found[1],
+        index=None if found is None else found[0],
+    )

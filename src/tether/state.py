@@ -1,0 +1,260 @@
+"""A run's state is a fold over its events; it is derived, never stored beside the log.
+
+``fold(events)`` gives a frozen ``RunState``. ``StateBuilder`` is the same fold done one
+event at a time, which is how the loop keeps its view current without re-reading the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import assert_never
+
+from tether.content import TextBlock
+from tether.events import (
+    GENESIS_HASH,
+    ApprovalGiven,
+    ApprovalRequested,
+    BudgetWarning,
+    ContextCompacted,
+    Event,
+    LimitReached,
+    MemoryRecalled,
+    MemoryWritten,
+    ModelFailed,
+    ModelResponded,
+    PlanMade,
+    PlanRevised,
+    PolicyDecided,
+    Reflected,
+    RetryPrompted,
+    RunFinished,
+    RunStarted,
+    ToolCallFinished,
+    ToolCallRequested,
+    ToolCallUnknown,
+    UserReplied,
+)
+from tether.limits import Limits
+from tether.messages import (
+    CONTROL_TOOLS,
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from tether.usage import Usage
+
+__all__ = ["CORRECTABLE_ERRORS", "RunState", "StateBuilder", "fold", "limit_prompt"]
+
+CORRECTABLE_ERRORS = frozenset(
+    {"invalid_arguments", "invalid_output", "unknown_tool", "model_retry"}
+)
+"""``ToolCallFinished.error_type`` values that count against ``max_retries``."""
+
+
+def limit_prompt(limit: str) -> str:
+    """What the model is told when a limit stops the run and a best-effort answer is wanted."""
+    return (
+        f"The run has reached its limit ({limit}) and no more tools can be called. "
+        "Reply now, in plain text and without calling any tool, with the best answer you "
+        "can give from what you have found so far, and say what is missing."
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunState:
+    """The state of a run after some prefix of its log."""
+
+    run_id: str
+    """The run's id."""
+    goal: str
+    """The task."""
+    agent: str
+    """The agent's name."""
+    limits: Limits
+    """The run's limits."""
+    started_at: datetime | None
+    """When it started."""
+    messages: tuple[Message, ...]
+    """The conversation the model sees next (instructions travel separately)."""
+    pending_calls: tuple[ToolCall, ...]
+    """Calls of the last model turn that have no result yet."""
+    usage: Usage
+    """Tokens and cost so far."""
+    steps: int
+    """Model turns taken."""
+    tool_calls: int
+    """Tool calls allowed to execute so far."""
+    retries: int
+    """Consecutive correctable failures (invalid arguments, invalid output, ...)."""
+    model_failures: int
+    """Consecutive failed model requests."""
+    last_text: str
+    """The model's latest non-empty text."""
+    finished: RunFinished | None
+    """The final event, once the run ended."""
+    last_seq: int
+    """The ``seq`` of the last event (-1 for an empty log)."""
+    last_hash: str
+    """The ``hash`` of the last event (``GENESIS_HASH`` for an empty log)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class StateBuilder:
+    """The fold of a run's events, one event at a time (``apply``)."""
+
+    run_id: str = ""
+    goal: str = ""
+    agent: str = ""
+    model: str = ""
+    limits: Limits = field(default_factory=Limits)
+    started_at: datetime | None = None
+    messages: list[Message] = field(default_factory=lambda: [])
+    pending: dict[str, ToolCall] = field(default_factory=lambda: {})
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+    cost: float | None = 0.0
+    steps: int = 0
+    tool_calls: int = 0
+    retries: int = 0
+    model_failures: int = 0
+    last_text: str = ""
+    finished: RunFinished | None = None
+    limit_reached: LimitReached | None = None
+    last_seq: int = -1
+    last_hash: str = GENESIS_HASH
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens and cost so far (``requests`` counts recorded model responses)."""
+        return Usage(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            requests=self.requests,
+            cost=self.cost,
+        )
+
+    def apply(self, event: Event) -> None:  # noqa: C901 - one flat dispatch over the event union
+        """Fold one event into the state."""
+        self.last_seq = event.seq
+        self.last_hash = event.hash
+        if self.finished is not None and event.kind != "run_finished":
+            self.finished = None  # a waiting run was resumed
+        # Cases are ordered by how often they occur: this runs for every event.
+        match event:
+            case ToolCallRequested():
+                pass
+            case PolicyDecided():
+                if event.decision == "allow" and event.tool not in CONTROL_TOOLS:
+                    self.tool_calls += 1
+            case ToolCallFinished():
+                call = self.pending.pop(event.call_id, None)
+                if not event.is_error:
+                    self.retries = 0
+                elif event.error_type in CORRECTABLE_ERRORS:
+                    self.retries += 1
+                self.messages.append(
+                    ToolResultMessage(
+                        call_id=event.call_id,
+                        name=event.tool if call is None else call.name,
+                        content=event.content,
+                        is_error=event.is_error,
+                        synthetic=event.synthetic,
+                    )
+                )
+            case ModelResponded():
+                usage = event.usage
+                self.requests += 1
+                self.input_tokens += usage.input_tokens
+                self.output_tokens += usage.output_tokens
+                if self.cost is not None:
+                    self.cost = None if usage.cost is None else self.cost + usage.cost
+                self.model_failures = 0
+                if not event.final:
+                    self.steps = event.step
+                if event.text:
+                    self.last_text = event.text
+                self.messages.append(
+                    AssistantMessage(
+                        text=event.text, tool_calls=event.tool_calls, reasoning=event.reasoning
+                    )
+                )
+                self.pending = {call.id: call for call in event.tool_calls}
+            case RunStarted():
+                self.run_id = event.run_id
+                self.goal = event.goal
+                self.agent = event.agent
+                self.model = event.model
+                self.limits = event.limits
+                self.started_at = event.at
+                self.messages.append(UserMessage(text=event.goal))
+            case ModelFailed():
+                self.model_failures += 1
+            case RetryPrompted():
+                self.retries += 1
+                self.messages.append(UserMessage(text=event.text))
+            case ToolCallUnknown():
+                self.pending.pop(event.call_id, None)
+                self.messages.append(
+                    ToolResultMessage(
+                        call_id=event.call_id,
+                        name=event.tool,
+                        content=(TextBlock(text=event.reason),),
+                        is_error=True,
+                        synthetic=True,
+                    )
+                )
+            case LimitReached():
+                self.limit_reached = event
+                if event.ask_for_answer:
+                    self.messages.append(UserMessage(text=limit_prompt(event.limit)))
+            case RunFinished():
+                self.finished = event
+            case (
+                UserReplied()
+                | ApprovalRequested()
+                | ApprovalGiven()
+                | PlanMade()
+                | PlanRevised()
+                | Reflected()
+                | MemoryRecalled()
+                | MemoryWritten()
+                | ContextCompacted()
+                | BudgetWarning()
+            ):
+                pass  # recorded facts that do not change what the model sees (yet)
+            case _:
+                assert_never(event)
+
+    def snapshot(self) -> RunState:
+        """A frozen copy of the state."""
+        return RunState(
+            run_id=self.run_id,
+            goal=self.goal,
+            agent=self.agent,
+            limits=self.limits,
+            started_at=self.started_at,
+            messages=tuple(self.messages),
+            pending_calls=tuple(self.pending.values()),
+            usage=self.usage,
+            steps=self.steps,
+            tool_calls=self.tool_calls,
+            retries=self.retries,
+            model_failures=self.model_failures,
+            last_text=self.last_text,
+            finished=self.finished,
+            last_seq=self.last_seq,
+            last_hash=self.last_hash,
+        )
+
+
+def fold(events: Iterable[Event]) -> RunState:
+    """The state of a run after ``events``."""
+    builder = StateBuilder()
+    for event in events:
+        builder.apply(event)
+    return builder.snapshot()

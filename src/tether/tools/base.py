@@ -1,0 +1,258 @@
+"""MCP-aligned tools: a definition the model sees, and a handler tether runs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import orjson
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from tether._internal.fastinit import fast_init
+from tether.content import (
+    ContentBlock,
+    ImageBlock,
+    JsonObject,
+    ResourceBlock,
+    TextBlock,
+    ToolResult,
+)
+from tether.errors import ConfigError, ModelRetry
+
+__all__ = [
+    "ArgumentsValidator",
+    "Tool",
+    "ToolAnnotations",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolHandler",
+    "to_tool_result",
+    "validate_tool_name",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def validate_tool_name(name: str) -> str:
+    """Return ``name`` if every provider accepts it as a tool name, else raise ``ConfigError``."""
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"invalid tool name {name!r}: use 1-64 letters, digits, '_' or '-' "
+            "(the set OpenAI, Anthropic and MCP clients all accept)"
+        )
+    return name
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolAnnotations:
+    """Behaviour hints (MCP). ``None`` means unannotated, which is read as the worst case."""
+
+    read_only: bool | None = None
+    """Does not change its environment."""
+    destructive: bool | None = None
+    """May destroy or overwrite data (meaningful when not read-only)."""
+    idempotent: bool | None = None
+    """Calling it again with the same arguments has no further effect."""
+    open_world: bool | None = None
+    """Talks to systems outside the agent's control (the web, third-party APIs)."""
+
+    @property
+    def is_read_only(self) -> bool:
+        """Read-only only when declared so."""
+        return self.read_only is True
+
+    @property
+    def is_destructive(self) -> bool:
+        """Destructive unless read-only or declared non-destructive."""
+        return not self.is_read_only and self.destructive is not False
+
+    @property
+    def is_idempotent(self) -> bool:
+        """Safe to repeat: read-only, or declared idempotent."""
+        return self.is_read_only or self.idempotent is True
+
+    @property
+    def is_open_world(self) -> bool:
+        """Open-world unless declared closed."""
+        return self.open_world is not False
+
+    def tightened(self, other: ToolAnnotations) -> ToolAnnotations:
+        """The stricter of two sets of hints (outside hints may tighten, never loosen)."""
+
+        def safe(a: bool | None, b: bool | None) -> bool | None:  # True = the safe claim
+            return None if a is None or b is None else a and b
+
+        def unsafe(a: bool | None, b: bool | None) -> bool | None:  # True = the unsafe claim
+            return None if a is None or b is None else a or b
+
+        return ToolAnnotations(
+            read_only=safe(self.read_only, other.read_only),
+            destructive=unsafe(self.destructive, other.destructive),
+            idempotent=safe(self.idempotent, other.idempotent),
+            open_world=unsafe(self.open_world, other.open_world),
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolDefinition:
+    """What a model is told about a tool."""
+
+    name: str
+    """Unique name (letters, digits, ``_``, ``-``; at most 64)."""
+    description: str
+    """What the tool does and when to use it."""
+    input_schema: JsonObject
+    """JSON Schema of the arguments (an object schema)."""
+    title: str | None = None
+    """Human-readable name."""
+    output_schema: JsonObject | None = None
+    """JSON Schema of the structured result, if the tool declares one."""
+    annotations: ToolAnnotations = ToolAnnotations()
+    """Behaviour hints."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolContext:
+    """What a tool may know about the call it serves (declare a parameter of this type)."""
+
+    run_id: str
+    """The run making the call."""
+    call_id: str
+    """The call's id."""
+    tool: str
+    """The tool's name."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across retries and resumes of the same call: pass it to the world."""
+        return f"{self.run_id}:{self.call_id}"
+
+
+fast_init(ToolContext)
+
+ArgumentsValidator = Callable[[JsonObject], Mapping[str, Any]]
+"""Validates raw arguments and returns the values to call with; raises ``ModelRetry``."""
+
+ToolHandler = Callable[[ToolContext, Mapping[str, Any]], Awaitable[ToolResult]]
+"""Runs a validated call."""
+
+
+def _schema_validator(schema: JsonObject) -> ArgumentsValidator:
+    from jsonschema import Draft202012Validator
+
+    Draft202012Validator.check_schema(schema)
+    validator: Any = Draft202012Validator(schema)
+
+    def validate(arguments: JsonObject) -> Mapping[str, Any]:
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if errors:
+            lines = [
+                f"{'.'.join(str(p) for p in err.absolute_path) or '<arguments>'}: {err.message}"
+                for err in errors
+            ]
+            raise ModelRetry("invalid arguments: " + "; ".join(lines))
+        return arguments
+
+    return validate
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Tool:
+    """A tool: its definition, how arguments are validated, and how it runs."""
+
+    definition: ToolDefinition
+    """What the model sees."""
+    handler: ToolHandler
+    """Runs a validated call."""
+    validator: ArgumentsValidator
+    """Checks the model's arguments before the call."""
+    timeout: float | None = None
+    """Seconds a call may take; ``None`` uses the run's ``Limits.tool_timeout``."""
+
+    @property
+    def name(self) -> str:
+        """The tool's name."""
+        return self.definition.name
+
+    @property
+    def annotations(self) -> ToolAnnotations:
+        """The tool's behaviour hints."""
+        return self.definition.annotations
+
+    @classmethod
+    def from_schema(
+        cls,
+        *,
+        name: str,
+        description: str,
+        input_schema: JsonObject,
+        handler: Callable[[ToolContext, Mapping[str, Any]], Awaitable[object]],
+        title: str | None = None,
+        output_schema: JsonObject | None = None,
+        annotations: ToolAnnotations = ToolAnnotations(),
+        timeout: float | None = None,
+    ) -> Tool:
+        """A tool from a raw JSON Schema (how MCP and config-declared tools arrive).
+
+        Arguments are validated against the schema (JSON Schema 2020-12) before the call.
+        """
+        if input_schema.get("type", "object") != "object":
+            raise ConfigError(f"tool {name!r}: input_schema must describe an object")
+        try:
+            validator = _schema_validator(input_schema)
+        except Exception as exc:  # jsonschema.SchemaError and friends
+            raise ConfigError(f"tool {name!r}: invalid input_schema: {exc}") from None
+
+        async def run(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
+            return to_tool_result(await handler(ctx, arguments))
+
+        definition = ToolDefinition(
+            name=validate_tool_name(name),
+            description=description,
+            input_schema=input_schema,
+            title=title,
+            output_schema=output_schema,
+            annotations=annotations,
+        )
+        return cls(definition=definition, handler=run, validator=validator, timeout=timeout)
+
+
+_SCALARS = (int, float, bool)
+
+
+def to_tool_result(value: object) -> ToolResult:
+    """Turn whatever a tool returned into a ``ToolResult``.
+
+    ``str`` becomes text; content blocks stay blocks; models, dataclasses, dicts, lists and
+    scalars become structured content with their JSON as text.
+    """
+    kind = type(value)
+    if kind is int:
+        return ToolResult(content=(TextBlock(text=str(value)),), structured=cast(int, value))
+    if kind is str:
+        return ToolResult(content=(TextBlock(text=cast(str, value)),))
+    if isinstance(value, ToolResult):
+        return value
+    if kind in _SCALARS:
+        return ToolResult(
+            content=(TextBlock(text=orjson.dumps(value).decode()),), structured=cast(float, value)
+        )
+    if isinstance(value, TextBlock | ImageBlock | ResourceBlock):
+        return ToolResult(content=(value,))
+    if (
+        isinstance(value, Sequence)
+        and value
+        and all(
+            isinstance(v, TextBlock | ImageBlock | ResourceBlock)
+            for v in cast(Sequence[object], value)
+        )
+    ):
+        return ToolResult(content=tuple(cast(Sequence[ContentBlock], value)))
+    if isinstance(value, BaseModel):
+        data = value.model_dump(mode="json")
+    else:
+        data = to_jsonable_python(value)
+    return ToolResult(content=(TextBlock(text=orjson.dumps(data).decode()),), structured=data)

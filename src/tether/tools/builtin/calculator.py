@@ -1,0 +1,128 @@
+"""``calculate``: arithmetic on numbers, safely (parsed with ``ast``, never ``eval``)."""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable
+
+from tether.errors import ModelRetry
+from tether.tools.base import Tool
+from tether.tools.function import tool
+
+__all__ = ["calculate", "evaluate"]
+
+_MAX_LENGTH = 500
+_MAX_EXPONENT = 10_000
+_MAX_MAGNITUDE = 10**300
+
+_BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[float], float]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_FUNCTIONS: dict[str, Callable[..., float]] = {
+    "abs": abs,
+    "round": round,
+    "min": min,
+    "max": max,
+    "sqrt": math.sqrt,
+    "log": math.log,
+    "log10": math.log10,
+    "exp": math.exp,
+    "floor": math.floor,
+    "ceil": math.ceil,
+}
+_CONSTANTS = {"pi": math.pi, "e": math.e}
+
+
+def evaluate(expression: str) -> float:
+    """Evaluate an arithmetic expression; ``%`` after a number means percent (``17% * 2340``).
+
+    Raises:
+        ValueError: the expression is not plain arithmetic, or is too large to compute.
+    """
+    text = expression.strip().replace(",", "").replace("×", "*").replace("÷", "/")
+    if not text or len(text) > _MAX_LENGTH:
+        raise ValueError(f"expression must be 1-{_MAX_LENGTH} characters")
+    text = _percent_to_fraction(text)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not an arithmetic expression: {exc.msg}") from None
+    return _eval(tree.body)
+
+
+def _percent_to_fraction(text: str) -> str:
+    out: list[str] = []
+    for i, ch in enumerate(text):
+        if ch == "%":
+            rest = text[i + 1 :].lstrip()
+            if not rest or not (rest[0].isdigit() or rest[0] in "(.") :
+                out.append("/100")  # "17%" or "17% * x": percent; "a % b" stays modulo
+                continue
+        out.append(ch)
+    return "".join(out)
+
+
+def _eval(node: ast.expr) -> float:  # noqa: C901 - one case per node type
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _CONSTANTS:
+        return _CONSTANTS[node.id]
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_eval(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
+            raise ValueError(f"exponent {right} is too large (limit {_MAX_EXPONENT})")
+        try:
+            result = _BINARY[type(node.op)](left, right)
+        except ZeroDivisionError:
+            raise ValueError("division by zero") from None
+        if isinstance(result, complex) or abs(result) > _MAX_MAGNITUDE:
+            raise ValueError("the result is not a real number of reasonable size")
+        return result
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCTIONS
+        and not node.keywords
+    ):
+        args = [_eval(a) for a in node.args]
+        try:
+            return _FUNCTIONS[node.func.id](*args)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{node.func.id}: {exc}") from None
+    raise ValueError(f"unsupported element {ast.unparse(node)!r}: use numbers, + - * / // % ** and "
+                     f"{', '.join(sorted(_FUNCTIONS))}")
+
+
+def _calculate(expression: str) -> int | float:
+    """Evaluate an arithmetic expression and return the number.
+
+    Supports + - * / // % ** and parentheses, percentages such as ``17% * 2340``, the
+    constants pi and e, and abs, round, min, max, sqrt, log, log10, exp, floor, ceil.
+
+    Args:
+        expression: The expression, e.g. ``0.17 * 2340`` or ``(3 + 4) ** 2``.
+    """
+    try:
+        value = evaluate(expression)
+    except ValueError as exc:
+        raise ModelRetry(f"cannot calculate {expression!r}: {exc}") from None
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return round(value, 12) if isinstance(value, float) else value
+
+
+calculate: Tool = tool(name="calculate", read_only=True, idempotent=True, open_world=False, blocking=False)(
+    _calculate
+)
+"""The ``calculate`` tool."""

@@ -1,0 +1,206 @@
+"""``@tool``: a typed Python function (sync or async) becomes a ``Tool``.
+
+The JSON Schema comes from the signature and the docstring (Google, NumPy or Sphinx style;
+each parameter's description becomes its ``description``), and the arguments are validated
+by pydantic before the function runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast, get_type_hints, overload
+
+import docstring_parser
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from tether.content import JsonObject, JsonValue, ToolResult
+from tether.errors import ConfigError, ModelRetry
+from tether.tools.base import (
+    ArgumentsValidator,
+    Tool,
+    ToolAnnotations,
+    ToolContext,
+    ToolDefinition,
+    to_tool_result,
+    validate_tool_name,
+)
+
+__all__ = ["format_validation_error", "function_tool", "tool"]
+
+_FORBID = ConfigDict(extra="forbid")
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """A validation error as one line a model can act on."""
+    parts: list[str] = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "<arguments>"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _strip_titles(schema: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """Drop pydantic's generated titles: they repeat the names and cost tokens."""
+    schema.pop("title", None)
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        for prop in props.values():
+            if isinstance(prop, dict):
+                prop.pop("title", None)
+    return schema
+
+
+def _model_validator(model: type[BaseModel]) -> ArgumentsValidator:
+    validate = model.__pydantic_validator__.validate_python
+
+    def validator(arguments: JsonObject) -> Mapping[str, Any]:
+        try:
+            return cast(BaseModel, validate(arguments)).__dict__
+        except ValidationError as exc:
+            raise ModelRetry("invalid arguments: " + format_validation_error(exc)) from None
+
+    return validator
+
+
+def function_tool(
+    func: Callable[..., object],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    title: str | None = None,
+    annotations: ToolAnnotations = ToolAnnotations(),
+    timeout: float | None = None,
+    blocking: bool = True,
+) -> Tool:
+    """Build a ``Tool`` from a typed function. See ``tool`` for the parameters."""
+    tool_name = validate_tool_name(name or func.__name__)
+    doc = docstring_parser.parse(inspect.getdoc(func) or "")
+    param_docs = {p.arg_name: p.description or "" for p in doc.params}
+    try:
+        hints = get_type_hints(func, include_extras=True)
+    except NameError as exc:
+        raise ConfigError(f"tool {tool_name!r}: cannot resolve a type annotation ({exc})") from None
+
+    fields: dict[str, Any] = {}
+    context_param: str | None = None
+    for param in inspect.signature(func).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigError(
+                f"tool {tool_name!r}: *args and **kwargs cannot be described to a model"
+            )
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ConfigError(f"tool {tool_name!r}: positional-only parameters are not supported")
+        annotation = hints.get(param.name, inspect.Parameter.empty)
+        if annotation is ToolContext:
+            context_param = param.name
+            continue
+        if annotation is inspect.Parameter.empty:
+            raise ConfigError(
+                f"tool {tool_name!r}: parameter {param.name!r} needs a type annotation"
+            )
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (
+            annotation,
+            Field(default, description=param_docs.get(param.name) or None),
+        )
+
+    model: type[BaseModel] = create_model(f"{tool_name}_arguments", __config__=_FORBID, **fields)
+    schema = _strip_titles(cast(dict[str, JsonValue], model.model_json_schema()))
+    text = description or "\n\n".join(
+        part for part in (doc.short_description, doc.long_description) if part
+    )
+    if not text:
+        raise ConfigError(f"tool {tool_name!r}: give it a docstring or a description")
+
+    is_async = inspect.iscoroutinefunction(func)
+    ctx_name = context_param
+
+    async def handler(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
+        kwargs = arguments if ctx_name is None else {**arguments, ctx_name: ctx}
+        value: object
+        if is_async:
+            value = await cast(Awaitable[object], func(**kwargs))
+        elif blocking:
+            value = await asyncio.to_thread(func, **kwargs)
+        else:
+            value = func(**kwargs)
+        return to_tool_result(value)
+
+    definition = ToolDefinition(
+        name=tool_name, description=text, input_schema=schema, title=title, annotations=annotations
+    )
+    return Tool(
+        definition=definition,
+        handler=handler,
+        validator=_model_validator(model),
+        timeout=timeout,
+    )
+
+
+@overload
+def tool(func: Callable[..., object], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    title: str | None = None,
+    read_only: bool | None = None,
+    destructive: bool | None = None,
+    idempotent: bool | None = None,
+    open_world: bool | None = None,
+    timeout: float | None = None,
+    blocking: bool = True,
+) -> Callable[[Callable[..., object]], Tool]: ...
+
+
+def tool(
+    func: Callable[..., object] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    title: str | None = None,
+    read_only: bool | None = None,
+    destructive: bool | None = None,
+    idempotent: bool | None = None,
+    open_world: bool | None = None,
+    timeout: float | None = None,
+    blocking: bool = True,
+) -> Tool | Callable[[Callable[..., object]], Tool]:
+    """Turn a typed function into a tool, bare (``@tool``) or configured (``@tool(...)``).
+
+    Args:
+        func: The function; sync or async. A parameter typed ``ToolContext`` receives the
+            call's context and is hidden from the model.
+        name: The tool's name; the function's name by default.
+        description: What it does; the docstring by default.
+        title: A human-readable name.
+        read_only: It changes nothing.
+        destructive: It may destroy or overwrite data.
+        idempotent: Repeating a call has no further effect.
+        open_world: It talks to systems outside the agent's control.
+        timeout: Seconds a call may take (default: the run's ``Limits.tool_timeout``).
+        blocking: For sync functions: run in a worker thread (default) so a slow call does
+            not stall the event loop; ``False`` runs it inline (for fast, pure functions).
+    """
+    hints = ToolAnnotations(
+        read_only=read_only, destructive=destructive, idempotent=idempotent, open_world=open_world
+    )
+
+    def build(f: Callable[..., object]) -> Tool:
+        return function_tool(
+            f,
+            name=name,
+            description=description,
+            title=title,
+            annotations=hints,
+            timeout=timeout,
+            blocking=blocking,
+        )
+
+    return build if func is None else build(func)

@@ -1,0 +1,127 @@
+"""The agent's output type, as the arguments of ``finish_task`` (and of ``ask_user``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, cast
+
+import orjson
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypeVar
+
+from tether.content import JsonObject, JsonValue
+from tether.errors import ModelRetry
+from tether.messages import ASK_USER, FINISH_TASK
+from tether.tools.base import ToolAnnotations, ToolDefinition
+from tether.tools.function import format_validation_error
+
+__all__ = ["ASK_USER", "FINISH_TASK", "OutputSpec", "ask_user_definition"]
+
+OutputT = TypeVar("OutputT", default=str)
+
+
+_ANSWER_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "description": "The final answer for the user."}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec(Generic[OutputT]):
+    """How ``finish_task`` arguments become the typed output, and back."""
+
+    output_type: type[OutputT]
+    """The agent's output type (``str`` for plain text)."""
+    adapter: TypeAdapter[Any]
+    """Validates and dumps the output."""
+    schema: JsonObject
+    """``finish_task``'s argument schema."""
+    wrapped: str | None
+    """The single argument holding the output, when the type is not an object."""
+
+    @classmethod
+    def for_type(cls, output_type: type[OutputT]) -> OutputSpec[OutputT]:
+        """Build the spec for an output type (text, a pydantic model, a dataclass, ...)."""
+        adapter: TypeAdapter[Any] = TypeAdapter(output_type)
+        if output_type is str:
+            return cls(output_type, adapter, _ANSWER_SCHEMA, "answer")
+        schema = cast(JsonObject, adapter.json_schema())
+        if schema.get("type") == "object":
+            schema.pop("title", None)
+            return cls(output_type, adapter, schema, None)
+        wrapped: JsonObject = {
+            "type": "object",
+            "properties": {"result": schema},
+            "required": ["result"],
+            "additionalProperties": False,
+        }
+        return cls(output_type, adapter, wrapped, "result")
+
+    @property
+    def is_text(self) -> bool:
+        """Whether the output is plain text (a bare text reply may then finish the run)."""
+        return self.output_type is str
+
+    def definition(self) -> ToolDefinition:
+        """The ``finish_task`` tool as the model sees it."""
+        return ToolDefinition(
+            name=FINISH_TASK,
+            description=(
+                "Call this exactly once, when the task is complete, with the final result. "
+                "Its arguments are the answer; nothing after it runs."
+            ),
+            input_schema=self.schema,
+            annotations=ToolAnnotations(read_only=True, open_world=False),
+        )
+
+    def validate(self, arguments: JsonObject) -> OutputT:
+        """The typed output from ``finish_task``'s arguments.
+
+        Raises:
+            ModelRetry: the arguments do not fit the output type; the message says why.
+        """
+        try:
+            if self.wrapped is not None:
+                extra = set(arguments) - {self.wrapped}
+                if self.wrapped not in arguments or extra:
+                    raise ModelRetry(
+                        f"invalid output: finish_task takes exactly one argument {self.wrapped!r}"
+                    )
+                return cast(OutputT, self.adapter.validate_python(arguments[self.wrapped]))
+            return cast(OutputT, self.adapter.validate_python(arguments))
+        except ValidationError as exc:
+            raise ModelRetry("invalid output: " + format_validation_error(exc)) from None
+
+    def dump(self, output: OutputT) -> JsonValue:
+        """The output as JSON data (stored in ``run_finished``)."""
+        return cast(JsonValue, self.adapter.dump_python(output, mode="json"))
+
+    def load(self, data: JsonValue) -> OutputT:
+        """The typed output from stored JSON data."""
+        return cast(OutputT, self.adapter.validate_python(data))
+
+    def as_text(self, output: OutputT) -> str:
+        """The output as text for humans."""
+        if isinstance(output, str):
+            return output
+        return orjson.dumps(self.dump(output)).decode()
+
+
+def ask_user_definition() -> ToolDefinition:
+    """The ``ask_user`` tool: ends the run with ``waiting_for_user`` and the question."""
+    return ToolDefinition(
+        name=ASK_USER,
+        description=(
+            "Ask the user a question when you cannot go on without their answer. "
+            "The run pauses until they reply."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"question": {"type": "string", "description": "The question."}},
+            "required": ["question"],
+            "additionalProperties": False,
+        },
+        annotations=ToolAnnotations(read_only=True, open_world=False),
+    )

@@ -1,0 +1,40 @@
+"""Token and cost accounting: what a model call or a whole run consumed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Usage"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Usage:
+    """Tokens and cost. An unknown cost is ``None``, never counted as zero."""
+
+    input_tokens: int = 0
+    """Prompt tokens sent to the model."""
+    output_tokens: int = 0
+    """Tokens the model generated."""
+    requests: int = 0
+    """Model requests answered (a run's usage counts its ``model_responded`` events)."""
+    cost: float | None = 0.0
+    """Cost in US dollars; ``None`` when any part of it is unknown."""
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def cost_known(self) -> bool:
+        """Whether the cost is known (every request had a known price)."""
+        return self.cost is not None
+
+    def __add__(self, other: Usage) -> Usage:
+        cost = None if self.cost is None or other.cost is None else self.cost + other.cost
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            requests=self.requests + other.requests,
+            cost=cost,
+        )
