@@ -133,7 +133,7 @@ def import_ms(repeats: int = 5) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=300, help="sequential runs (>= 200)")
     parser.add_argument("--concurrent", type=int, default=1000, help="concurrent runs")
     parser.add_argument("--log-dir", action="store_true", help="also write each run's JSONL log")

@@ -190,14 +190,15 @@ class Agent(Generic[OutputT]):
         if not goal.strip():
             raise UserError("the goal must be a non-empty string")
         rid = run_id or new_run_id()
+        chosen = resolve_model(model) if model is not None else self.resolved_model()
         all_sinks = list(sinks)
-        if self.log_dir is not None:
+        if self.log_dir is not None:  # opened last: nothing is left behind if the above fails
             all_sinks.append(JsonlSink(self.log_dir, rid))
         return AgentRun(
             self,
             goal,
             run_id=rid,
-            model=resolve_model(model) if model is not None else self.resolved_model(),
+            model=chosen,
             clock=clock or Clock(),
             sinks=all_sinks,
             agent_ref=agent_ref,

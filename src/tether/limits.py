@@ -39,6 +39,11 @@ class Limits:
     """Output tokens the final best-effort answer may use."""
 
     def __post_init__(self) -> None:
+        # Float fields hold floats even when given ints, so a log's encoding is stable.
+        for name in ("max_seconds", "tool_timeout", "max_cost"):
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, name, float(value))
         for f in fields(self):
             value = getattr(self, f.name)
             if value is not None and value < 0:

@@ -118,6 +118,7 @@ class _Planned:
     finish: bool = False
     question: str | None = None
     awaiting_approval: bool = False
+    stop_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +186,7 @@ class AgentRun(Generic[OutputT]):
         self._warn_steps_at = _WARN_AT * self._spec.limits.max_steps
         self._digest_prefix: tuple[object, str, bytes] = (None, "", b"")
         self._runnable = 0
+        self._in_flight: set[str] = set()
         self._basis = ""
         self._gen = self._drive()
 
@@ -257,6 +259,7 @@ class AgentRun(Generic[OutputT]):
                             planned = self._plan(answer)
                             for event in await journal.commit():
                                 yield event
+                            self._check_cancel()  # a cancel seen now stops before any tool runs
                             if self._runnable <= 1:
                                 await self._execute_inline(planned)
                                 for event in await journal.commit():
@@ -337,7 +340,12 @@ class AgentRun(Generic[OutputT]):
             return _Stop("budget_exhausted", "max_steps", st.steps, limits.max_steps, True)
         if st.steps + 1 >= self._warn_steps_at and not self._warned_steps:
             self._warned_steps = True
-            self._add(BudgetWarning, limit="max_steps", used=st.steps, maximum=limits.max_steps)
+            self._add(
+                BudgetWarning,
+                limit="max_steps",
+                used=float(st.steps),
+                maximum=float(limits.max_steps),
+            )
         return None
 
     def _request(self, tool_choice: ToolChoice = "auto", *, final: bool = False) -> ModelRequest:
@@ -575,6 +583,8 @@ class AgentRun(Generic[OutputT]):
                     f"denied by policy ({decision.rule}): {decision.reason}"
                 )
                 item.error_type = "denied"
+                if decision.stop_run:
+                    item.stop_reason = f"{decision.rule}: {decision.reason}"
             else:
                 item.tool, item.finish, item.question = None, False, None
                 item.awaiting_approval = True
@@ -642,18 +652,22 @@ class AgentRun(Generic[OutputT]):
             timeout = remaining
         ctx = ToolContext(run_id=self.run_id, call_id=item.call.id, tool=tool.name)
         t0 = self._clock.monotonic()
-        if child:
-            result, error_type = await self._tool_runner(
-                tool, item.call, ctx, item.arguments, timeout
-            )
-        else:
-            try:
+        self._in_flight.add(item.call.id)
+        runner = self._tool_runner
+        try:
+            if child:
+                result, error_type = await runner(tool, item.call, ctx, item.arguments, timeout)
+            else:
                 result, error_type = await self._bounded(
-                    self._tool_runner(tool, item.call, ctx, item.arguments, None), timeout
+                    runner(tool, item.call, ctx, item.arguments, None), timeout
                 )
-            except TimeoutError:
-                assert timeout is not None
-                result, error_type = _timed_out(tool.name, timeout), "timeout"
+        except TimeoutError:
+            assert timeout is not None
+            result, error_type = _timed_out(tool.name, timeout), "timeout"
+        except Exception as exc:  # a custom runner failed; the run must not
+            result = ToolResult.error(f"{tool.name} could not run: {type(exc).__name__}: {exc}")
+            error_type = "exception"
+        self._in_flight.discard(item.call.id)
         return result, error_type, self._clock.monotonic() - t0
 
     def _record_result(
@@ -701,6 +715,11 @@ class AgentRun(Generic[OutputT]):
             return self._no_tool_call()
         waiting = asking = limited = False
         for item in planned:
+            if item.stop_reason is not None:
+                return _Stop(
+                    "policy_denied", error=ErrorInfo(type="PolicyDenied", message=item.stop_reason)
+                )
+        for item in planned:
             if item.finish:
                 self._output = cast(OutputT, item.output)
                 return _Stop("finished")
@@ -737,14 +756,22 @@ class AgentRun(Generic[OutputT]):
 
     # -- ending ----------------------------------------------------------------------------
 
-    def _close_pending(self, reason: str, error_type: str) -> None:
-        """Give every call still without a result a synthetic one (protocol validity)."""
+    def _close_pending(
+        self, reason: str, error_type: str, *, interrupted: str | None = None
+    ) -> None:
+        """Give every call still without a result a synthetic one (protocol validity).
+
+        A call that had started gets ``interrupted`` instead: it may have had some effect.
+        """
         for call in list(self._state.pending.values()):
+            text = reason
+            if interrupted is not None and call.id in self._in_flight:
+                text = f"{interrupted} while the tool was running; it may have had partial effects"
             self._add(
                 ToolCallFinished,
                 call_id=call.id,
                 tool=call.name,
-                content=(TextBlock(text=reason),),
+                content=(TextBlock(text=text),),
                 is_error=True,
                 error_type=error_type,
                 synthetic=True,
@@ -772,7 +799,7 @@ class AgentRun(Generic[OutputT]):
             answer = st.last_text or None
         else:
             answer = st.last_text or None
-        if stop.status in ("finished", "failed"):
+        if stop.status in ("finished", "failed", "policy_denied"):
             self._close_pending(f"not executed: the run ended ({stop.status})", "run_ended")
         self._add(
             RunFinished,
@@ -847,7 +874,9 @@ class AgentRun(Generic[OutputT]):
         if self._state.finished is not None:
             return
         reason = self._cancel_reason or "cancelled"
-        self._close_pending(f"not executed: {reason}", "cancelled")
+        self._close_pending(
+            f"not executed: {reason}", "cancelled", interrupted=f"interrupted: {reason}"
+        )
         st = self._state
         self._add(
             RunFinished,

@@ -7,6 +7,7 @@ differs is reported as the divergence.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any, cast
 from tether.agent import Agent
 from tether.codec import event_to_dict, verify_chain
 from tether.content import JsonValue, ToolResult
-from tether.errors import ConfigError, ReplayDivergence
+from tether.errors import ConfigError
 from tether.events import Event, RunStarted, ToolCallFinished
 from tether.messages import ToolCall
 from tether.models.replay import ReplayModel
@@ -68,7 +69,9 @@ def _normalized(event: Event) -> dict[str, JsonValue]:
     return {k: v for k, v in event_to_dict(event).items() if k not in VOLATILE_FIELDS}
 
 
-def first_divergence(recorded: Sequence[Event], replayed: Sequence[Event]) -> tuple[int, str] | None:
+def first_divergence(
+    recorded: Sequence[Event], replayed: Sequence[Event]
+) -> tuple[int, str] | None:
     """The first event where two runs differ (volatile fields aside), described."""
     for index, (want, got) in enumerate(zip(recorded, replayed, strict=False)):
         a, b = _normalized(want), _normalized(got)
@@ -93,6 +96,8 @@ class _RecordedTools:
         self._results = {
             e.call_id: e for e in events if isinstance(e, ToolCallFinished) and not e.synthetic
         }
+        self.divergence: str | None = None
+        """Set when the replay ran a call the recording never ran."""
 
     async def __call__(
         self,
@@ -104,11 +109,12 @@ class _RecordedTools:
     ) -> tuple[ToolResult, str | None]:
         recorded = self._results.get(call.id)
         if recorded is None or recorded.tool != call.name:
-            raise ReplayDivergence(
-                f"the replay ran {call.name!r} (call {call.id!r}), which the recording never ran",
-                index=-1,
-            )
-        result = ToolResult(content=recorded.content, structured=recorded.structured, is_error=recorded.is_error)
+            message = f"the replay ran {call.name!r} (call {call.id!r}); the recording did not"
+            self.divergence = self.divergence or message
+            return ToolResult.error(f"replay divergence: {message}"), "replay_divergence"
+        result = ToolResult(
+            content=recorded.content, structured=recorded.structured, is_error=recorded.is_error
+        )
         return result, recorded.error_type
 
 
@@ -134,18 +140,23 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
                 "or `--agent package.module:attribute` on the command line"
             )
         agent = load_agent(started.agent_ref)
+    if agent.limits != started.limits:  # the recorded run's limits (e.g. `run --max-steps`)
+        agent = dataclasses.replace(agent, limits=started.limits)
+    tools = _RecordedTools(events)
     run = agent.stream(
         started.goal,
         model=ReplayModel(events),
         tags=started.tags,
         parent_run_id=started.parent_run_id,
         agent_ref=started.agent_ref,
-        tool_runner=_RecordedTools(events),
+        tool_runner=tools,
     )
     async for _ in run:
         pass
     replayed = run.outcome.events
     found = first_divergence(events, replayed)
+    if tools.divergence is not None and found is not None:
+        found = (found[0], f"{found[1]} ({tools.divergence})")
     return ReplayReport(
         recorded=tuple(events),
         replayed=replayed,

@@ -30,6 +30,10 @@ class Usage:
         """Whether the cost is known (every request had a known price)."""
         return self.cost is not None
 
+    def __post_init__(self) -> None:
+        if type(self.cost) is int:  # keep the encoding of a log stable: cost is a float
+            object.__setattr__(self, "cost", float(self.cost))
+
     def __add__(self, other: Usage) -> Usage:
         cost = None if self.cost is None or other.cost is None else self.cost + other.cost
         return Usage(

@@ -11,7 +11,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tether.agent import Agent
 from tether.cli.render import describe
 from tether.codec import read_jsonl
 from tether.errors import TetherError
@@ -78,7 +77,7 @@ async def _drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOut
 
 def _report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> None:
     if as_json:
-        import orjson  # noqa: PLC0415
+        import orjson
 
         out.print_json(
             orjson.dumps(
@@ -116,39 +115,39 @@ def _fail(exc: TetherError) -> typer.Exit:
     return typer.Exit(2)
 
 
-@app.command()
-def run(
+@app.command("run")
+def _run(
     goal: Annotated[str, typer.Argument(help="The task, in words.")],
-    agent_ref: Annotated[str, typer.Option("--agent", help="module:attribute of the Agent to run.")] = DEFAULT_AGENT,
-    model: Annotated[str | None, typer.Option(help="Model string, e.g. 'scripted:script.json' (default: $TETHER_MODEL).")] = None,
+    agent_ref: Annotated[
+        str, typer.Option("--agent", help="module:attribute of the Agent to run.")
+    ] = DEFAULT_AGENT,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Model string, e.g. 'scripted:script.json' (default: $TETHER_MODEL)."),
+    ] = None,
     max_steps: Annotated[int | None, typer.Option(help="Override the agent's max_steps.")] = None,
-    log_dir: Annotated[Path | None, typer.Option(help="Where run logs go (default: .tether/runs or $TETHER_LOG_DIR).")] = None,
+    log_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where run logs go (default: .tether/runs or $TETHER_LOG_DIR)."),
+    ] = None,
     no_log: Annotated[bool, typer.Option("--no-log", help="Do not write a JSONL log.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every event as it is committed.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Print every event as it is committed.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
 ) -> None:
     """Run an agent on a goal, with a live status line; exit 0 only if it finished."""
-    from dataclasses import replace  # noqa: PLC0415
+    from dataclasses import replace
 
-    from tether.replay import load_agent  # noqa: PLC0415
+    from tether.replay import load_agent
 
     try:
         agent = load_agent(agent_ref)
         directory = _log_dir(log_dir, no_log)
-        limits: Limits = agent.limits if max_steps is None else replace(agent.limits, max_steps=max_steps)
-        agent = Agent(
-            name=agent.name,
-            instructions=agent.instructions,
-            model=model or agent.model,
-            tools=agent.tools,
-            output_type=agent.output_type,
-            limits=limits,
-            model_settings=agent.model_settings,
-            policy=agent.policy,
-            can_ask_user=agent.can_ask_user,
-            log_dir=directory,
-            backoff=agent.backoff,
+        limits: Limits = (
+            agent.limits if max_steps is None else replace(agent.limits, max_steps=max_steps)
         )
+        agent = replace(agent, model=model or agent.model, limits=limits, log_dir=directory)
         stream = agent.stream(goal, agent_ref=agent_ref)
         outcome = asyncio.run(_drive(stream, verbose=verbose, max_steps=limits.max_steps))
     except TetherError as exc:
@@ -157,40 +156,43 @@ def run(
     raise typer.Exit(0 if outcome.success else 1)
 
 
-@app.command()
-def demo(
-    log_dir: Annotated[Path | None, typer.Option(help="Where the run log goes (default: .tether/runs).")] = None,
+@app.command("demo")
+def _demo(
+    log_dir: Annotated[
+        Path | None, typer.Option(help="Where the run log goes (default: .tether/runs).")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every event.")] = True,
 ) -> None:
     """Run the bundled example agent on its SCRIPTED model (no AI): calculator + clock tools."""
-    from tether.examples.demo import DEMO_GOAL, demo_agent  # noqa: PLC0415
+    from dataclasses import replace
+
+    from tether.examples.demo import DEMO_GOAL, demo_agent
 
     directory = _log_dir(log_dir, False)
-    agent = Agent(
-        name=demo_agent.name,
-        instructions=demo_agent.instructions,
-        model=demo_agent.model,
-        tools=demo_agent.tools,
-        log_dir=directory,
+    agent = replace(demo_agent, log_dir=directory)
+    err.print(
+        f"[dim]goal:[/] {DEMO_GOAL}\n[dim]model: a scripted stand-in (deterministic, not a language model)[/]"
     )
-    err.print(f"[dim]goal:[/] {DEMO_GOAL}\n[dim]model: a scripted stand-in (deterministic, not a language model)[/]")
     stream = agent.stream(DEMO_GOAL, agent_ref="tether.examples.demo:demo_agent")
     outcome = asyncio.run(_drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
     _report(outcome, directory, False)
     raise typer.Exit(0 if outcome.success else 1)
 
 
-@app.command()
-def replay(
+@app.command("replay")
+def _replay(
     path: Annotated[Path, typer.Argument(help="A run's JSONL log.", exists=True, dir_okay=False)],
-    agent_ref: Annotated[str | None, typer.Option("--agent", help="module:attribute of the Agent (default: the one recorded).")] = None,
+    agent_ref: Annotated[
+        str | None,
+        typer.Option("--agent", help="module:attribute of the Agent (default: the one recorded)."),
+    ] = None,
 ) -> None:
     """Re-run a recorded run with its recorded model responses and tool results.
 
     Exits 0 if the new log matches the recording, 1 naming the first divergence.
     """
-    from tether.replay import load_agent  # noqa: PLC0415
-    from tether.replay import replay as do_replay  # noqa: PLC0415
+    from tether.replay import load_agent
+    from tether.replay import replay as do_replay
 
     try:
         events = read_jsonl(path)
@@ -205,8 +207,10 @@ def replay(
     raise typer.Exit(1)
 
 
-@app.command()
-def show(path: Annotated[Path, typer.Argument(help="A run's JSONL log.", exists=True, dir_okay=False)]) -> None:
+@app.command("show")
+def _show(
+    path: Annotated[Path, typer.Argument(help="A run's JSONL log.", exists=True, dir_okay=False)],
+) -> None:
     """Print a run's log readably (its hash chain is verified first)."""
     try:
         events = read_jsonl(path)
@@ -216,10 +220,10 @@ def show(path: Annotated[Path, typer.Argument(help="A run's JSONL log.", exists=
         out.print(f"[dim]{event.seq:>3}[/] {describe(event)}", soft_wrap=True)
 
 
-@app.command()
-def version() -> None:
+@app.command("version")
+def _version() -> None:
     """Print tether's version."""
-    from tether import __version__  # noqa: PLC0415
+    from tether import __version__
 
     out.print(__version__)
 

@@ -55,14 +55,18 @@ def describe(event: Event) -> str:  # noqa: C901 - one case per event kind
             what = f" → {calls}" if calls else ""
             tag = "final answer" if event.final else f"step {event.step}"
             tokens = event.usage.input_tokens + event.usage.output_tokens
-            return f"[cyan]model[/] {tag}{said}{what} [dim]({tokens} tok, {event.latency_s:.2f}s)[/]"
+            return (
+                f"[cyan]model[/] {tag}{said}{what} [dim]({tokens} tok, {event.latency_s:.2f}s)[/]"
+            )
         case ModelFailed():
             retry = f", retry in {event.retry_in_s:.1f}s" if event.will_retry else ""
             return f"[red]model failed[/] attempt {event.attempt}: {event.error.type}: {short(event.error.message)}{retry}"
         case RetryPrompted():
             return f"[yellow]correction[/] {short(event.text)}"
         case ToolCallRequested():
-            return f"[magenta]call[/] {event.tool}({_args(event.arguments)}) [dim]{event.call_id}[/]"
+            return (
+                f"[magenta]call[/] {event.tool}({_args(event.arguments)}) [dim]{event.call_id}[/]"
+            )
         case PolicyDecided():
             color = {"allow": "green", "deny": "red", "needs_approval": "yellow"}[event.decision]
             return f"[{color}]policy {event.decision}[/] {event.tool} by {event.rule}: {short(event.reason, 80)}"
@@ -96,9 +100,17 @@ def describe(event: Event) -> str:  # noqa: C901 - one case per event kind
         case UserReplied():
             return f"user replied {short(event.text)!r}"
         case RunFinished():
-            color = "green" if event.status == "finished" else "yellow" if event.status.startswith("waiting") else "red"
+            color = (
+                "green"
+                if event.status == "finished"
+                else "yellow"
+                if event.status.startswith("waiting")
+                else "red"
+            )
             extra = f" ({event.limit})" if event.limit else ""
-            error = f" — {event.error.type}: {short(event.error.message, 100)}" if event.error else ""
+            error = (
+                f" — {event.error.type}: {short(event.error.message, 100)}" if event.error else ""
+            )
             return f"[bold {color}]run {event.status}[/]{extra}{error} [dim]{event.steps} steps, {event.tool_calls} tool calls[/]"
         case _:
             assert_never(event)

@@ -30,7 +30,11 @@ INSTRUCTIONS = (
 
 def _scripted(request: ModelRequest) -> ModelResponse:
     """Turn 1: call both tools at once. Turn 2: answer from their results."""
-    results = {m.name: content_text(m.content) for m in request.messages if isinstance(m, ToolResultMessage)}
+    results = {
+        m.name: content_text(m.content)
+        for m in request.messages
+        if isinstance(m, ToolResultMessage)
+    }
     if not results:
         return ModelResponse(
             text="I will compute the percentage and count the days.",
@@ -39,11 +43,13 @@ def _scripted(request: ModelRequest) -> ModelResponse:
                 ToolCall(id="call_2", name="days_until", arguments={"target": "2027-01-01"}),
             ),
         )
-    import orjson  # noqa: PLC0415
+    import orjson
 
     days = cast(dict[str, object], orjson.loads(results["days_until"]))
     answer = f"17% of 2,340 is {results['calculate']}, and there are {days['days']} days until 2027-01-01."
-    return ModelResponse(tool_calls=(ToolCall(id="call_3", name=FINISH_TASK, arguments={"answer": answer}),))
+    return ModelResponse(
+        tool_calls=(ToolCall(id="call_3", name=FINISH_TASK, arguments={"answer": answer}),)
+    )
 
 
 def scripted_demo_model() -> FunctionModel:

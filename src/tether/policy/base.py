@@ -23,6 +23,8 @@ class PolicyDecision:
     """The rule that decided."""
     reason: str
     """Why, in words the model and an auditor can read."""
+    stop_run: bool = False
+    """With ``deny``: also end the run with ``policy_denied`` (for calls that must not be retried)."""
 
 
 class Policy(ABC):

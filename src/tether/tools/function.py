@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, cast, get_type_hints, overload
+from types import UnionType
+from typing import Any, Union, cast, get_args, get_origin, get_type_hints, overload
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -32,11 +33,11 @@ __all__ = ["format_validation_error", "function_tool", "tool"]
 _FORBID = ConfigDict(extra="forbid")
 
 
-def format_validation_error(exc: ValidationError) -> str:
-    """A validation error as one line a model can act on."""
+def format_validation_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
+    """A validation error as one line a model can act on (``prefix``: where the value sat)."""
     parts: list[str] = []
     for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err["loc"]) or "<arguments>"
+        loc = ".".join(str(p) for p in (*prefix, *err["loc"])) or "<arguments>"
         parts.append(f"{loc}: {err['msg']}")
     return "; ".join(parts)
 
@@ -52,16 +53,26 @@ def _strip_titles(schema: dict[str, JsonValue]) -> dict[str, JsonValue]:
     return schema
 
 
-def _model_validator(model: type[BaseModel]) -> ArgumentsValidator:
+def _model_validator(model: type[BaseModel], renamed: dict[str, str]) -> ArgumentsValidator:
     validate = model.__pydantic_validator__.validate_python
 
     def validator(arguments: JsonObject) -> Mapping[str, Any]:
         try:
-            return cast(BaseModel, validate(arguments)).__dict__
+            values: Mapping[str, Any] = cast(BaseModel, validate(arguments)).__dict__
         except ValidationError as exc:
             raise ModelRetry("invalid arguments: " + format_validation_error(exc)) from None
+        if renamed:
+            return {renamed.get(k, k): v for k, v in values.items()}
+        return values
 
     return validator
+
+
+def _is_context(annotation: object) -> bool:
+    """A ``ToolContext`` parameter, also when written ``ToolContext | None``."""
+    if annotation is ToolContext:
+        return True
+    return get_origin(annotation) in (Union, UnionType) and ToolContext in get_args(annotation)
 
 
 def function_tool(
@@ -84,6 +95,7 @@ def function_tool(
         raise ConfigError(f"tool {tool_name!r}: cannot resolve a type annotation ({exc})") from None
 
     fields: dict[str, Any] = {}
+    renamed: dict[str, str] = {}
     context_param: str | None = None
     for param in inspect.signature(func).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -93,7 +105,7 @@ def function_tool(
         if param.kind is param.POSITIONAL_ONLY:
             raise ConfigError(f"tool {tool_name!r}: positional-only parameters are not supported")
         annotation = hints.get(param.name, inspect.Parameter.empty)
-        if annotation is ToolContext:
+        if _is_context(annotation):
             context_param = param.name
             continue
         if annotation is inspect.Parameter.empty:
@@ -101,13 +113,17 @@ def function_tool(
                 f"tool {tool_name!r}: parameter {param.name!r} needs a type annotation"
             )
         default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (
-            annotation,
-            Field(default, description=param_docs.get(param.name) or None),
-        )
+        info = Field(default, description=param_docs.get(param.name) or None)
+        field_name = param.name
+        if param.name.startswith("_") or hasattr(BaseModel, param.name):
+            # "json", "schema", "_x": pydantic reserves these; validate under another name
+            field_name = f"arg_{len(fields)}_{param.name.lstrip('_')}"
+            renamed[field_name] = param.name
+            info = Field(default, alias=param.name, description=param_docs.get(param.name) or None)
+        fields[field_name] = (annotation, info)
 
     model: type[BaseModel] = create_model(f"{tool_name}_arguments", __config__=_FORBID, **fields)
-    schema = _strip_titles(cast(dict[str, JsonValue], model.model_json_schema()))
+    schema = _strip_titles(cast(dict[str, JsonValue], model.model_json_schema(by_alias=True)))
     text = description or "\n\n".join(
         part for part in (doc.short_description, doc.long_description) if part
     )
@@ -134,7 +150,7 @@ def function_tool(
     return Tool(
         definition=definition,
         handler=handler,
-        validator=_model_validator(model),
+        validator=_model_validator(model, renamed),
         timeout=timeout,
     )
 

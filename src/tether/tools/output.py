@@ -51,12 +51,15 @@ class OutputSpec(Generic[OutputT]):
         if schema.get("type") == "object":
             schema.pop("title", None)
             return cls(output_type, adapter, schema, None)
+        defs = schema.pop("$defs", None)  # refs resolve from the root: hoist the definitions
         wrapped: JsonObject = {
             "type": "object",
             "properties": {"result": schema},
             "required": ["result"],
             "additionalProperties": False,
         }
+        if defs is not None:
+            wrapped["$defs"] = defs
         return cls(output_type, adapter, wrapped, "result")
 
     @property
@@ -92,7 +95,8 @@ class OutputSpec(Generic[OutputT]):
                 return cast(OutputT, self.adapter.validate_python(arguments[self.wrapped]))
             return cast(OutputT, self.adapter.validate_python(arguments))
         except ValidationError as exc:
-            raise ModelRetry("invalid output: " + format_validation_error(exc)) from None
+            where = () if self.wrapped is None else (self.wrapped,)
+            raise ModelRetry("invalid output: " + format_validation_error(exc, where)) from None
 
     def dump(self, output: OutputT) -> JsonValue:
         """The output as JSON data (stored in ``run_finished``)."""

@@ -7,7 +7,7 @@ from typing import cast
 
 from tether.content import JsonObject, JsonValue
 from tether.errors import ConfigError, DuplicateToolError
-from tether.tools.base import Tool, ToolDefinition
+from tether.tools.base import Tool, ToolDefinition, validate_tool_name
 
 __all__ = [
     "ToolRegistry",
@@ -113,4 +113,8 @@ def _definition(data: dict[str, JsonValue], schema_key: str) -> ToolDefinition:
         raise ConfigError(
             f"a tool definition needs a string 'name', a string 'description' and an object {schema_key!r}"
         )
-    return ToolDefinition(name=name, description=description, input_schema=cast(JsonObject, schema))
+    return ToolDefinition(
+        name=validate_tool_name(name),
+        description=description,
+        input_schema=cast(JsonObject, schema),
+    )

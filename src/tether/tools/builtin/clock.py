@@ -16,7 +16,9 @@ def _zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ModelRetry(f"unknown time zone {name!r}: use an IANA name such as 'UTC' or 'Europe/Paris'") from None
+        raise ModelRetry(
+            f"unknown time zone {name!r}: use an IANA name such as 'UTC' or 'Europe/Paris'"
+        ) from None
 
 
 def _current_time(timezone: str = "UTC") -> dict[str, str]:
@@ -26,7 +28,11 @@ def _current_time(timezone: str = "UTC") -> dict[str, str]:
         timezone: An IANA time zone name, e.g. ``UTC`` or ``Europe/Paris``.
     """
     now = datetime.now(_zone(timezone))
-    return {"datetime": now.isoformat(timespec="seconds"), "date": now.date().isoformat(), "weekday": now.strftime("%A")}
+    return {
+        "datetime": now.isoformat(timespec="seconds"),
+        "date": now.date().isoformat(),
+        "weekday": now.strftime("%A"),
+    }
 
 
 def _days_until(target: str, timezone: str = "UTC") -> dict[str, int | str]:
@@ -44,8 +50,12 @@ def _days_until(target: str, timezone: str = "UTC") -> dict[str, int | str]:
     return {"today": today.isoformat(), "target": day.isoformat(), "days": (day - today).days}
 
 
-current_time: Tool = tool(name="current_time", read_only=True, open_world=False, blocking=False)(_current_time)
+current_time: Tool = tool(name="current_time", read_only=True, open_world=False, blocking=False)(
+    _current_time
+)
 """The ``current_time`` tool."""
 
-days_until: Tool = tool(name="days_until", read_only=True, open_world=False, blocking=False)(_days_until)
+days_until: Tool = tool(name="days_until", read_only=True, open_world=False, blocking=False)(
+    _days_until
+)
 """The ``days_until`` tool."""

@@ -1,0 +1,561 @@
+"""The ``tether`` command line, driven through Typer's test runner."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import cast
+
+import pytest
+from typer.testing import CliRunner
+
+import tether
+from tether.cli.app import app
+from tether.codec import compute_hash, read_jsonl, write_jsonl
+from tether.content import TextBlock, content_text
+from tether.events import (
+    GENESIS_HASH,
+    Event,
+    LimitReached,
+    RunFinished,
+    RunStarted,
+    ToolCallFinished,
+)
+
+DEMO_ANSWER_START = "17% of 2,340 is 397.8, and there are "
+CALCULATE_THEN_FINISH: list[dict[str, object]] = [
+    {"tool_calls": [{"name": "calculate", "arguments": {"expression": "2+2"}}]},
+    {"tool_calls": [{"name": "finish_task", "arguments": {"answer": "4"}}]},
+]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:  # pyright: ignore[reportUnusedFunction]
+    """Run every command inside tmp_path, with no model or log dir from the environment.
+
+    Garbage is collected after each test so that a file a command left open is reported
+    (as an unraisable ResourceWarning) by the test that leaked it, not by a later one.
+    """
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TETHER_MODEL", raising=False)
+    monkeypatch.delenv("TETHER_LOG_DIR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("COLUMNS", "2000")  # keep Rich from wrapping long lines
+    yield
+    gc.collect()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ran:
+    """What a command did; unlike typer's ``Result`` it keeps no exception chain alive."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    output: str
+    """stdout and stderr interleaved, and the traceback of an uncaught exception, if any."""
+
+
+def invoke(*args: str) -> Ran:
+    result = CliRunner().invoke(app, list(args))
+    crash = "" if isinstance(result.exception, SystemExit | None) else repr(result.exception)
+    return Ran(result.exit_code, result.stdout, result.stderr, result.output + crash)
+
+
+def flat(text: str) -> str:
+    """``text`` with every run of whitespace collapsed to one space."""
+    return " ".join(text.split())
+
+
+def write_script(directory: Path, steps: Sequence[dict[str, object]]) -> Path:
+    path = directory / "script.json"
+    path.write_text(json.dumps(list(steps)))
+    return path
+
+
+def only_log(directory: Path) -> Path:
+    logs = sorted(directory.glob("*.jsonl"))
+    assert len(logs) == 1, logs
+    return logs[0]
+
+
+def default_logs(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / ".tether" / "runs").glob("*.jsonl"))
+
+
+def reseal(events: Sequence[Event]) -> list[Event]:
+    """Recompute every hash and prev_hash link so the chain is valid again."""
+    sealed: list[Event] = []
+    prev = GENESIS_HASH
+    for event in events:
+        linked = dataclasses.replace(event, prev_hash=prev, hash="")
+        fixed = dataclasses.replace(linked, hash=compute_hash(linked))
+        sealed.append(fixed)
+        prev = fixed.hash
+    return sealed
+
+
+def finished_event(events: Sequence[Event]) -> RunFinished:
+    last = events[-1]
+    assert isinstance(last, RunFinished)
+    return last
+
+
+def demo_log(tmp_path: Path) -> Path:
+    result = invoke("demo", "--log-dir", str(tmp_path / "demo"))
+    assert result.exit_code == 0, result.output
+    return only_log(tmp_path / "demo")
+
+
+def tool_result_index(events: Sequence[Event], tool: str) -> int:
+    return next(
+        i for i, e in enumerate(events) if isinstance(e, ToolCallFinished) and e.tool == tool
+    )
+
+
+# -- version, demo, show -------------------------------------------------------------------
+
+
+def test_version_prints_the_package_version() -> None:
+    result = invoke("version")
+    assert result.exit_code == 0
+    assert result.stdout == f"{tether.__version__}\n"
+
+
+def test_no_command_prints_help() -> None:
+    result = invoke()
+    assert result.exit_code == 2
+    for command in ("run", "demo", "replay", "show", "version"):
+        assert command in result.output
+
+
+def test_demo_finishes_and_writes_one_verified_log(tmp_path: Path) -> None:
+    result = invoke("demo", "--log-dir", str(tmp_path / "logs"))
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(DEMO_ANSWER_START)
+    assert result.stdout.endswith(" days until 2027-01-01.\n")
+    log = only_log(tmp_path / "logs")
+    events = read_jsonl(log)  # verifies the chain
+    assert log.name == f"{events[0].run_id}.jsonl"
+    started = events[0]
+    assert isinstance(started, RunStarted)
+    assert started.agent_ref == "tether.examples.demo:demo_agent"
+    assert started.model == "scripted-demo"
+    ended = finished_event(events)
+    assert ended.status == "finished"
+    assert ended.answer == result.stdout.rstrip("\n")
+    assert ended.tool_calls == 2
+    assert f"log: {log}" in result.stderr
+    assert " run finished " in flat(result.stderr)  # --verbose is on by default
+
+
+def test_demo_logs_under_dot_tether_by_default(tmp_path: Path) -> None:
+    result = invoke("demo")
+
+    assert result.exit_code == 0, result.output
+    [log] = default_logs(tmp_path)
+    assert finished_event(read_jsonl(log)).status == "finished"
+
+
+def test_show_prints_every_event(tmp_path: Path) -> None:
+    log = demo_log(tmp_path)
+    events = read_jsonl(log)
+
+    result = invoke("show", str(log))
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(events)
+    assert [int(line.split()[0]) for line in lines] == [e.seq for e in events]
+    assert (
+        lines[0].split(maxsplit=1)[1].startswith("run started agent=assistant model=scripted-demo")
+    )
+    assert "call calculate(" in result.stdout
+    assert lines[-1].split(maxsplit=1)[1] == "run finished 2 steps, 2 tool calls"
+
+
+def test_show_of_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+    result = invoke("show", str(tmp_path / "missing.jsonl"))
+    assert result.exit_code == 2
+    assert "does not exist" in flat(result.output)
+
+
+def test_show_of_an_unknown_event_kind_exits_2(tmp_path: Path) -> None:
+    log = demo_log(tmp_path)
+    with log.open("a") as fh:
+        fh.write('{"kind": "from_the_future"}\n')
+
+    result = invoke("show", str(log))
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "error: unknown event kind 'from_the_future'" in flat(result.stderr)
+
+
+def test_show_of_a_line_that_is_not_json_exits_2(tmp_path: Path) -> None:
+    log = tmp_path / "broken.jsonl"
+    log.write_text("not json\n")
+
+    result = invoke("show", str(log))
+
+    assert result.exit_code == 2
+    assert "an event is not valid JSON" in flat(result.stderr)
+    assert "(line 1)" in flat(result.stderr)
+
+
+# -- replay ----------------------------------------------------------------------------------
+
+
+def test_replay_of_the_demo_log_matches(tmp_path: Path) -> None:
+    log = demo_log(tmp_path)
+    events = read_jsonl(log)
+
+    result = invoke("replay", str(log))
+
+    assert result.exit_code == 0, result.output
+    assert flat(result.stderr) == f"replay matches: {len(events)} events reproduced"
+
+
+def test_replay_with_an_explicit_agent_matches(tmp_path: Path) -> None:
+    log = demo_log(tmp_path)
+    result = invoke("replay", str(log), "--agent", "tether.examples.demo:assistant")
+    assert result.exit_code == 0, result.output
+
+
+def test_replay_with_an_agent_that_cannot_be_imported_exits_2(tmp_path: Path) -> None:
+    log = demo_log(tmp_path)
+
+    result = invoke("replay", str(log), "--agent", "tether.examples.demo:nope")
+
+    assert result.exit_code == 2
+    assert "error: cannot import agent 'tether.examples.demo:nope'" in flat(result.stderr)
+
+
+def test_replay_of_an_edited_and_resealed_finish_result_diverges(tmp_path: Path) -> None:
+    events = read_jsonl(demo_log(tmp_path))
+    index = tool_result_index(events, "finish_task")
+    edited = list(events)
+    edited[index] = dataclasses.replace(
+        cast(ToolCallFinished, edited[index]), content=(TextBlock(text="accepted"),)
+    )
+    log = tmp_path / "edited.jsonl"
+    write_jsonl(log, reseal(edited))
+    read_jsonl(log)  # the chain is valid again
+
+    result = invoke("replay", str(log))
+
+    assert result.exit_code == 1, result.output
+    assert flat(result.stderr) == (
+        f"replay diverged: event {index} (tool_call_finished): content was "
+        "[{'kind': 'text', 'text': 'accepted'}] in the recording, "
+        "[{'kind': 'text', 'text': 'done'}] in the replay"
+    )
+
+
+def test_replay_of_a_resealed_tool_result_that_no_longer_answers_its_call_diverges(
+    tmp_path: Path,
+) -> None:
+    # calculate's result is relabelled as a result tether wrote itself (synthetic): the
+    # replay then has no recorded result to serve for the call, which is a divergence.
+    events = read_jsonl(demo_log(tmp_path))
+    index = tool_result_index(events, "calculate")
+    edited = list(events)
+    edited[index] = dataclasses.replace(cast(ToolCallFinished, edited[index]), synthetic=True)
+    log = tmp_path / "edited.jsonl"
+    write_jsonl(log, reseal(edited))
+
+    result = invoke("replay", str(log))
+
+    assert result.exit_code == 1, result.output
+    assert flat(result.stderr).startswith("replay diverged: event ")
+
+
+def test_replay_of_an_edited_tool_result_serves_the_recorded_value(tmp_path: Path) -> None:
+    # Tool results are the replay's inputs: a consistently re-sealed content edit is served
+    # as recorded, so it reproduces (only the hash chain can show that a log was edited).
+    events = read_jsonl(demo_log(tmp_path))
+    index = tool_result_index(events, "calculate")
+    edited = list(events)
+    edited[index] = dataclasses.replace(
+        cast(ToolCallFinished, edited[index]), content=(TextBlock(text="400"),)
+    )
+    log = tmp_path / "edited.jsonl"
+    write_jsonl(log, reseal(edited))
+
+    result = invoke("replay", str(log))
+
+    assert result.exit_code == 0, result.output
+    assert flat(result.stderr) == f"replay matches: {len(events)} events reproduced"
+
+
+@pytest.mark.parametrize("command", ["show", "replay"])
+def test_a_tampered_log_exits_2_naming_the_seq(tmp_path: Path, command: str) -> None:
+    events = read_jsonl(demo_log(tmp_path))
+    index = tool_result_index(events, "calculate")
+    tampered = list(events)
+    tampered[index] = dataclasses.replace(
+        cast(ToolCallFinished, tampered[index]), content=(TextBlock(text="400"),)
+    )
+    log = tmp_path / "tampered.jsonl"
+    write_jsonl(log, tampered)
+
+    result = invoke(command, str(log))
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    message = flat(result.stderr)
+    assert message.startswith(
+        f"error: event log chain broken at seq {events[index].seq}: the hash does not match "
+        "the event's content."
+    )
+
+
+# -- run ---------------------------------------------------------------------------------------
+
+
+def test_run_with_a_scripted_model_finishes_and_logs(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+
+    result = invoke("run", "What is 2+2?", "--model", f"scripted:{script}")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "4\n"
+    assert flat(result.stderr).startswith("finished · 2 steps · 1 tool calls · ")
+    [log] = default_logs(tmp_path)
+    events = read_jsonl(log)
+    started = events[0]
+    assert isinstance(started, RunStarted)
+    assert started.goal == "What is 2+2?"
+    assert started.agent == "assistant"
+    assert started.agent_ref == "tether.examples.demo:assistant"
+    assert started.model == f"scripted:{script}"
+    [calculated] = [e for e in events if isinstance(e, ToolCallFinished) and e.tool == "calculate"]
+    assert content_text(calculated.content) == "4"
+    assert finished_event(events).output == "4"
+
+
+def test_run_log_replays(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+    assert invoke("run", "What is 2+2?", "--model", f"scripted:{script}").exit_code == 0
+    [log] = default_logs(tmp_path)
+
+    result = invoke("replay", str(log))
+
+    assert result.exit_code == 0, result.output
+    assert flat(result.stderr) == f"replay matches: {len(read_jsonl(log))} events reproduced"
+
+
+def test_run_where_the_model_calls_finish_task_at_once(tmp_path: Path) -> None:
+    script = write_script(
+        tmp_path, [{"tool_calls": [{"name": "finish_task", "arguments": {"answer": "hello"}}]}]
+    )
+
+    result = invoke("run", "Say hello", "--model", f"scripted:{script}")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "hello\n"
+    [log] = default_logs(tmp_path)
+    ended = finished_event(read_jsonl(log))
+    assert (ended.status, ended.steps, ended.tool_calls) == ("finished", 1, 0)
+
+
+def test_run_where_the_model_answers_in_text(tmp_path: Path) -> None:
+    script = write_script(tmp_path, [{"text": "Hello there."}])
+
+    result = invoke("run", "Say hello", "--model", f"scripted:{script}")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Hello there.\n"
+
+
+def test_run_json_prints_the_outcome(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+
+    result = invoke("run", "What is 2+2?", "--model", f"scripted:{script}", "--json")
+
+    assert result.exit_code == 0, result.output
+    data = cast(dict[str, object], json.loads(result.stdout))
+    [log] = default_logs(tmp_path)
+    assert data == {
+        "run_id": log.stem,
+        "status": "finished",
+        "answer": "4",
+        "steps": 2,
+        "tool_calls": 1,
+        "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 2, "cost": 0.0},
+        "error": None,
+        "limit": None,
+    }
+
+
+def test_run_verbose_prints_every_event(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+
+    result = invoke("run", "What is 2+2?", "--model", f"scripted:{script}", "-v")
+
+    assert result.exit_code == 0, result.output
+    [log] = default_logs(tmp_path)
+    events = read_jsonl(log)
+    stderr = flat(result.stderr)
+    assert "0 run started agent=assistant" in stderr
+    assert 'call calculate({"expression":"2+2"})' in stderr
+    assert f"{events[-1].seq} run finished 2 steps, 1 tool calls" in stderr
+
+
+def test_run_that_hits_max_steps_exits_1(tmp_path: Path) -> None:
+    forever: list[dict[str, object]] = [
+        {"tool_calls": [{"name": "calculate", "arguments": {"expression": f"{n}+1"}}]}
+        for n in range(5)
+    ]
+    script = write_script(tmp_path, forever)
+
+    result = invoke("run", "Count", "--model", f"scripted:{script}", "--max-steps", "1", "--json")
+
+    assert result.exit_code == 1, result.output
+    data = cast(dict[str, object], json.loads(result.stdout))
+    assert data["status"] == "budget_exhausted"
+    assert data["limit"] == "max_steps"
+    assert data["steps"] == 1
+    [log] = default_logs(tmp_path)
+    events = read_jsonl(log)
+    started = events[0]
+    assert isinstance(started, RunStarted)
+    assert started.limits.max_steps == 1
+    [reached] = [e for e in events if isinstance(e, LimitReached)]
+    assert (reached.limit, reached.used, reached.maximum) == ("max_steps", 1.0, 1.0)
+    ended = finished_event(events)
+    assert (ended.status, ended.limit) == ("budget_exhausted", "max_steps")
+
+
+def test_run_that_hits_max_steps_reports_the_limit(tmp_path: Path) -> None:
+    forever: list[dict[str, object]] = [
+        {"tool_calls": [{"name": "calculate", "arguments": {"expression": "1+1"}}]}
+    ] * 3
+    script = write_script(tmp_path, forever)
+
+    result = invoke("run", "Count", "--model", f"scripted:{script}", "--max-steps", "1")
+
+    assert result.exit_code == 1, result.output
+    assert "budget_exhausted (max_steps) · 1 steps · 1 tool calls" in flat(result.stderr)
+
+
+def test_replay_of_a_run_with_overridden_max_steps_matches(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+    run = invoke("run", "What is 2+2?", "--model", f"scripted:{script}", "--max-steps", "5")
+    assert run.exit_code == 0, run.output
+    [log] = default_logs(tmp_path)
+
+    result = invoke("replay", str(log))
+
+    assert result.exit_code == 0, result.output
+
+
+def test_run_whose_model_fails_exits_1(tmp_path: Path) -> None:
+    script = write_script(tmp_path, [{"error": "the model is down", "transient": False}])
+
+    result = invoke("run", "Anything", "--model", f"scripted:{script}")
+
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert "failed: ModelError: the model is down" in flat(result.stderr)
+    [log] = default_logs(tmp_path)
+    assert finished_event(read_jsonl(log)).status == "failed"
+
+
+def test_run_with_an_unknown_model_prefix_exits_2(tmp_path: Path) -> None:
+    result = invoke("run", "Anything", "--model", "nosuchprovider:x")
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert flat(result.stderr).startswith(
+        "error: no model provider for 'nosuchprovider:x'. Known prefixes: "
+    )
+    assert "scripted" in result.stderr
+    assert default_logs(tmp_path) == []  # the run never started: no log
+
+
+def test_run_with_a_missing_script_exits_2(tmp_path: Path) -> None:
+    result = invoke("run", "Anything", "--model", f"scripted:{tmp_path / 'missing.json'}")
+
+    assert result.exit_code == 2
+    assert "error: cannot read the model script" in flat(result.stderr)
+    assert default_logs(tmp_path) == []
+
+
+def test_run_without_a_model_says_what_to_configure(tmp_path: Path) -> None:
+    result = invoke("run", "Anything")
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    message = flat(result.stderr)
+    assert message.startswith("error: no model configured")
+    assert "TETHER_MODEL" in message
+    assert default_logs(tmp_path) == []
+
+
+def test_run_uses_tether_model_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+    monkeypatch.setenv("TETHER_MODEL", f"scripted:{script}")
+
+    result = invoke("run", "What is 2+2?")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "4\n"
+
+
+def test_run_uses_tether_log_dir_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+    monkeypatch.setenv("TETHER_LOG_DIR", str(tmp_path / "from_env"))
+
+    result = invoke("run", "What is 2+2?", "--model", f"scripted:{script}")
+
+    assert result.exit_code == 0, result.output
+    only_log(tmp_path / "from_env")
+    assert default_logs(tmp_path) == []
+
+
+def test_run_with_an_explicit_log_dir(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+
+    result = invoke(
+        "run", "What is 2+2?", "--model", f"scripted:{script}", "--log-dir", str(tmp_path / "mine")
+    )
+
+    assert result.exit_code == 0, result.output
+    log = only_log(tmp_path / "mine")
+    assert f"log: {log}" in result.stderr
+
+
+def test_run_no_log_writes_nothing(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+
+    result = invoke("run", "What is 2+2?", "--model", f"scripted:{script}", "--no-log")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "4\n"
+    assert "log:" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["script.json"]
+
+
+def test_run_with_an_unimportable_agent_exits_2() -> None:
+    result = invoke("run", "Anything", "--agent", "no_such_package.module:agent")
+
+    assert result.exit_code == 2
+    assert "error: cannot import agent 'no_such_package.module:agent'" in flat(result.stderr)
+
+
+def test_run_with_an_empty_goal_exits_2(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+
+    result = invoke("run", "   ", "--model", f"scripted:{script}")
+
+    assert result.exit_code == 2
+    assert "error: the goal must be a non-empty string" in flat(result.stderr)

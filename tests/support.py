@@ -1,0 +1,97 @@
+"""Tools and checks shared by the loop tests."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from tether import Event, ModelRetry, tool
+from tether.events import (
+    ModelResponded,
+    PolicyDecided,
+    RunFinished,
+    ToolCallFinished,
+    ToolCallRequested,
+    ToolCallUnknown,
+)
+from tether.messages import CONTROL_TOOLS
+
+
+@tool(read_only=True, idempotent=True, open_world=False, blocking=False)
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first number.
+        b: The second number.
+    """
+    return a + b
+
+
+@tool(read_only=True, open_world=False)
+async def lookup(key: str) -> str:
+    """Look a word up in a tiny dictionary.
+
+    Args:
+        key: The word.
+    """
+    table = {"tether": "a rope that limits movement", "agent": "one who acts"}
+    if key not in table:
+        raise ModelRetry(f"unknown key {key!r}; known: {sorted(table)}")
+    return table[key]
+
+
+@tool(open_world=False)
+async def explode(reason: str) -> str:
+    """Always fails.
+
+    Args:
+        reason: What to say.
+    """
+    raise RuntimeError(reason)
+
+
+def assert_protocol_valid(events: Sequence[Event]) -> None:
+    """Every call the model made has exactly one result; executed calls were decided first."""
+    called: list[str] = []
+    results: Counter[str] = Counter()
+    requested: set[str] = set()
+    allowed: set[str] = set()
+    for event in events:
+        match event:
+            case ModelResponded():
+                called.extend(c.id for c in event.tool_calls)
+            case ToolCallRequested():
+                assert event.call_id in called, f"intent for unknown call {event.call_id}"
+                requested.add(event.call_id)
+            case PolicyDecided():
+                assert event.call_id in requested, f"decision before intent for {event.call_id}"
+                if event.decision == "allow":
+                    allowed.add(event.call_id)
+            case ToolCallFinished() | ToolCallUnknown():
+                results[event.call_id] += 1
+                if isinstance(event, ToolCallFinished) and not event.synthetic:
+                    assert event.call_id in allowed, (
+                        f"{event.call_id} ran without an allow decision"
+                    )
+            case _:
+                pass
+    last = events[-1]
+    assert isinstance(last, RunFinished)
+    waiting = last.status in ("waiting_for_approval", "waiting_for_user")
+    for call_id in called:
+        if waiting and results[call_id] == 0:
+            continue
+        assert results[call_id] == 1, f"call {call_id} has {results[call_id]} results"
+    assert sum(results.values()) == sum(results[c] for c in called), (
+        "a result for a call never made"
+    )
+
+
+def executed_tool_calls(events: Sequence[Event]) -> int:
+    """Calls that the policy allowed to run (control tools excluded)."""
+    return sum(
+        1
+        for e in events
+        if isinstance(e, PolicyDecided) and e.decision == "allow" and e.tool not in CONTROL_TOOLS
+    )
