@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--concurrent", type=int, default=1000, help="concurrent runs")
     parser.add_argument("--log-dir", action="store_true", help="also write each run's JSONL log")
     args = parser.parse_args()
-    limits = Limits(max_steps=STEPS + 1, max_tool_calls=K + 1)
+    limits = Limits()  # the defaults, as a user would have them
     with tempfile.TemporaryDirectory() as tmp:
         agent = Agent(
             name="overhead",

@@ -69,7 +69,7 @@ class EventBase:
     seq: int
     """Position in the run's log: 0, 1, 2, ... without gaps."""
     at: datetime
-    """When the event was recorded (UTC)."""
+    """When the event was recorded (UTC); events committed together share their batch's time."""
     prev_hash: str
     """The previous event's ``hash``; ``GENESIS_HASH`` for ``seq == 0``."""
     hash: str = ""

@@ -55,7 +55,7 @@ from tether.tools.base import Tool, ToolContext
 if TYPE_CHECKING:
     from tether.agent import Agent
 
-__all__ = ["AgentRun", "ToolRunner", "run_tool"]
+__all__ = ["AgentRun", "ToolRunner", "run_tool", "tool_error"]
 
 OutputT = TypeVar("OutputT", default=str)
 T = TypeVar("T")
@@ -68,6 +68,21 @@ ToolRunner = Callable[
 
 _FINAL_ANSWER_SECONDS = 60.0
 _WARN_AT = 0.8
+
+
+def tool_error(tool: Tool, exc: Exception, timeout: float | None) -> tuple[ToolResult, str]:
+    """The result the model sees when a tool raised ``exc`` (a timeout included)."""
+    match exc:
+        case ModelRetry():
+            return ToolResult.error(exc.message), "model_retry"
+        case TimeoutError() if timeout is not None:
+            return _timed_out(tool.name, timeout), "timeout"
+        case ApprovalRequired():
+            return ToolResult.error(
+                f"{tool.name} needs approval: {exc.reason}"
+            ), "approval_required"
+        case _:
+            return ToolResult.error(f"{tool.name} failed: {type(exc).__name__}: {exc}"), "exception"
 
 
 async def run_tool(
@@ -85,31 +100,26 @@ async def run_tool(
             async with asyncio.timeout(timeout) as scope:
                 try:
                     result = await tool.handler(ctx, arguments)
-                except TimeoutError:
+                except TimeoutError as exc:
                     if scope.expired():
                         raise
-                    return ToolResult.error(f"{tool.name} raised TimeoutError"), "exception"
-    except ModelRetry as exc:
-        return ToolResult.error(exc.message), "model_retry"
-    except TimeoutError:
-        assert timeout is not None
-        return _timed_out(tool.name, timeout), "timeout"
-    except ApprovalRequired as exc:
-        return ToolResult.error(f"{tool.name} needs approval: {exc.reason}"), "approval_required"
+                    return tool_error(tool, exc, None)
     except Exception as exc:
-        return ToolResult.error(f"{tool.name} failed: {type(exc).__name__}: {exc}"), "exception"
+        return tool_error(tool, exc, timeout)
     return result, ("tool_error" if result.is_error else None)
+
+
+_NO_CONTEXT = ToolContext(run_id="", call_id="", tool="")
+"""Passed to handlers that declared they do not read their context."""
 
 
 def _timed_out(name: str, timeout: float) -> ToolResult:
     return ToolResult.error(f"{name} did not finish within {timeout:g}s and was cancelled")
 
 
-@dataclass(slots=True)
 class _Planned:
-    """What happens to one tool call of a turn."""
+    """What happens to one tool call of a turn (class-level defaults: cheap to create)."""
 
-    call: ToolCall
     tool: Tool | None = None
     arguments: Mapping[str, Any] | None = None
     synthetic: ToolResult | None = None
@@ -119,6 +129,9 @@ class _Planned:
     question: str | None = None
     awaiting_approval: bool = False
     stop_reason: str | None = None
+
+    def __init__(self, call: ToolCall) -> None:
+        self.call = call
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +184,7 @@ class AgentRun(Generic[OutputT]):
         self._clock = clock
         self._state = StateBuilder()
         self._journal = Journal(run_id, clock=clock, sinks=sinks, on_event=self._state.apply)
+        self._add = self._journal.add
         self._agent_ref = agent_ref
         self._tags = tuple(tags)
         self._parent_run_id = parent_run_id
@@ -182,6 +196,8 @@ class AgentRun(Generic[OutputT]):
         self._interruptible = False
         self._watchdog: Watchdog | None = None
         self._t0 = 0.0
+        self._deadline: float | None = None
+        self._monotonic = clock.monotonic
         self._warned_steps = False
         self._warn_steps_at = _WARN_AT * self._spec.limits.max_steps
         self._digest_prefix: tuple[object, str, bytes] = (None, "", b"")
@@ -227,15 +243,13 @@ class AgentRun(Generic[OutputT]):
 
     # -- the loop ------------------------------------------------------------------------
 
-    def _add(self, cls: type[Any], **fields: Any) -> Event:
-        return self._journal.add(cls, **fields)
-
     async def _drive(self) -> AsyncGenerator[Event]:  # noqa: C901 - the loop, read top to bottom
         task = asyncio.current_task()
         assert task is not None, "a run must be iterated inside a task"
         self._task = task
         self._watchdog = Watchdog(task)
         journal = self._journal
+        fast = journal.in_memory  # no sinks: committing is handing events over
         try:
             try:
                 self._start()
@@ -248,7 +262,7 @@ class AgentRun(Generic[OutputT]):
                         while True:
                             answer = await self._ask_model(request)
                             if journal.has_pending:
-                                for event in await journal.commit():
+                                for event in journal.take() if fast else await journal.commit():
                                     yield event
                             if not isinstance(answer, _Retry):
                                 break
@@ -257,12 +271,12 @@ class AgentRun(Generic[OutputT]):
                             stop = answer
                         else:
                             planned = self._plan(answer)
-                            for event in await journal.commit():
+                            for event in journal.take() if fast else await journal.commit():
                                 yield event
                             self._check_cancel()  # a cancel seen now stops before any tool runs
                             if self._runnable <= 1:
                                 await self._execute_inline(planned)
-                                for event in await journal.commit():
+                                for event in journal.take() if fast else await journal.commit():
                                     yield event
                             else:
                                 async for event in self._execute_parallel(planned):
@@ -294,6 +308,8 @@ class AgentRun(Generic[OutputT]):
     def _start(self) -> None:
         spec = self._spec
         self._t0 = self._clock.monotonic()
+        if spec.limits.max_seconds is not None:
+            self._deadline = self._t0 + spec.limits.max_seconds
         self._add(
             RunStarted,
             goal=self.goal,
@@ -313,8 +329,8 @@ class AgentRun(Generic[OutputT]):
         return self._clock.monotonic() - self._t0
 
     def _remaining(self) -> float | None:
-        max_seconds = self._spec.limits.max_seconds
-        return None if max_seconds is None else max(0.0, max_seconds - self._elapsed())
+        deadline = self._deadline
+        return None if deadline is None else max(0.0, deadline - self._monotonic())
 
     def _check_cancel(self) -> None:
         if self._cancel_reason is not None:
@@ -650,23 +666,28 @@ class AgentRun(Generic[OutputT]):
         remaining = self._remaining()
         if remaining is not None and (timeout is None or remaining < timeout):
             timeout = remaining
-        ctx = ToolContext(run_id=self.run_id, call_id=item.call.id, tool=tool.name)
+        ctx = (
+            ToolContext(run_id=self.run_id, call_id=item.call.id, tool=tool.name)
+            if tool.takes_context or self._tool_runner is not run_tool
+            else _NO_CONTEXT
+        )
         t0 = self._clock.monotonic()
         self._in_flight.add(item.call.id)
         runner = self._tool_runner
         try:
             if child:
                 result, error_type = await runner(tool, item.call, ctx, item.arguments, timeout)
+            elif runner is run_tool:  # the default: no extra coroutine on the hot path
+                result = await self._bounded(tool.handler(ctx, item.arguments), timeout)
+                error_type = "tool_error" if result.is_error else None
             else:
                 result, error_type = await self._bounded(
                     runner(tool, item.call, ctx, item.arguments, None), timeout
                 )
-        except TimeoutError:
-            assert timeout is not None
-            result, error_type = _timed_out(tool.name, timeout), "timeout"
-        except Exception as exc:  # a custom runner failed; the run must not
-            result = ToolResult.error(f"{tool.name} could not run: {type(exc).__name__}: {exc}")
-            error_type = "exception"
+        except TimeoutError as exc:
+            result, error_type = tool_error(tool, exc, timeout)
+        except Exception as exc:  # the tool, or a custom runner, failed; the run must not
+            result, error_type = tool_error(tool, exc, None)
         self._in_flight.discard(item.call.id)
         return result, error_type, self._clock.monotonic() - t0
 
@@ -893,12 +914,15 @@ class AgentRun(Generic[OutputT]):
         fin = st.finished
         assert fin is not None
         assert st.started_at is not None
-        approved = {e.call_id for e in self._journal.events if e.kind == "approval_given"}
-        pending = tuple(
-            PendingCall(call_id=e.call_id, tool=e.tool, arguments=dict(e.arguments))
-            for e in self._journal.events
-            if isinstance(e, ApprovalRequested) and e.call_id not in approved
-        )
+        pending: tuple[PendingCall, ...] = ()
+        if fin.status == "waiting_for_approval":
+            events = self._journal.events
+            approved = {e.call_id for e in events if e.kind == "approval_given"}
+            pending = tuple(
+                PendingCall(call_id=e.call_id, tool=e.tool, arguments=dict(e.arguments))
+                for e in events
+                if isinstance(e, ApprovalRequested) and e.call_id not in approved
+            )
         self._outcome = RunOutcome(
             run_id=self.run_id,
             status=fin.status,
@@ -913,7 +937,7 @@ class AgentRun(Generic[OutputT]):
             error=fin.error,
             limit=fin.limit,
             question=fin.question,
-            pending=pending if fin.status == "waiting_for_approval" else (),
+            pending=pending,
         )
 
 

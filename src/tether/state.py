@@ -183,7 +183,11 @@ class StateBuilder:
                         text=event.text, tool_calls=event.tool_calls, reasoning=event.reasoning
                     )
                 )
-                self.pending = {call.id: call for call in event.tool_calls}
+                calls = event.tool_calls
+                if len(calls) == 1:
+                    self.pending = {calls[0].id: calls[0]}
+                else:
+                    self.pending = {call.id: call for call in calls}
             case RunStarted():
                 self.run_id = event.run_id
                 self.goal = event.goal

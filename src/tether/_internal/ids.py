@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import random
 import time
 
 __all__ = ["new_run_id"]
@@ -11,7 +11,7 @@ __all__ = ["new_run_id"]
 def new_run_id() -> str:
     """A UUIDv7-style id: 48 bits of Unix milliseconds, then random bits."""
     ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
+    rand = random.getrandbits(80)  # unique, not secret: the module reseeds itself after fork
     value = (ms << 80) | rand
     value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
     value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -63,6 +64,7 @@ class Journal:
     """Builds a run's events (seq, time, hash chain) and commits them in batches."""
 
     __slots__ = (
+        "_batch_at",
         "_now",
         "_on_event",
         "_pending",
@@ -91,13 +93,18 @@ class Journal:
         self.seq = len(self.events)
         self.prev_hash = self.events[-1].hash if self.events else GENESIS_HASH
         self._pending: list[Event] = []
+        self._batch_at: datetime | None = None
         self._on_event = on_event
 
     def add(self, cls: type[E], **fields: Any) -> E:
-        """Build, seal and buffer the next event (not yet committed), then fold it."""
-        event = cls(
-            run_id=self.run_id, seq=self.seq, at=self._now(), prev_hash=self.prev_hash, **fields
-        )
+        """Build, seal and buffer the next event (not yet committed), then fold it.
+
+        Events committed together share one time: when their batch began.
+        """
+        at = self._batch_at
+        if at is None:
+            at = self._batch_at = self._now()
+        event = cls(run_id=self.run_id, seq=self.seq, at=at, prev_hash=self.prev_hash, **fields)
         getter = _getters.get(cls) or hashed_fields(cls)
         digest = _sha256(_dumps(getter(event))).hexdigest()
         _seal(event, "hash", digest)  # sealed before anyone else sees it
@@ -114,9 +121,23 @@ class Journal:
         """Whether events wait to be committed."""
         return bool(self._pending)
 
+    @property
+    def in_memory(self) -> bool:
+        """Whether committing writes nowhere (no sinks): ``take()`` then suffices."""
+        return not self.sinks
+
+    def take(self) -> list[Event]:
+        """Commit for a journal without sinks: hand over the buffered events."""
+        batch = self._pending
+        self._batch_at = None
+        if batch:
+            self._pending = []
+        return batch
+
     async def commit(self) -> list[Event]:
         """Write the buffered events to every sink; they are then part of the run."""
         batch = self._pending
+        self._batch_at = None
         if not batch:
             return batch
         self._pending = []

@@ -171,6 +171,8 @@ class Tool:
     """Checks the model's arguments before the call."""
     timeout: float | None = None
     """Seconds a call may take; ``None`` uses the run's ``Limits.tool_timeout``."""
+    takes_context: bool = True
+    """Whether the handler reads its ``ToolContext`` (the loop skips building one if not)."""
 
     @property
     def name(self) -> str:

@@ -24,6 +24,7 @@ from tether.tools.base import (
     ToolAnnotations,
     ToolContext,
     ToolDefinition,
+    ToolHandler,
     to_tool_result,
     validate_tool_name,
 )
@@ -130,19 +131,10 @@ def function_tool(
     if not text:
         raise ConfigError(f"tool {tool_name!r}: give it a docstring or a description")
 
-    is_async = inspect.iscoroutinefunction(func)
     ctx_name = context_param
-
-    async def handler(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
-        kwargs = arguments if ctx_name is None else {**arguments, ctx_name: ctx}
-        value: object
-        if is_async:
-            value = await cast(Awaitable[object], func(**kwargs))
-        elif blocking:
-            value = await asyncio.to_thread(func, **kwargs)
-        else:
-            value = func(**kwargs)
-        return to_tool_result(value)
+    handler = _handler(
+        func, ctx_name, is_async=inspect.iscoroutinefunction(func), blocking=blocking
+    )
 
     definition = ToolDefinition(
         name=tool_name, description=text, input_schema=schema, title=title, annotations=annotations
@@ -151,8 +143,40 @@ def function_tool(
         definition=definition,
         handler=handler,
         validator=_model_validator(model, renamed),
+        takes_context=ctx_name is not None,
         timeout=timeout,
     )
+
+
+def _handler(
+    func: Callable[..., object], ctx_name: str | None, *, is_async: bool, blocking: bool
+) -> ToolHandler:
+    """The handler for ``func``, specialised once so that a call takes no decisions."""
+    if ctx_name is not None:
+        inner = _handler(func, None, is_async=is_async, blocking=blocking)
+
+        async def with_context(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
+            return await inner(ctx, {**arguments, ctx_name: ctx})
+
+        return with_context
+    if is_async:
+        coroutine = cast(Callable[..., Awaitable[object]], func)
+
+        async def run_async(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
+            return to_tool_result(await coroutine(**arguments))
+
+        return run_async
+    if blocking:
+
+        async def run_in_thread(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
+            return to_tool_result(await asyncio.to_thread(func, **arguments))
+
+        return run_in_thread
+
+    async def run_inline(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
+        return to_tool_result(func(**arguments))
+
+    return run_inline
 
 
 @overload
