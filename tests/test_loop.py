@@ -28,7 +28,7 @@ from tether.models.base import Model
 from tether.policy.base import Policy
 from tether.retry import Backoff
 from tether.testing import FakeClock, FunctionModel, ScriptedModel, call, finish
-from tether.tools.base import ToolDefinition
+from tether.tools.base import Tool, ToolDefinition
 
 from .support import add, assert_protocol_valid, explode, lookup
 
@@ -642,3 +642,57 @@ async def test_dataclass_and_list_outputs() -> None:
         model=ScriptedModel([call("finish_task", result=[1, 2])]), output_type=list[int]
     ).run("n")
     assert numbers.output == [1, 2]
+
+
+async def test_huge_integer_results_do_not_break_the_log() -> None:
+    @tool(open_world=False, blocking=False)
+    def power(exponent: int) -> int:
+        """Two to a power.
+
+        Args:
+            exponent: The exponent.
+        """
+        return 2**exponent
+
+    outcome = await Agent(
+        model=ScriptedModel([call("power", exponent=100), finish("big")]), tools=[power]
+    ).run("x")
+    result = results(outcome.events)[0]
+    assert content_text(result.content) == str(2**100)
+    assert result.structured is None  # beyond 64 bits only the text keeps it exactly
+    assert outcome.status == "finished"
+
+
+async def test_a_policy_that_raises_denies_the_call() -> None:
+    class Broken(Policy):
+        def decide(
+            self, call: ToolCall, tool: ToolDefinition, events: Sequence[Event]
+        ) -> PolicyDecision:
+            raise RuntimeError("rules file missing")
+
+    outcome = await Agent(
+        model=ScriptedModel([call("add", a=1, b=1), "gave up"]), tools=[add], policy=Broken()
+    ).run("x")
+    denied = results(outcome.events)[0]
+    assert denied.error_type == "denied"
+    assert "rules file missing" in content_text(denied.content)
+    decision = next(e for e in outcome.events if isinstance(e, PolicyDecided))
+    assert (decision.decision, decision.rule) == ("deny", "policy_error")
+
+
+async def test_a_broken_validator_is_an_error_result_not_a_crash() -> None:
+    async def handler(ctx: object, arguments: object) -> str:
+        return "never"
+
+    broken = Tool(
+        definition=ToolDefinition(name="broken", description="x", input_schema={"type": "object"}),
+        handler=handler,  # pyright: ignore[reportArgumentType]
+        validator=lambda arguments: 1 / 0,  # pyright: ignore[reportArgumentType, reportUnknownLambdaType]
+    )
+    outcome = await Agent(model=ScriptedModel([call("broken"), finish("x")]), tools=[broken]).run(
+        "x"
+    )
+    failed = results(outcome.events)[0]
+    assert failed.error_type == "exception"
+    assert "ZeroDivisionError" in content_text(failed.content)
+    assert outcome.status == "finished"

@@ -12,6 +12,7 @@ from typing import Any, Generic
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock
+from tether._internal.frozen import frozen
 from tether._internal.ids import new_run_id
 from tether._internal.journal import EventSink, JsonlSink
 from tether.codec import canonical_json
@@ -39,7 +40,7 @@ _FINISH_HINT = (
 )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class AgentSpec(Generic[OutputT]):
     """What an agent's configuration resolves to, computed once (derived, not configured)."""
 
@@ -53,6 +54,8 @@ class AgentSpec(Generic[OutputT]):
     """The output type as ``finish_task``."""
     definitions: tuple[ToolDefinition, ...]
     """Every tool the model is offered, control tools included."""
+    finish_definition: ToolDefinition
+    """``finish_task`` as the model sees it."""
     tool_names: tuple[str, ...]
     """Their names."""
     ask_user: ToolDefinition | None
@@ -127,7 +130,8 @@ class Agent(Generic[OutputT]):
                 raise ConfigError(
                     f"{reserved!r} is reserved for tether's control tools; rename your tool"
                 )
-        definitions = (*registry.definitions(), output.definition(), *((ask,) if ask else ()))
+        finish = output.definition()
+        definitions = (*registry.definitions(), finish, *((ask,) if ask else ()))
         instructions = f"{self.instructions.strip()}\n\n{_FINISH_HINT}".strip()
         digest = hashlib.sha256(
             canonical_json(
@@ -145,6 +149,7 @@ class Agent(Generic[OutputT]):
             registry=registry,
             output=output,
             definitions=definitions,
+            finish_definition=finish,
             tool_names=tuple(d.name for d in definitions),
             ask_user=ask,
             limits=self.limits,

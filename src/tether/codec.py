@@ -15,13 +15,16 @@ from dataclasses import fields
 from functools import cache
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
-from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from tether.errors import BrokenChain, LogError, UnknownEventKind
 from tether.events import EVENT_TYPES, GENESIS_HASH, Event
+from tether.jsontypes import JsonValue
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 __all__ = [
     "canonical_json",
@@ -36,6 +39,8 @@ __all__ = [
     "verify_chain",
     "write_jsonl",
 ]
+
+E = TypeVar("E", bound=Event)
 
 _sha256 = hashlib.sha256
 _dumps = orjson.dumps
@@ -73,7 +78,7 @@ def compute_hash(event: Event) -> str:
     return _sha256(_dumps(hashed_fields(type(event))(event))).hexdigest()
 
 
-def seal(event: Event) -> Event:
+def seal(event: E) -> E:
     """Set the hash of a freshly built event (built with ``hash=""``) and return it.
 
     The event is not yet shared with anyone; sealing it in place avoids building it twice
@@ -85,6 +90,8 @@ def seal(event: Event) -> Event:
 
 @cache
 def _adapter(kind: str) -> TypeAdapter[Any]:
+    from pydantic import TypeAdapter
+
     return TypeAdapter(EVENT_TYPES[kind])
 
 
@@ -106,6 +113,8 @@ def decode_event(data: bytes | str, *, line: int | None = None) -> Event:
         raise LogError("an event has no string 'kind' field", line=line)
     if kind not in EVENT_TYPES:
         raise UnknownEventKind(kind, line=line)
+    from pydantic import ValidationError
+
     try:
         return cast(Event, _adapter(kind).validate_json(data, strict=True))
     except ValidationError as exc:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from pydantic import JsonValue
-
-from tether._internal.fastinit import fast_init
+from tether._internal.frozen import frozen
+from tether.jsontypes import JsonObject, JsonValue
 
 __all__ = [
     "ContentBlock",
@@ -20,11 +18,8 @@ __all__ = [
     "content_text",
 ]
 
-JsonObject: TypeAlias = dict[str, JsonValue]
-"""A JSON object, as tool arguments and structured content are."""
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(slots=False)
 class TextBlock:
     """Plain text."""
 
@@ -34,7 +29,7 @@ class TextBlock:
     """The text."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(slots=False)
 class ImageBlock:
     """An image, base64-encoded."""
 
@@ -46,7 +41,7 @@ class ImageBlock:
     """For example ``image/png``."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(slots=False)
 class ResourceBlock:
     """A resource named by URI, with its text when it has one."""
 
@@ -64,7 +59,7 @@ ContentBlock: TypeAlias = TextBlock | ImageBlock | ResourceBlock
 """One block of a tool result."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ToolResult:
     """What a tool returned: content blocks, optional structured content, and an error flag."""
 
@@ -84,10 +79,6 @@ class ToolResult:
     def error(cls, message: str) -> ToolResult:
         """A failed result holding the message the model will see."""
         return cls(content=(TextBlock(text=message),), is_error=True)
-
-
-for _cls in (TextBlock, ImageBlock, ResourceBlock, ToolResult):
-    fast_init(_cls)
 
 
 def content_text(blocks: tuple[ContentBlock, ...]) -> str:

@@ -10,14 +10,12 @@ Event names are permanent once released.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
-from pydantic import ConfigDict, Field, JsonValue
-
-from tether._internal.fastinit import fast_init
-from tether.content import ContentBlock, JsonObject
+from tether._internal.frozen import frozen
+from tether.content import ContentBlock
+from tether.jsontypes import JsonObject, JsonValue
 from tether.limits import Limits
 from tether.messages import ToolCall
 from tether.outcome import ErrorInfo, RunStatus
@@ -58,7 +56,7 @@ Decision: TypeAlias = Literal["allow", "deny", "needs_approval"]
 """A policy decision on one tool call."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class EventBase:
     """Fields every event has."""
 
@@ -76,7 +74,7 @@ class EventBase:
     """SHA-256 (hex) of the JSON array of every other field's value (see ``tether.codec``)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class RunStarted(EventBase):
     """A run began."""
 
@@ -106,7 +104,7 @@ class RunStarted(EventBase):
     """Free-form labels."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class PlanMade(EventBase):
     """The agent made a plan."""
 
@@ -118,7 +116,7 @@ class PlanMade(EventBase):
     """How the agent will know it is done."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class PlanRevised(EventBase):
     """The agent changed its plan."""
 
@@ -130,7 +128,7 @@ class PlanRevised(EventBase):
     """Why the plan changed."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ModelResponded(EventBase):
     """The model answered a request."""
 
@@ -157,7 +155,7 @@ class ModelResponded(EventBase):
     """True for the tool-free best-effort answer requested after a limit was reached."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ModelFailed(EventBase):
     """A model request failed."""
 
@@ -179,7 +177,7 @@ class ModelFailed(EventBase):
     """The back-off before the retry."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class RetryPrompted(EventBase):
     """tether told the model what to correct (invalid output, a missing tool call)."""
 
@@ -191,7 +189,7 @@ class RetryPrompted(EventBase):
     """The message the model gets."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ToolCallRequested(EventBase):
     """The model asked for a tool call; recorded BEFORE anything runs."""
 
@@ -207,7 +205,7 @@ class ToolCallRequested(EventBase):
     """The model's stated reason (its text in that turn), if any."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class PolicyDecided(EventBase):
     """The policy decided on a tool call."""
 
@@ -225,7 +223,7 @@ class PolicyDecided(EventBase):
     """Why, in words."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ApprovalRequested(EventBase):
     """A tool call waits for a human."""
 
@@ -241,7 +239,7 @@ class ApprovalRequested(EventBase):
     """SHA-256 of the canonical arguments."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ApprovalGiven(EventBase):
     """A human decided on a pending call."""
 
@@ -259,7 +257,7 @@ class ApprovalGiven(EventBase):
     """Why, if given."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ToolCallFinished(EventBase):
     """A tool call ended (or tether answered it itself: denied, skipped, invalid)."""
 
@@ -283,7 +281,7 @@ class ToolCallFinished(EventBase):
     """True when the tool did not run and tether wrote the result."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ToolCallUnknown(EventBase):
     """A non-idempotent call was in flight when the run crashed; its outcome is unknown."""
 
@@ -297,7 +295,7 @@ class ToolCallUnknown(EventBase):
     """What the model is told."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Reflected(EventBase):
     """The agent reflected on a failure (stored as episodic memory)."""
 
@@ -311,7 +309,7 @@ class Reflected(EventBase):
     """What to do differently."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class MemoryRecalled(EventBase):
     """Long-term memory was searched and results entered the context."""
 
@@ -323,7 +321,7 @@ class MemoryRecalled(EventBase):
     """Ids of the records recalled."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class MemoryWritten(EventBase):
     """A record was written to long-term memory."""
 
@@ -337,7 +335,7 @@ class MemoryWritten(EventBase):
     """The text stored."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ContextCompacted(EventBase):
     """Older history was summarised to fit the context."""
 
@@ -351,7 +349,7 @@ class ContextCompacted(EventBase):
     """The summary that replaced the older messages."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class BudgetWarning(EventBase):
     """A limit is close."""
 
@@ -365,7 +363,7 @@ class BudgetWarning(EventBase):
     """The limit."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class LimitReached(EventBase):
     """A limit was reached; the run stops after at most one tool-free best-effort answer."""
 
@@ -381,7 +379,7 @@ class LimitReached(EventBase):
     """Whether the model is asked for a best-effort answer (not when time or budget is gone)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class UserReplied(EventBase):
     """The user answered a question the agent asked."""
 
@@ -391,7 +389,7 @@ class UserReplied(EventBase):
     """The user's answer."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class RunFinished(EventBase):
     """The run ended; this is always the last event of an ended run."""
 
@@ -441,8 +439,6 @@ Event: TypeAlias = (
 )
 """Any event."""
 
-AnnotatedEvent = Annotated[Event, Field(discriminator="kind")]
-
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__dataclass_fields__["kind"].default: cls  # pyright: ignore[reportUnknownMemberType]
     for cls in (
@@ -471,8 +467,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
 """Each event class by its ``kind``."""
 
 # Decoding a log must refuse fields this version does not know rather than drop them.
-_STRICT = ConfigDict(extra="forbid")
+_STRICT = {"extra": "forbid"}  # a pydantic ConfigDict, read when a log is decoded
 for _cls in (*EVENT_TYPES.values(), ToolCall, Usage, Limits, ErrorInfo):
     setattr(_cls, "__pydantic_config__", _STRICT)  # noqa: B010 - class attribute read by pydantic
-for _cls in EVENT_TYPES.values():
-    fast_init(_cls)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Literal, TypeAlias
 
+from tether._internal.frozen import frozen
 from tether.errors import ConfigError
 
 __all__ = ["LimitName", "Limits"]
@@ -15,7 +16,7 @@ LimitName: TypeAlias = Literal[
 """The limits whose exhaustion ends a run with ``budget_exhausted``."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(slots=False)
 class Limits:
     """Every bound a run obeys. ``None`` means unbounded (only where that is safe)."""
 
@@ -40,13 +41,17 @@ class Limits:
 
     def __post_init__(self) -> None:
         # Float fields hold floats even when given ints, so a log's encoding is stable.
-        for name in ("max_seconds", "tool_timeout", "max_cost"):
+        for name in _FLOAT_FIELDS:
             value = getattr(self, name)
-            if isinstance(value, int) and not isinstance(value, bool):
+            if type(value) is int:
                 object.__setattr__(self, name, float(value))
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for name in _FIELDS:
+            value = getattr(self, name)
             if value is not None and value < 0:
-                raise ConfigError(f"Limits.{f.name} must be >= 0, got {value!r}")
+                raise ConfigError(f"Limits.{name} must be >= 0, got {value!r}")
         if self.max_parallel_tools < 1:
             raise ConfigError("Limits.max_parallel_tools must be >= 1")
+
+
+_FIELDS = tuple(f.name for f in fields(Limits))
+_FLOAT_FIELDS = ("max_seconds", "tool_timeout", "max_cost")

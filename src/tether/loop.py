@@ -16,11 +16,12 @@ import asyncio
 import hashlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Generic, cast
 
 from typing_extensions import TypeVar
 
-from tether._internal.clock import Clock
+from tether._internal.clock import Clock, monotonic_of
 from tether._internal.journal import EventSink, Journal
 from tether._internal.watchdog import Watchdog
 from tether.codec import canonical_json
@@ -45,10 +46,12 @@ from tether.models.base import (
     Model,
     ModelRequest,
     ModelResponse,
+    ModelSettings,
     ToolChoice,
     check_model_requests_allowed,
 )
 from tether.outcome import ErrorInfo, PendingCall, RunOutcome, RunStatus
+from tether.policy.base import PolicyDecision
 from tether.state import StateBuilder
 from tether.tools.base import Tool, ToolContext
 
@@ -111,6 +114,12 @@ async def run_tool(
 
 _NO_CONTEXT = ToolContext(run_id="", call_id="", tool="")
 """Passed to handlers that declared they do not read their context."""
+
+
+@lru_cache(maxsize=256)
+def _digest_prefix(spec_digest: str, tool_choice: str, settings: ModelSettings, tools: int) -> Any:
+    """A SHA-256 state over what is fixed per agent and request options (copied per request)."""
+    return hashlib.sha256(spec_digest.encode() + canonical_json((tool_choice, settings, tools)))
 
 
 def _timed_out(name: str, timeout: float) -> ToolResult:
@@ -197,10 +206,9 @@ class AgentRun(Generic[OutputT]):
         self._watchdog: Watchdog | None = None
         self._t0 = 0.0
         self._deadline: float | None = None
-        self._monotonic = clock.monotonic
+        self._monotonic = monotonic_of(clock)
         self._warned_steps = False
         self._warn_steps_at = _WARN_AT * self._spec.limits.max_steps
-        self._digest_prefix: tuple[object, str, bytes] = (None, "", b"")
         self._runnable = 0
         self._in_flight: set[str] = set()
         self._basis = ""
@@ -259,21 +267,20 @@ class AgentRun(Generic[OutputT]):
                     stop = self._check_limits()
                     if stop is None:
                         request = self._request()
-                        while True:
+                        answer = await self._ask_model(request)
+                        while isinstance(answer, _Retry):  # the failure is visible, then back off
+                            for event in await journal.commit():
+                                yield event
+                            await self._sleep(answer.delay)
                             answer = await self._ask_model(request)
-                            if journal.has_pending:
-                                for event in journal.take() if fast else await journal.commit():
-                                    yield event
-                            if not isinstance(answer, _Retry):
-                                break
-                            await self._sleep(answer.delay)  # back-off before retrying
                         if isinstance(answer, _Stop):
                             stop = answer
                         else:
                             planned = self._plan(answer)
                             for event in journal.take() if fast else await journal.commit():
                                 yield event
-                            self._check_cancel()  # a cancel seen now stops before any tool runs
+                            if self._cancel_reason is not None:  # stop before any tool runs
+                                raise _Cancelled
                             if self._runnable <= 1:
                                 await self._execute_inline(planned)
                                 for event in journal.take() if fast else await journal.commit():
@@ -307,7 +314,7 @@ class AgentRun(Generic[OutputT]):
 
     def _start(self) -> None:
         spec = self._spec
-        self._t0 = self._clock.monotonic()
+        self._t0 = self._monotonic()
         if spec.limits.max_seconds is not None:
             self._deadline = self._t0 + spec.limits.max_seconds
         self._add(
@@ -326,7 +333,7 @@ class AgentRun(Generic[OutputT]):
         )
 
     def _elapsed(self) -> float:
-        return self._clock.monotonic() - self._t0
+        return self._monotonic() - self._t0
 
     def _remaining(self) -> float | None:
         deadline = self._deadline
@@ -368,7 +375,7 @@ class AgentRun(Generic[OutputT]):
         spec, st = self._spec, self._state
         settings = spec.model_settings
         limits = spec.limits
-        self._basis = st.last_hash
+        self._basis = self._journal.prev_hash
         if final:
             cap = limits.answer_max_tokens
             if settings.max_output_tokens is not None:
@@ -392,19 +399,25 @@ class AgentRun(Generic[OutputT]):
         The request is a pure function of the agent's spec and the events before it, so the
         hash of the last of those events (taken when the request was built) pins its history.
         """
-        cached_settings, cached_choice, prefix = self._digest_prefix
-        if request.settings is not cached_settings or request.tool_choice != cached_choice:
-            options = (request.tool_choice, request.settings, len(request.tools))
-            prefix = self._spec.digest.encode() + canonical_json(options)
-            self._digest_prefix = (request.settings, request.tool_choice, prefix)
-        return hashlib.sha256(prefix + self._basis.encode()).hexdigest()
+        digest = _digest_prefix(
+            self._spec.digest, request.tool_choice, request.settings, len(request.tools)
+        ).copy()
+        digest.update(self._basis.encode())
+        return digest.hexdigest()
 
-    async def _call_model(self, request: ModelRequest, *, final: bool) -> ModelResponse:
-        """One model request, bounded by the run's remaining time. Raises on failure."""
+    def _call_model(
+        self, request: ModelRequest, *, final: bool, now: float
+    ) -> Awaitable[ModelResponse]:
+        """One model request, bounded by the run's remaining time (``now``: monotonic).
+
+        Not a coroutine itself: it returns the bounded request, one frame less to resume.
+        """
         model = self._model
-        check_model_requests_allowed(model)
+        if model.real:
+            check_model_requests_allowed(model)
         timeout = request.settings.timeout
-        remaining = self._remaining()
+        deadline = self._deadline
+        remaining = None if deadline is None else max(0.0, deadline - now)
         if final:
             remaining = (
                 _FINAL_ANSWER_SECONDS
@@ -413,7 +426,7 @@ class AgentRun(Generic[OutputT]):
             )
         if remaining is not None and (timeout is None or remaining < timeout):
             timeout = remaining
-        return await self._bounded(model.request(request), timeout)
+        return self._bounded(model.request(request), timeout)
 
     async def _bounded(self, awaitable: Awaitable[T], timeout: float | None) -> T:
         """Await on the run's task, interruptible by ``cancel()``; past ``timeout``: TimeoutError."""
@@ -442,9 +455,9 @@ class AgentRun(Generic[OutputT]):
         """
         st, limits = self._state, self._spec.limits
         step = st.steps + 1
-        t0 = self._clock.monotonic()
+        t0 = self._monotonic()
         try:
-            response = await self._call_model(request, final=False)
+            response = await self._call_model(request, final=False, now=t0)
         except UserError:
             raise
         except Exception as exc:
@@ -486,7 +499,7 @@ class AgentRun(Generic[OutputT]):
             reasoning=response.reasoning,
             tool_calls=response.tool_calls,
             usage=response.usage,
-            latency_s=self._clock.monotonic() - t0,
+            latency_s=self._monotonic() - t0,
         )
         return response
 
@@ -535,7 +548,7 @@ class AgentRun(Generic[OutputT]):
                 item.error_type = "invalid_arguments"
                 continue
             if name == FINISH_TASK:
-                definition = spec.output.definition()
+                definition = spec.finish_definition
                 try:
                     item.output = spec.output.validate(call.arguments)
                 except ModelRetry as exc:
@@ -572,6 +585,9 @@ class AgentRun(Generic[OutputT]):
                         "invalid_arguments",
                     )
                     continue
+                except Exception as exc:  # a broken validator is the tool's fault, not the run's
+                    item.synthetic, item.error_type = tool_error(tool, exc, None)
+                    continue
                 if budget <= 0:
                     item.synthetic = ToolResult.error(
                         f"not executed: the run's limit of {spec.limits.max_tool_calls} tool calls is reached"
@@ -580,7 +596,14 @@ class AgentRun(Generic[OutputT]):
                     continue
                 definition = tool.definition
                 item.tool = tool
-            decision = spec.policy.decide(call, definition, self._journal.events)
+            try:
+                decision = spec.policy.decide(call, definition, self._journal.events)
+            except Exception as exc:  # a policy that cannot decide denies: fail closed
+                decision = PolicyDecision(
+                    decision="deny",
+                    rule="policy_error",
+                    reason=f"the policy failed ({type(exc).__name__}: {exc}); the call is denied",
+                )
             add(
                 PolicyDecided,
                 call_id=call.id,
@@ -663,15 +686,17 @@ class AgentRun(Generic[OutputT]):
         assert item.arguments is not None
         limits = self._spec.limits
         timeout = tool.timeout if tool.timeout is not None else limits.tool_timeout
-        remaining = self._remaining()
-        if remaining is not None and (timeout is None or remaining < timeout):
-            timeout = remaining
+        t0 = self._monotonic()
+        deadline = self._deadline
+        if deadline is not None:
+            remaining = max(0.0, deadline - t0)
+            if timeout is None or remaining < timeout:
+                timeout = remaining
         ctx = (
             ToolContext(run_id=self.run_id, call_id=item.call.id, tool=tool.name)
             if tool.takes_context or self._tool_runner is not run_tool
             else _NO_CONTEXT
         )
-        t0 = self._clock.monotonic()
         self._in_flight.add(item.call.id)
         runner = self._tool_runner
         try:
@@ -689,7 +714,7 @@ class AgentRun(Generic[OutputT]):
         except Exception as exc:  # the tool, or a custom runner, failed; the run must not
             result, error_type = tool_error(tool, exc, None)
         self._in_flight.discard(item.call.id)
-        return result, error_type, self._clock.monotonic() - t0
+        return result, error_type, self._monotonic() - t0
 
     def _record_result(
         self, item: _Planned, result: ToolResult, error_type: str | None, duration: float
@@ -857,9 +882,9 @@ class AgentRun(Generic[OutputT]):
         if not ask:
             return
         request = self._request(final=True)
-        t0 = self._clock.monotonic()
+        t0 = self._monotonic()
         try:
-            response = await self._call_model(request, final=True)
+            response = await self._call_model(request, final=True, now=t0)
         except _Cancelled:
             raise
         except asyncio.CancelledError:
@@ -884,7 +909,7 @@ class AgentRun(Generic[OutputT]):
                 reasoning=response.reasoning,
                 tool_calls=response.tool_calls,
                 usage=response.usage,
-                latency_s=self._clock.monotonic() - t0,
+                latency_s=self._monotonic() - t0,
                 final=True,
             )
             self._close_pending("not executed: the run is over; answer without tools", "run_ended")

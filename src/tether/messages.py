@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal, TypeAlias
 
-from tether._internal.fastinit import fast_init
+from tether._internal.frozen import frozen
 from tether.content import ContentBlock, JsonObject
 
 __all__ = [
@@ -27,7 +27,7 @@ CONTROL_TOOLS = frozenset({FINISH_TASK, ASK_USER})
 """Tools the loop handles itself; they do not count against ``max_tool_calls``."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(slots=False)
 class ToolCall:
     """One tool call the model asked for."""
 
@@ -41,7 +41,7 @@ class ToolCall:
     """Set when the model's arguments were not a JSON object; the raw text follows it."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class UserMessage:
     """Text from the user, or from tether on the user's behalf (a correction, a nudge)."""
 
@@ -51,7 +51,7 @@ class UserMessage:
     """The text."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class AssistantMessage:
     """What the model said: text and tool calls."""
 
@@ -65,7 +65,7 @@ class AssistantMessage:
     """The model's reasoning, when it exposes it."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ToolResultMessage:
     """The result of one tool call, as the model sees it."""
 
@@ -85,6 +85,3 @@ class ToolResultMessage:
 
 Message: TypeAlias = UserMessage | AssistantMessage | ToolResultMessage
 """One message of a conversation. Instructions travel separately in the request."""
-
-for _cls in (ToolCall, UserMessage, AssistantMessage, ToolResultMessage):
-    fast_init(_cls)

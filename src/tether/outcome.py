@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Generic, Literal, TypeAlias
 
 from typing_extensions import TypeVar
 
+from tether._internal.frozen import frozen
 from tether.usage import Usage
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(
 """Statuses a run cannot be resumed from (the others wait for a human)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(slots=False)
 class ErrorInfo:
     """What went wrong, for a run that did not finish cleanly."""
 
@@ -44,7 +44,7 @@ class ErrorInfo:
     """The error's message: what happened and what to do."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class PendingCall:
     """A tool call that waits for a human decision."""
 
@@ -56,7 +56,7 @@ class PendingCall:
     """The exact arguments the approval would bind to."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class RunOutcome(Generic[OutputT]):
     """Everything a caller needs from a run (covers seed 004's ``AgentResult``)."""
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
+from tether._internal.frozen import frozen
 from tether.agent import Agent
 from tether.codec import event_to_dict, verify_chain
 from tether.content import JsonValue, ToolResult
@@ -30,7 +30,7 @@ VOLATILE_FIELDS = frozenset(
 """Fields that differ between any two runs and are not compared."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ReplayReport:
     """What a replay found."""
 

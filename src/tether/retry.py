@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+
+from tether._internal.frozen import frozen
 
 __all__ = ["Backoff"]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Backoff:
     """Delay before retry *n*: ``min(maximum, initial * multiplier**(n-1))``, jittered."""
 

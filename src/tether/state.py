@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import assert_never
 
+from tether._internal.frozen import frozen
 from tether.content import TextBlock
 from tether.events import (
     GENESIS_HASH,
@@ -64,7 +65,7 @@ def limit_prompt(limit: str) -> str:
     )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class RunState:
     """The state of a run after some prefix of its log."""
 
@@ -102,6 +103,9 @@ class RunState:
     """The ``hash`` of the last event (``GENESIS_HASH`` for an empty log)."""
 
 
+_NO_LIMITS = Limits()  # frozen: one shared default until run_started sets the real ones
+
+
 @dataclass(kw_only=True, slots=True)
 class StateBuilder:
     """The fold of a run's events, one event at a time (``apply``)."""
@@ -110,7 +114,7 @@ class StateBuilder:
     goal: str = ""
     agent: str = ""
     model: str = ""
-    limits: Limits = field(default_factory=Limits)
+    limits: Limits = _NO_LIMITS
     started_at: datetime | None = None
     messages: list[Message] = field(default_factory=lambda: [])
     pending: dict[str, ToolCall] = field(default_factory=lambda: {})
@@ -125,8 +129,7 @@ class StateBuilder:
     last_text: str = ""
     finished: RunFinished | None = None
     limit_reached: LimitReached | None = None
-    last_seq: int = -1
-    last_hash: str = GENESIS_HASH
+    last: Event | None = None
 
     @property
     def usage(self) -> Usage:
@@ -140,8 +143,7 @@ class StateBuilder:
 
     def apply(self, event: Event) -> None:  # noqa: C901 - one flat dispatch over the event union
         """Fold one event into the state."""
-        self.last_seq = event.seq
-        self.last_hash = event.hash
+        self.last = event
         if self.finished is not None and event.kind != "run_finished":
             self.finished = None  # a waiting run was resumed
         # Cases are ordered by how often they occur: this runs for every event.
@@ -251,8 +253,8 @@ class StateBuilder:
             model_failures=self.model_failures,
             last_text=self.last_text,
             finished=self.finished,
-            last_seq=self.last_seq,
-            last_hash=self.last_hash,
+            last_seq=-1 if self.last is None else self.last.seq,
+            last_hash=GENESIS_HASH if self.last is None else self.last.hash,
         )
 
 

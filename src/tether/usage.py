@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from tether._internal.frozen import frozen
 
 __all__ = ["Usage"]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen(slots=False)
 class Usage:
     """Tokens and cost. An unknown cost is ``None``, never counted as zero."""
 

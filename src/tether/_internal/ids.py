@@ -15,5 +15,5 @@ def new_run_id() -> str:
     value = (ms << 80) | rand
     value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
     value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
-    h = f"{value:032x}"
+    h = "%032x" % value  # noqa: UP031 - the fastest formatting here
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -11,7 +11,7 @@ from typing import IO, Any, TypeVar
 
 import orjson
 
-from tether._internal.clock import Clock
+from tether._internal.clock import Clock, now_of
 from tether.codec import _hashed_fields as _getters  # pyright: ignore[reportPrivateUsage]
 from tether.codec import hashed_fields
 from tether.events import GENESIS_HASH, Event
@@ -87,7 +87,7 @@ class Journal:
     ) -> None:
         self.run_id = run_id
         self.clock = clock
-        self._now = clock.now
+        self._now = now_of(clock)
         self.sinks = tuple(sinks)
         self.events: list[Event] = list(prefix)
         self.seq = len(self.events)

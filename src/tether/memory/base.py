@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from tether._internal.frozen import frozen
 from tether.content import JsonObject
 
 __all__ = ["MemoryRecord", "MemoryStore"]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class MemoryRecord:
     """One remembered thing."""
 

@@ -6,10 +6,9 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Generator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import ClassVar, Literal, TypeAlias
 
-from tether._internal.fastinit import fast_init
+from tether._internal.frozen import frozen
 from tether.errors import ModelRequestsBlocked
 from tether.messages import Message, ToolCall
 from tether.tools.base import ToolDefinition
@@ -34,7 +33,7 @@ ToolChoice: TypeAlias = Literal["auto", "required", "none"]
 """Whether the model may (``auto``), must (``required``) or must not (``none``) call tools."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ModelSettings:
     """Per-request generation settings; ``None`` leaves the provider's default."""
 
@@ -48,7 +47,7 @@ class ModelSettings:
     """Sampling seed, where the provider supports one."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ModelRequest:
     """Everything a model is asked in one turn."""
 
@@ -64,7 +63,7 @@ class ModelRequest:
     """Generation settings."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ModelResponse:
     """What a model answered."""
 
@@ -80,7 +79,7 @@ class ModelResponse:
     """The provider's stop reason, if any."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class TextDelta:
     """A piece of streamed text."""
 
@@ -90,7 +89,7 @@ class TextDelta:
     """The new text."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ResponseDone:
     """The end of a stream: the whole response."""
 
@@ -100,14 +99,11 @@ class ResponseDone:
     """The complete response."""
 
 
-for _cls in (ModelRequest, ModelResponse):
-    fast_init(_cls)
-
 StreamEvent: TypeAlias = TextDelta | ResponseDone
 """What ``Model.stream`` yields; the last item is always ``ResponseDone``."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ModelProfile:
     """What a model can do."""
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from tether._internal.frozen import frozen
 from tether.events import Decision, Event
 from tether.messages import ToolCall
 from tether.tools.base import ToolDefinition
@@ -13,7 +13,7 @@ from tether.tools.base import ToolDefinition
 __all__ = ["AllowAll", "Policy", "PolicyDecision"]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class PolicyDecision:
     """A decision and why."""
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
-from pydantic import BaseModel
-from pydantic_core import to_jsonable_python
 
-from tether._internal.fastinit import fast_init
+from tether._internal.frozen import frozen
 from tether.content import (
     ContentBlock,
     ImageBlock,
@@ -46,7 +43,7 @@ def validate_tool_name(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ToolAnnotations:
     """Behaviour hints (MCP). ``None`` means unannotated, which is read as the worst case."""
 
@@ -96,7 +93,7 @@ class ToolAnnotations:
         )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ToolDefinition:
     """What a model is told about a tool."""
 
@@ -114,7 +111,7 @@ class ToolDefinition:
     """Behaviour hints."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class ToolContext:
     """What a tool may know about the call it serves (declare a parameter of this type)."""
 
@@ -130,8 +127,6 @@ class ToolContext:
         """Stable across retries and resumes of the same call: pass it to the world."""
         return f"{self.run_id}:{self.call_id}"
 
-
-fast_init(ToolContext)
 
 ArgumentsValidator = Callable[[JsonObject], Mapping[str, Any]]
 """Validates raw arguments and returns the values to call with; raises ``ModelRetry``."""
@@ -159,7 +154,7 @@ def _schema_validator(schema: JsonObject) -> ArgumentsValidator:
     return validate
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@frozen
 class Tool:
     """A tool: its definition, how arguments are validated, and how it runs."""
 
@@ -233,7 +228,10 @@ def to_tool_result(value: object) -> ToolResult:
     """
     kind = type(value)
     if kind is int:
-        return ToolResult(content=(TextBlock(text=str(value)),), structured=cast(int, value))
+        number = cast(int, value)
+        # beyond 64 bits JSON tools (orjson among them) lose or refuse it: the text keeps it
+        structured = number if -(2**63) <= number < 2**64 else None
+        return ToolResult(content=(TextBlock(text=str(number)),), structured=structured)
     if kind is str:
         return ToolResult(content=(TextBlock(text=cast(str, value)),))
     if isinstance(value, ToolResult):
@@ -253,6 +251,9 @@ def to_tool_result(value: object) -> ToolResult:
         )
     ):
         return ToolResult(content=tuple(cast(Sequence[ContentBlock], value)))
+    from pydantic import BaseModel
+    from pydantic_core import to_jsonable_python
+
     if isinstance(value, BaseModel):
         data = value.model_dump(mode="json")
     else:

@@ -11,12 +11,13 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from types import UnionType
-from typing import Any, Union, cast, get_args, get_origin, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Union, cast, get_args, get_origin, get_type_hints, overload
 
-import docstring_parser
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from tether.content import ToolResult
+from tether.jsontypes import JsonObject, JsonValue
 
-from tether.content import JsonObject, JsonValue, ToolResult
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
 from tether.errors import ConfigError, ModelRetry
 from tether.tools.base import (
     ArgumentsValidator,
@@ -31,7 +32,7 @@ from tether.tools.base import (
 
 __all__ = ["format_validation_error", "function_tool", "tool"]
 
-_FORBID = ConfigDict(extra="forbid")
+_FORBID: Any = {"extra": "forbid"}  # pydantic's ConfigDict
 
 
 def format_validation_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
@@ -55,11 +56,13 @@ def _strip_titles(schema: dict[str, JsonValue]) -> dict[str, JsonValue]:
 
 
 def _model_validator(model: type[BaseModel], renamed: dict[str, str]) -> ArgumentsValidator:
+    from pydantic import ValidationError
+
     validate = model.__pydantic_validator__.validate_python
 
     def validator(arguments: JsonObject) -> Mapping[str, Any]:
         try:
-            values: Mapping[str, Any] = cast(BaseModel, validate(arguments)).__dict__
+            values: Mapping[str, Any] = cast("BaseModel", validate(arguments)).__dict__
         except ValidationError as exc:
             raise ModelRetry("invalid arguments: " + format_validation_error(exc)) from None
         if renamed:
@@ -87,6 +90,9 @@ def function_tool(
     blocking: bool = True,
 ) -> Tool:
     """Build a ``Tool`` from a typed function. See ``tool`` for the parameters."""
+    import docstring_parser
+    from pydantic import BaseModel, Field, create_model
+
     tool_name = validate_tool_name(name or func.__name__)
     doc = docstring_parser.parse(inspect.getdoc(func) or "")
     param_docs = {p.arg_name: p.description or "" for p in doc.params}

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 import orjson
-from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypeVar
 
-from tether.content import JsonObject, JsonValue
+from tether.jsontypes import JsonObject, JsonValue
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 from tether.errors import ModelRetry
 from tether.messages import ASK_USER, FINISH_TASK
 from tether.tools.base import ToolAnnotations, ToolDefinition
@@ -44,6 +46,8 @@ class OutputSpec(Generic[OutputT]):
     @classmethod
     def for_type(cls, output_type: type[OutputT]) -> OutputSpec[OutputT]:
         """Build the spec for an output type (text, a pydantic model, a dataclass, ...)."""
+        from pydantic import TypeAdapter
+
         adapter: TypeAdapter[Any] = TypeAdapter(output_type)
         if output_type is str:
             return cls(output_type, adapter, _ANSWER_SCHEMA, "answer")
@@ -85,6 +89,8 @@ class OutputSpec(Generic[OutputT]):
         Raises:
             ModelRetry: the arguments do not fit the output type; the message says why.
         """
+        from pydantic import ValidationError
+
         try:
             if self.wrapped is not None:
                 extra = set(arguments) - {self.wrapped}
