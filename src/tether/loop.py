@@ -405,16 +405,8 @@ class AgentRun(Generic[OutputT]):
         digest.update(self._basis.encode())
         return digest.hexdigest()
 
-    def _call_model(
-        self, request: ModelRequest, *, final: bool, now: float
-    ) -> Awaitable[ModelResponse]:
-        """One model request, bounded by the run's remaining time (``now``: monotonic).
-
-        Not a coroutine itself: it returns the bounded request, one frame less to resume.
-        """
-        model = self._model
-        if model.real:
-            check_model_requests_allowed(model)
+    def _model_timeout(self, request: ModelRequest, *, now: float, final: bool) -> float | None:
+        """The bound of one model request: its own timeout, the run's remaining time."""
         timeout = request.settings.timeout
         deadline = self._deadline
         remaining = None if deadline is None else max(0.0, deadline - now)
@@ -426,7 +418,61 @@ class AgentRun(Generic[OutputT]):
             )
         if remaining is not None and (timeout is None or remaining < timeout):
             timeout = remaining
-        return self._bounded(model.request(request), timeout)
+        return timeout
+
+    async def _call_model(self, request: ModelRequest, *, final: bool, now: float) -> ModelResponse:
+        """One model request, bounded by the run's remaining time (``now``: monotonic)."""
+        model = self._model
+        if model.real:
+            check_model_requests_allowed(model)
+        return await self._bounded(
+            model.request(request), self._model_timeout(request, now=now, final=final)
+        )
+
+    def _timed_out(self) -> bool:
+        """Whether a CancelledError just raised by an await was the watchdog's deadline.
+
+        If so the cancellation is withdrawn; otherwise it came from ``cancel()`` or the
+        task's owner and must propagate.
+        """
+        watchdog = self._watchdog
+        if watchdog is not None and watchdog.expired and self._cancel_reason is None:
+            task = self._task
+            if task is not None:
+                task.uncancel()
+            return True
+        return False
+
+    def _model_failed(self, exc: Exception, step: int) -> _Stop | _Retry:
+        """Record a failed model request; decide whether to retry, stop or fail."""
+        limits = self._spec.limits
+        remaining = self._remaining()
+        if isinstance(exc, TimeoutError) and remaining is not None and remaining <= 0:
+            return self._time_stop()
+        transient = isinstance(exc, TimeoutError) or (isinstance(exc, ModelError) and exc.transient)
+        attempt = self._state.model_failures + 1
+        retry = transient and attempt <= limits.max_retries
+        delay = self._spec.backoff.delay(attempt) if retry else 0.0
+        if retry and remaining is not None and delay >= remaining:
+            retry = False
+        info = _error_info(exc, "the model request timed out")
+        self._add(
+            ModelFailed,
+            step=step,
+            model=self._model.name,
+            error=info,
+            transient=transient,
+            attempt=attempt,
+            will_retry=retry,
+            retry_in_s=delay,
+        )
+        if retry:
+            return _Retry(delay)
+        if transient:
+            return _Stop(
+                "budget_exhausted", "max_retries", attempt, limits.max_retries, False, info
+            )
+        return _Stop("failed", error=info)
 
     async def _bounded(self, awaitable: Awaitable[T], timeout: float | None) -> T:
         """Await on the run's task, interruptible by ``cancel()``; past ``timeout``: TimeoutError."""
@@ -437,10 +483,7 @@ class AgentRun(Generic[OutputT]):
         try:
             return await awaitable
         except asyncio.CancelledError:
-            if watchdog.expired and self._cancel_reason is None:
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
+            if self._timed_out():
                 raise TimeoutError from None
             raise
         finally:
@@ -452,44 +495,31 @@ class AgentRun(Generic[OutputT]):
 
         Returns the response (recorded as ``model_responded``), a ``_Stop``, or a ``_Retry``
         with the back-off before the next attempt (the failure is recorded as ``model_failed``).
+        The await is bounded by the watchdog here rather than through ``_bounded``: this is
+        the one await of a step that suspends, and every frame on it is paid twice.
         """
-        st, limits = self._state, self._spec.limits
-        step = st.steps + 1
+        step = self._state.steps + 1
         t0 = self._monotonic()
+        model = self._model
+        if model.real:
+            check_model_requests_allowed(model)
+        watchdog = self._watchdog
+        assert watchdog is not None
+        watchdog.arm(self._model_timeout(request, now=t0, final=False))
+        self._interruptible = True
         try:
-            response = await self._call_model(request, final=False, now=t0)
+            response = await model.request(request)
+        except asyncio.CancelledError:
+            if not self._timed_out():
+                raise
+            return self._model_failed(TimeoutError(), step)
         except UserError:
             raise
         except Exception as exc:
-            remaining = self._remaining()
-            if isinstance(exc, TimeoutError) and remaining is not None and remaining <= 0:
-                return self._time_stop()
-            transient = isinstance(exc, TimeoutError) or (
-                isinstance(exc, ModelError) and exc.transient
-            )
-            attempt = st.model_failures + 1
-            retry = transient and attempt <= limits.max_retries
-            delay = self._spec.backoff.delay(attempt) if retry else 0.0
-            if retry and remaining is not None and delay >= remaining:
-                retry = False
-            info = _error_info(exc, "the model request timed out")
-            self._add(
-                ModelFailed,
-                step=step,
-                model=self._model.name,
-                error=info,
-                transient=transient,
-                attempt=attempt,
-                will_retry=retry,
-                retry_in_s=delay,
-            )
-            if retry:
-                return _Retry(delay)
-            if transient:
-                return _Stop(
-                    "budget_exhausted", "max_retries", attempt, limits.max_retries, False, info
-                )
-            return _Stop("failed", error=info)
+            return self._model_failed(exc, step)
+        finally:
+            self._interruptible = False
+            watchdog.disarm()
         self._add(
             ModelResponded,
             step=step,
@@ -699,20 +729,31 @@ class AgentRun(Generic[OutputT]):
         )
         self._in_flight.add(item.call.id)
         runner = self._tool_runner
-        try:
-            if child:
+        if child:
+            try:
                 result, error_type = await runner(tool, item.call, ctx, item.arguments, timeout)
-            elif runner is run_tool:  # the default: no extra coroutine on the hot path
-                result = await self._bounded(tool.handler(ctx, item.arguments), timeout)
-                error_type = "tool_error" if result.is_error else None
-            else:
-                result, error_type = await self._bounded(
-                    runner(tool, item.call, ctx, item.arguments, None), timeout
-                )
-        except TimeoutError as exc:
-            result, error_type = tool_error(tool, exc, timeout)
-        except Exception as exc:  # the tool, or a custom runner, failed; the run must not
-            result, error_type = tool_error(tool, exc, None)
+            except Exception as exc:  # a custom runner failed; the run must not
+                result, error_type = tool_error(tool, exc, None)
+        else:  # on the run's task: bounded by the watchdog (see _ask_model)
+            watchdog = self._watchdog
+            assert watchdog is not None
+            watchdog.arm(timeout)
+            self._interruptible = True
+            try:
+                if runner is run_tool:
+                    result = await tool.handler(ctx, item.arguments)
+                    error_type = "tool_error" if result.is_error else None
+                else:
+                    result, error_type = await runner(tool, item.call, ctx, item.arguments, None)
+            except asyncio.CancelledError:
+                if not self._timed_out():
+                    raise
+                result, error_type = tool_error(tool, TimeoutError(), timeout)
+            except Exception as exc:  # the tool, or a custom runner, failed; the run must not
+                result, error_type = tool_error(tool, exc, None)
+            finally:
+                self._interruptible = False
+                watchdog.disarm()
         self._in_flight.discard(item.call.id)
         return result, error_type, self._monotonic() - t0
 
