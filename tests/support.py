@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 
 from tether import Event, ModelRetry, tool
+from tether.codec import compute_hash
 from tether.events import (
+    GENESIS_HASH,
     ModelResponded,
     PolicyDecided,
     RunFinished,
@@ -95,3 +98,15 @@ def executed_tool_calls(events: Sequence[Event]) -> int:
         for e in events
         if isinstance(e, PolicyDecided) and e.decision == "allow" and e.tool not in CONTROL_TOOLS
     )
+
+
+def reseal(events: Sequence[Event]) -> list[Event]:
+    """Recompute every hash and prev_hash link so the chain is valid again (a forger's edit)."""
+    sealed: list[Event] = []
+    prev = GENESIS_HASH
+    for event in events:
+        linked = dataclasses.replace(event, prev_hash=prev, hash="")
+        fixed = dataclasses.replace(linked, hash=compute_hash(linked))
+        sealed.append(fixed)
+        prev = fixed.hash
+    return sealed

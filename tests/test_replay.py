@@ -32,19 +32,10 @@ from tether.retry import Backoff
 from tether.testing import FakeClock, ReplayModel, ScriptedModel, call, finish
 from tether.tools.base import ToolDefinition
 
+from .support import add, reseal
+
 NO_WAIT = Backoff(initial=0.0, jitter=0.0)
 GOAL = "add 2 and 3"
-
-
-@tool(read_only=True, idempotent=True, open_world=False, blocking=False)
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: The first number.
-        b: The second number.
-    """
-    return a + b
 
 
 def counter_tool() -> tuple[Tool, list[int]]:
@@ -100,18 +91,6 @@ async def record_add(log_dir: Path) -> list[Event]:
 
 def logs_in(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.jsonl"))
-
-
-def reseal(events: Sequence[Event]) -> list[Event]:
-    """Recompute every hash and prev_hash link so the chain is valid again."""
-    sealed: list[Event] = []
-    prev = GENESIS_HASH
-    for event in events:
-        linked = dataclasses.replace(event, prev_hash=prev, hash="")
-        fixed = dataclasses.replace(linked, hash=compute_hash(linked))
-        sealed.append(fixed)
-        prev = fixed.hash
-    return sealed
 
 
 def edit_first(

@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 import tether
+from tests.support import reseal
 from tether.cli.app import app
-from tether.codec import compute_hash, read_jsonl, write_jsonl
+from tether.codec import read_jsonl, write_jsonl
 from tether.content import TextBlock, content_text
 from tether.events import (
-    GENESIS_HASH,
     Event,
     LimitReached,
     RunFinished,
@@ -84,18 +84,6 @@ def only_log(directory: Path) -> Path:
 
 def default_logs(tmp_path: Path) -> list[Path]:
     return sorted((tmp_path / ".tether" / "runs").glob("*.jsonl"))
-
-
-def reseal(events: Sequence[Event]) -> list[Event]:
-    """Recompute every hash and prev_hash link so the chain is valid again."""
-    sealed: list[Event] = []
-    prev = GENESIS_HASH
-    for event in events:
-        linked = dataclasses.replace(event, prev_hash=prev, hash="")
-        fixed = dataclasses.replace(linked, hash=compute_hash(linked))
-        sealed.append(fixed)
-        prev = fixed.hash
-    return sealed
 
 
 def finished_event(events: Sequence[Event]) -> RunFinished:
