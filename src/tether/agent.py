@@ -25,6 +25,7 @@ from tether.models.registry import resolve_model
 from tether.outcome import RunOutcome
 from tether.policy.base import AllowAll, Policy
 from tether.retry import Backoff
+from tether.stores.base import RunStore
 from tether.tools.base import Tool, ToolDefinition
 from tether.tools.function import function_tool
 from tether.tools.output import OutputSpec, ask_user_definition
@@ -108,6 +109,10 @@ class Agent(Generic[OutputT]):
     """Offer ``ask_user``: the run may pause with ``waiting_for_user``."""
     log_dir: str | Path | None = None
     """Write each run's log to ``<log_dir>/<run_id>.jsonl``."""
+    store: RunStore | None = None
+    """Where runs are durable: every commit is appended under a lease; ``resume`` reads here."""
+    max_recoveries: int = 3
+    """Crash recoveries of one run before it is parked as ``failed``."""
     backoff: Backoff = field(default_factory=Backoff)
     """Back-off between retries of transient model failures."""
     spec: AgentSpec[OutputT] = field(init=False, repr=False, compare=False)
@@ -161,10 +166,16 @@ class Agent(Generic[OutputT]):
         object.__setattr__(self, "spec", spec)
 
     def resolved_model(self) -> Model:
-        """The model this agent uses (a model string is resolved once)."""
-        if not self._model_cache:
-            self._model_cache.append(resolve_model(self.model))
-        return self._model_cache[0]
+        """The model this agent uses.
+
+        A model string is resolved once, unless it names a model with per-run state.
+        """
+        if self._model_cache:
+            return self._model_cache[0]
+        model = resolve_model(self.model)
+        if model.reusable or not isinstance(self.model, str):
+            self._model_cache.append(model)
+        return model
 
     def stream(
         self,
@@ -178,6 +189,7 @@ class Agent(Generic[OutputT]):
         sinks: Sequence[EventSink] = (),
         clock: Clock | None = None,
         tool_runner: ToolRunner = run_tool,
+        store: RunStore | None = None,
     ) -> AgentRun[OutputT]:
         """Start a run; iterate the result for its events, then read ``.outcome``.
 
@@ -191,6 +203,7 @@ class Agent(Generic[OutputT]):
             sinks: Extra places every committed event is written to.
             clock: The clock (tests pass a fake one for deterministic logs).
             tool_runner: Runs validated tool calls (replay swaps in recorded results).
+            store: Commit to this store instead of the agent's.
         """
         if not goal.strip():
             raise UserError("the goal must be a non-empty string")
@@ -210,7 +223,58 @@ class Agent(Generic[OutputT]):
             tags=tags,
             parent_run_id=parent_run_id,
             tool_runner=tool_runner,
+            store=store or self.store,
+            max_recoveries=self.max_recoveries,
         )
+
+    def resume_stream(
+        self,
+        run_id: str,
+        *,
+        answer: str | None = None,
+        store: RunStore | None = None,
+        model: Model | str | None = None,
+        clock: Clock | None = None,
+        tool_runner: ToolRunner = run_tool,
+    ) -> AgentRun[OutputT]:
+        """Continue a stored run; iterate the result for the new events.
+
+        Completed model turns and tool calls are never repeated. A run that crashed is
+        repaired first (see ``AgentRun``); one that waits for the user needs ``answer``.
+        """
+        chosen_store = store or self.store
+        if chosen_store is None:
+            raise UserError("resume needs a run store: Agent(store=...) or resume(..., store=...)")
+        return AgentRun(
+            self,
+            "",
+            run_id=run_id,
+            model=resolve_model(model) if model is not None else self.resolved_model(),
+            clock=clock or Clock(),
+            tool_runner=tool_runner,
+            store=chosen_store,
+            resume=True,
+            answer=answer,
+            max_recoveries=self.max_recoveries,
+        )
+
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        answer: str | None = None,
+        store: RunStore | None = None,
+        model: Model | str | None = None,
+        clock: Clock | None = None,
+        tool_runner: ToolRunner = run_tool,
+    ) -> RunOutcome[OutputT]:
+        """Continue a stored run to its outcome (consumes ``resume_stream``)."""
+        run = self.resume_stream(
+            run_id, answer=answer, store=store, model=model, clock=clock, tool_runner=tool_runner
+        )
+        async for _ in run:
+            pass
+        return run.outcome
 
     async def run(
         self,
@@ -224,6 +288,7 @@ class Agent(Generic[OutputT]):
         sinks: Sequence[EventSink] = (),
         clock: Clock | None = None,
         tool_runner: ToolRunner = run_tool,
+        store: RunStore | None = None,
     ) -> RunOutcome[OutputT]:
         """Run to the end and return the outcome (consumes ``stream``)."""
         run = self.stream(
@@ -236,6 +301,7 @@ class Agent(Generic[OutputT]):
             sinks=sinks,
             clock=clock,
             tool_runner=tool_runner,
+            store=store,
         )
         async for _ in run:
             pass

@@ -42,6 +42,7 @@ __all__ = [
     "Reflected",
     "RetryPrompted",
     "RunFinished",
+    "RunResumed",
     "RunStarted",
     "ToolCallFinished",
     "ToolCallRequested",
@@ -380,6 +381,20 @@ class LimitReached(EventBase):
 
 
 @frozen
+class RunResumed(EventBase):
+    """The run was taken up again: after a crash, or with the answer it waited for."""
+
+    kind: Literal["run_resumed"] = "run_resumed"
+    """Discriminator."""
+    reason: Literal["crash", "answer", "approvals"]
+    """Why: it had stopped without an outcome, or a human answered."""
+    attempt: int
+    """For ``crash``: the recovery attempt since the run last stopped cleanly (1-based)."""
+    owner: str
+    """The process that resumed it."""
+
+
+@frozen
 class UserReplied(EventBase):
     """The user answered a question the agent asked."""
 
@@ -434,6 +449,7 @@ Event: TypeAlias = (
     | ContextCompacted
     | BudgetWarning
     | LimitReached
+    | RunResumed
     | UserReplied
     | RunFinished
 )
@@ -460,6 +476,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ContextCompacted,
         BudgetWarning,
         LimitReached,
+        RunResumed,
         UserReplied,
         RunFinished,
     )

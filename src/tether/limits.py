@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from typing import Literal, TypeAlias
 
@@ -47,8 +48,10 @@ class Limits:
                 object.__setattr__(self, name, float(value))
         for name in _FIELDS:
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ConfigError(f"Limits.{name} must be >= 0, got {value!r}")
+            if value is not None and not (0 <= value < math.inf):
+                raise ConfigError(
+                    f"Limits.{name} must be a finite number >= 0 (or None for no limit), got {value!r}"
+                )
         if self.max_parallel_tools < 1:
             raise ConfigError("Limits.max_parallel_tools must be >= 1")
 

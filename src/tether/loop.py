@@ -17,16 +17,16 @@ import hashlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal, cast
 
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock, monotonic_of
-from tether._internal.journal import EventSink, Journal
+from tether._internal.journal import EventSink, Journal, StoreSink
 from tether._internal.watchdog import Watchdog
 from tether.codec import canonical_json
 from tether.content import TextBlock, ToolResult
-from tether.errors import ApprovalRequired, ModelError, ModelRetry, UserError
+from tether.errors import ApprovalRequired, ConfigError, ModelError, ModelRetry, UserError
 from tether.events import (
     ApprovalRequested,
     BudgetWarning,
@@ -37,9 +37,12 @@ from tether.events import (
     PolicyDecided,
     RetryPrompted,
     RunFinished,
+    RunResumed,
     RunStarted,
     ToolCallFinished,
     ToolCallRequested,
+    ToolCallUnknown,
+    UserReplied,
 )
 from tether.messages import ASK_USER, FINISH_TASK, ToolCall
 from tether.models.base import (
@@ -53,6 +56,15 @@ from tether.models.base import (
 from tether.outcome import ErrorInfo, PendingCall, RunOutcome, RunStatus
 from tether.policy.base import PolicyDecision
 from tether.state import StateBuilder
+from tether.stores.base import (
+    Lease,
+    LeaseHeld,
+    RunNotFound,
+    RunStore,
+    StaleLease,
+    StoreConflict,
+    default_owner,
+)
 from tether.tools.base import Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -109,6 +121,11 @@ async def run_tool(
                     return tool_error(tool, exc, None)
     except Exception as exc:
         return tool_error(tool, exc, timeout)
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling() > 0:
+            raise  # really cancelled
+        return tool_error(tool, RuntimeError(f"raised CancelledError: {exc!r}"), None)
     return result, ("tool_error" if result.is_error else None)
 
 
@@ -120,6 +137,28 @@ _NO_CONTEXT = ToolContext(run_id="", call_id="", tool="")
 def _digest_prefix(spec_digest: str, tool_choice: str, settings: ModelSettings, tools: int) -> Any:
     """A SHA-256 state over what is fixed per agent and request options (copied per request)."""
     return hashlib.sha256(spec_digest.encode() + canonical_json((tool_choice, settings, tools)))
+
+
+def _unique_ids(calls: tuple[ToolCall, ...], step: int, used: set[str]) -> tuple[ToolCall, ...]:
+    """Calls with empty ids, or ids used earlier in the run, renamed.
+
+    Each result must answer exactly one call, and some models reuse ``call_0`` every turn.
+    """
+    seen = set(used)
+    fixed: list[ToolCall] = []
+    changed = False
+    for index, call in enumerate(calls):
+        if not call.id or call.id in seen:
+            changed = True
+            base = f"{call.id or 'call'}_{step}_{index}"
+            new_id, n = base, 1
+            while new_id in seen:
+                n += 1
+                new_id = f"{base}_{n}"
+            call = replace(call, id=new_id)
+        seen.add(call.id)
+        fixed.append(call)
+    return tuple(fixed) if changed else calls
 
 
 def _timed_out(name: str, timeout: float) -> ToolResult:
@@ -184,6 +223,11 @@ class AgentRun(Generic[OutputT]):
         tags: Sequence[str] = (),
         parent_run_id: str | None = None,
         tool_runner: ToolRunner = run_tool,
+        store: RunStore | None = None,
+        owner: str | None = None,
+        resume: bool = False,
+        answer: str | None = None,
+        max_recoveries: int = 3,
     ) -> None:
         self.run_id = run_id
         self.goal = goal
@@ -203,6 +247,7 @@ class AgentRun(Generic[OutputT]):
         self._cancel_reason: str | None = None
         self._task: asyncio.Task[Any] | None = None
         self._interruptible = False
+        self._cancel_requests = 0
         self._watchdog: Watchdog | None = None
         self._t0 = 0.0
         self._deadline: float | None = None
@@ -212,6 +257,12 @@ class AgentRun(Generic[OutputT]):
         self._runnable = 0
         self._in_flight: set[str] = set()
         self._basis = ""
+        self._store = store
+        self._owner = owner or default_owner()
+        self._lease: Lease | None = None
+        self._resume = resume
+        self._answer = answer
+        self._max_recoveries = max_recoveries
         self._gen = self._drive()
 
     # -- public surface ------------------------------------------------------------------
@@ -242,11 +293,24 @@ class AgentRun(Generic[OutputT]):
             return
         self._cancel_reason = reason
         task = self._task
-        if self._interruptible and task is not None and not task.done():
+        if (
+            self._interruptible
+            and task is not None
+            and not task.done()
+            and asyncio.current_task() is not task  # from inside the run: the flag suffices
+        ):
+            self._cancel_requests += 1
             task.cancel()
 
     async def aclose(self) -> None:
-        """Stop iterating early (the run is left as it is: unfinished)."""
+        """Stop early: the run ends ``cancelled`` (call this after breaking out of the loop)."""
+        await self._gen.aclose()
+
+    async def __aenter__(self) -> AgentRun[OutputT]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Leaving ``async with agent.stream(goal) as run:`` early ends the run ``cancelled``."""
         await self._gen.aclose()
 
     # -- the loop ------------------------------------------------------------------------
@@ -257,14 +321,28 @@ class AgentRun(Generic[OutputT]):
         self._task = task
         self._watchdog = Watchdog(task)
         journal = self._journal
-        fast = journal.in_memory  # no sinks: committing is handing events over
         try:
             try:
-                self._start()
+                stop: _Stop | None = None
+                if self._store is not None:
+                    # The lease first: it fences off any other process from this run's log.
+                    self._lease = await self._store.acquire(self.run_id, self._owner)
+                    if self._resume:
+                        journal.load(await self._store.read(self.run_id))
+                    journal.add_sink(StoreSink(self._store, self.run_id, self._lease))
+                if self._resume:
+                    stop = await self._recover()
+                    if stop is None and self._state.finished is not None:
+                        self._finish_outcome()  # it had ended already: nothing to do
+                        return
+                else:
+                    self._start()
                 for event in await journal.commit():
                     yield event
+                fast = journal.in_memory  # no sinks: committing is handing events over
                 while True:
-                    stop = self._check_limits()
+                    if stop is None:
+                        stop = self._check_limits()
                     if stop is None:
                         request = self._request()
                         answer = await self._ask_model(request)
@@ -296,14 +374,18 @@ class AgentRun(Generic[OutputT]):
             except _Cancelled:
                 pass
             except asyncio.CancelledError:
-                if self._cancel_reason is None:
-                    # Someone cancelled the task driving us: record it, then let it propagate.
-                    self._cancel_reason = "the task running the agent was cancelled"
-                    self._record_cancel()
-                    await journal.commit()
-                    self._finish_outcome()
-                    raise
-                task.uncancel()
+                # The task's owner cancelled it: record that, then let it propagate.
+                await self._end_quietly("cancelled", "the task running the agent was cancelled")
+                raise
+            except GeneratorExit:
+                # The consumer stopped reading (``break``, ``aclose()``): record it, no yield.
+                await self._end_quietly("cancelled", "the consumer stopped reading the run")
+                raise
+            except (UserError, StaleLease, LeaseHeld, RunNotFound, StoreConflict):
+                raise  # the caller's mistake, or the store refuses: nothing can be recorded
+            except Exception as exc:  # a bug: end the run as failed rather than vanish
+                await self._end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)
+                return
             self._record_cancel()
             for event in await journal.commit():
                 yield event
@@ -311,6 +393,146 @@ class AgentRun(Generic[OutputT]):
         finally:
             self._watchdog.close()
             await journal.close()
+            if self._lease is not None and self._store is not None:
+                await self._store.release(self._lease)
+
+    async def _recover(self) -> _Stop | None:  # noqa: C901 - one pass over what a stop leaves
+        """Continue a stored run: answer what it waited for, or repair what a crash left.
+
+        A crash leaves calls whose intent is recorded and whose result is not. A call that
+        never passed the policy never ran, and gets a result saying so. One that did may have
+        run: it runs again only if that cannot repeat its effect (read-only, idempotent, or
+        deduplicated by its idempotency key, which is the same on every attempt); otherwise
+        it is recorded as ``tool_call_unknown`` and the model is told so.
+        """
+        st, spec = self._state, self._spec
+        events = self._journal.events
+        if not events or not isinstance(events[0], RunStarted):
+            raise ConfigError(f"run {self.run_id!r} has no run_started event to resume from")
+        self._restart_clock(events)
+        finished = st.finished
+        if finished is not None:
+            if finished.status == "waiting_for_user":
+                if self._answer is None:
+                    raise UserError(
+                        f"run {self.run_id!r} waits for the user's answer to "
+                        f"{finished.question!r}: resume it with answer=..."
+                    )
+                self._add(RunResumed, reason="answer", attempt=1, owner=self._owner)
+                self._add(UserReplied, text=self._answer)
+                for call in list(st.pending.values()):
+                    text = self._answer if call.name == ASK_USER else "not executed: the run paused"
+                    self._add(
+                        ToolCallFinished,
+                        call_id=call.id,
+                        tool=call.name,
+                        content=(TextBlock(text=text),),
+                        synthetic=call.name != ASK_USER,
+                        is_error=call.name != ASK_USER,
+                        error_type=None if call.name == ASK_USER else "run_ended",
+                    )
+                return None
+            if finished.status == "waiting_for_approval":
+                raise UserError(
+                    f"run {self.run_id!r} waits for approvals; approving calls is not supported "
+                    "yet (it arrives with the policy gate)"
+                )
+            return None  # ended for good: the outcome is in the log
+        attempt = 1 + sum(
+            1 for e in reversed(events) if isinstance(e, RunResumed) and e.reason == "crash"
+        )
+        self._add(RunResumed, reason="crash", attempt=attempt, owner=self._owner)
+        if attempt > self._max_recoveries:
+            message = (
+                f"gave up after {attempt - 1} recovery attempts; the log shows where it stopped"
+            )
+            return _Stop("failed", error=ErrorInfo(type="RecoveryFailed", message=message))
+        decided = {e.call_id: e for e in events if isinstance(e, PolicyDecided)}
+        stop: _Stop | None = None
+        for call in list(st.pending.values()):
+            decision = decided.get(call.id)
+            if decision is None:  # never passed the policy, so it never ran
+                self._add(
+                    ToolCallFinished,
+                    call_id=call.id,
+                    tool=call.name,
+                    content=(
+                        TextBlock(
+                            text="not executed: the run stopped before this call started; call it again if it is still needed"
+                        ),
+                    ),
+                    is_error=True,
+                    error_type="interrupted",
+                    synthetic=True,
+                )
+                continue
+            if decision.decision != "allow":
+                continue  # a denial already has its result; an approval request waits
+            if call.name == FINISH_TASK:
+                self._output = spec.output.validate(call.arguments)
+                self._add(
+                    ToolCallFinished,
+                    call_id=call.id,
+                    tool=call.name,
+                    content=(TextBlock(text="done"),),
+                )
+                stop = _Stop("finished")
+                continue
+            if call.name == ASK_USER:
+                stop = _Stop("waiting_for_user")
+                continue
+            tool = spec.registry.get(call.name)
+            if tool is not None and tool.safe_to_retry:
+                item = _Planned(call)
+                item.tool = tool
+                item.arguments = tool.validator(call.arguments)
+                result, error_type, duration = await self._run_one(item)
+                self._record_result(item, result, error_type, duration)
+                continue
+            self._add(
+                ToolCallUnknown,
+                call_id=call.id,
+                tool=call.name,
+                reason=(
+                    f"the run stopped while {call.name} was running; it may or may not have taken "
+                    "effect. Do not assume either: check before calling it again"
+                ),
+            )
+        if stop is None:
+            stop = self._finished_before_crash()
+        return stop
+
+    def _finished_before_crash(self) -> _Stop | None:
+        """A run whose last turn's ``finish_task`` succeeded but whose outcome was not written."""
+        for event in reversed(self._journal.events):
+            if (
+                isinstance(event, ToolCallFinished)
+                and event.tool == FINISH_TASK
+                and not event.is_error
+            ):
+                call = next(
+                    c
+                    for e in self._journal.events
+                    if isinstance(e, ModelResponded)
+                    for c in e.tool_calls
+                    if c.id == event.call_id
+                )
+                self._output = self._spec.output.validate(call.arguments)
+                return _Stop("finished")
+            if isinstance(event, ModelResponded):
+                return None
+        return None
+
+    def _restart_clock(self, events: Sequence[Event]) -> None:
+        """Resume the run's time budget where it stopped (waiting time not counted)."""
+        used = (events[-1].at - events[0].at).total_seconds()
+        self._t0 = self._monotonic() - used
+        max_seconds = self._spec.limits.max_seconds
+        if max_seconds is not None:
+            self._deadline = self._t0 + max_seconds
+        self._warned_steps = any(
+            isinstance(e, BudgetWarning) and e.limit == "max_steps" for e in events
+        )
 
     def _start(self) -> None:
         spec = self._spec
@@ -429,25 +651,49 @@ class AgentRun(Generic[OutputT]):
             model.request(request), self._model_timeout(request, now=now, final=final)
         )
 
-    def _timed_out(self) -> bool:
-        """Whether a CancelledError just raised by an await was the watchdog's deadline.
+    def _settle(self) -> Literal["timeout", "cancel", "tool", "external"]:
+        """Classify a CancelledError just raised by one of the run's awaits.
 
-        If so the cancellation is withdrawn; otherwise it came from ``cancel()`` or the
-        task's owner and must propagate.
+        ``timeout``: the watchdog's deadline; ``cancel``: ``cancel()``; both are withdrawn
+        from the task. ``tool``: nobody cancelled the task: the awaited code raised it itself.
+        ``external``: the task's owner cancelled it (perhaps as well): it must propagate,
+        the rule ``asyncio.timeout`` follows.
         """
+        task = self._task
         watchdog = self._watchdog
-        if watchdog is not None and watchdog.expired and self._cancel_reason is None:
-            task = self._task
-            if task is not None:
-                task.uncancel()
-            return True
-        return False
+        assert task is not None
+        assert watchdog is not None
+        own = self._cancel_requests + (1 if watchdog.expired else 0)
+        pending = task.cancelling()
+        if pending == 0:
+            return "tool"
+        for _ in range(min(own, pending)):  # withdraw ours, so an outer timeout counts right
+            task.uncancel()
+        self._cancel_requests = 0
+        expired = watchdog.expired
+        watchdog.expired = False
+        if own == 0 or pending > own:
+            return "external"
+        if self._cancel_reason is not None:
+            return "cancel"
+        return "timeout" if expired else "external"
 
     def _model_failed(self, exc: Exception, step: int) -> _Stop | _Retry:
         """Record a failed model request; decide whether to retry, stop or fail."""
         limits = self._spec.limits
         remaining = self._remaining()
         if isinstance(exc, TimeoutError) and remaining is not None and remaining <= 0:
+            self._add(
+                ModelFailed,
+                step=step,
+                model=self._model.name,
+                error=ErrorInfo(
+                    type="TimeoutError", message="the run's time ran out during the request"
+                ),
+                transient=False,
+                attempt=self._state.model_failures + 1,
+                will_retry=False,
+            )
             return self._time_stop()
         transient = isinstance(exc, TimeoutError) or (isinstance(exc, ModelError) and exc.transient)
         attempt = self._state.model_failures + 1
@@ -482,10 +728,16 @@ class AgentRun(Generic[OutputT]):
         self._interruptible = True
         try:
             return await awaitable
-        except asyncio.CancelledError:
-            if self._timed_out():
-                raise TimeoutError from None
-            raise
+        except asyncio.CancelledError as exc:
+            match self._settle():
+                case "timeout":
+                    raise TimeoutError from None
+                case "cancel":
+                    raise _Cancelled from None
+                case "tool":
+                    raise RuntimeError(f"the awaited call raised CancelledError: {exc}") from None
+                case "external":
+                    raise
         finally:
             self._interruptible = False
             watchdog.disarm()
@@ -509,10 +761,16 @@ class AgentRun(Generic[OutputT]):
         self._interruptible = True
         try:
             response = await model.request(request)
-        except asyncio.CancelledError:
-            if not self._timed_out():
-                raise
-            return self._model_failed(TimeoutError(), step)
+        except asyncio.CancelledError as exc:
+            match self._settle():
+                case "timeout":
+                    return self._model_failed(TimeoutError(), step)
+                case "cancel":
+                    raise _Cancelled from None
+                case "tool":
+                    return self._model_failed(RuntimeError(f"raised CancelledError: {exc!r}"), step)
+                case "external":
+                    raise
         except UserError:
             raise
         except Exception as exc:
@@ -520,6 +778,17 @@ class AgentRun(Generic[OutputT]):
         finally:
             self._interruptible = False
             watchdog.disarm()
+        if not isinstance(response, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance] - adapters are user code
+            return self._model_failed(
+                TypeError(f"the model returned {type(response).__name__}, not a ModelResponse"),
+                step,
+            )
+        calls = response.tool_calls
+        seen = self._state.call_ids
+        if len(calls) > 1 or (calls and (not calls[0].id or calls[0].id in seen)):
+            calls = _unique_ids(calls, step, seen)
+            if calls is not response.tool_calls:
+                response = replace(response, tool_calls=calls)
         self._add(
             ModelResponded,
             step=step,
@@ -527,7 +796,7 @@ class AgentRun(Generic[OutputT]):
             request_digest=self._request_digest(request),
             text=response.text,
             reasoning=response.reasoning,
-            tool_calls=response.tool_calls,
+            tool_calls=calls,
             usage=response.usage,
             latency_s=self._monotonic() - t0,
         )
@@ -539,6 +808,10 @@ class AgentRun(Generic[OutputT]):
         self._interruptible = True
         try:
             await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            if self._settle() == "cancel":
+                raise _Cancelled from None
+            raise
         finally:
             self._interruptible = False
 
@@ -567,10 +840,15 @@ class AgentRun(Generic[OutputT]):
         budget = spec.limits.max_tool_calls - self._state.tool_calls
         runnable = 0
         planned: list[_Planned] = []
+        finishing = False
         for call in calls:
             item = _Planned(call)
             planned.append(item)
             name = call.name
+            if finishing:  # finish_task ends the turn: what comes after it does not run
+                item.synthetic = ToolResult.error("not executed: finish_task came before this call")
+                item.error_type = "after_finish"
+                continue
             if call.parse_error is not None:
                 item.synthetic = ToolResult.error(
                     f"the arguments are not a JSON object: {call.parse_error}"
@@ -586,6 +864,10 @@ class AgentRun(Generic[OutputT]):
                         ToolResult.error(exc.message),
                         "invalid_output",
                     )
+                    continue
+                except Exception as exc:  # an output type's own validator failed
+                    message = f"invalid output: {type(exc).__name__}: {exc}"
+                    item.synthetic, item.error_type = ToolResult.error(message), "invalid_output"
                     continue
                 item.finish = True
             elif name == ASK_USER and spec.can_ask_user:
@@ -633,6 +915,7 @@ class AgentRun(Generic[OutputT]):
                     decision="deny",
                     rule="policy_error",
                     reason=f"the policy failed ({type(exc).__name__}: {exc}); the call is denied",
+                    stop_run=True,
                 )
             add(
                 PolicyDecided,
@@ -646,6 +929,7 @@ class AgentRun(Generic[OutputT]):
                 if item.tool is not None:
                     budget -= 1
                     runnable += 1
+                finishing = finishing or item.finish
             elif decision.decision == "deny":
                 item.tool, item.finish, item.question = None, False, None
                 item.synthetic = ToolResult.error(
@@ -692,6 +976,12 @@ class AgentRun(Generic[OutputT]):
                     self._interruptible = True
                     try:
                         result, error_type, duration = await task
+                    except asyncio.CancelledError:
+                        how = self._settle()
+                        self._record_done_siblings(planned, tasks)
+                        if how == "cancel":
+                            raise _Cancelled from None
+                        raise
                     finally:
                         self._interruptible = False
                     self._record_result(item, result, error_type, duration)
@@ -706,6 +996,26 @@ class AgentRun(Generic[OutputT]):
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+
+    def _record_done_siblings(
+        self,
+        planned: list[_Planned],
+        tasks: Mapping[int, asyncio.Future[tuple[ToolResult, str | None, float]]],
+    ) -> None:
+        """On cancellation: keep the real results of calls that did finish.
+
+        They may come out of call order here (an earlier call is still running); a truthful
+        log matters more than the order, and each result still answers exactly one call.
+        """
+        for item in planned:
+            if item.call.id not in self._state.pending:
+                continue
+            task = tasks.get(id(item))
+            if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+                continue
+            result, error_type, duration = task.result()
+            self._in_flight.discard(item.call.id)
+            self._record_result(item, result, error_type, duration)
 
     async def _run_one(
         self, item: _Planned, *, child: bool = False
@@ -745,10 +1055,16 @@ class AgentRun(Generic[OutputT]):
                     error_type = "tool_error" if result.is_error else None
                 else:
                     result, error_type = await runner(tool, item.call, ctx, item.arguments, None)
-            except asyncio.CancelledError:
-                if not self._timed_out():
-                    raise
-                result, error_type = tool_error(tool, TimeoutError(), timeout)
+            except asyncio.CancelledError as exc:
+                match self._settle():
+                    case "timeout":
+                        result, error_type = tool_error(tool, TimeoutError(), timeout)
+                    case "cancel":
+                        raise _Cancelled from None
+                    case "tool":
+                        result, error_type = tool_error(tool, RuntimeError(repr(exc)), None)
+                    case "external":
+                        raise
             except Exception as exc:  # the tool, or a custom runner, failed; the run must not
                 result, error_type = tool_error(tool, exc, None)
             finally:
@@ -910,7 +1226,12 @@ class AgentRun(Generic[OutputT]):
         """Record the limit and, where budget allows, ask once for a tool-free answer."""
         assert stop.limit is not None
         self._close_pending(f"not executed: the run reached its limit ({stop.limit})", "limit")
-        ask = stop.ask_for_answer and (self._remaining() is None or (self._remaining() or 0) > 0)
+        remaining = self._remaining()
+        ask = (
+            stop.ask_for_answer
+            and self._state.steps > 0  # nothing was done: there is nothing to summarise
+            and (remaining is None or remaining > 0)
+        )
         self._add(
             LimitReached,
             limit=stop.limit,
@@ -957,6 +1278,34 @@ class AgentRun(Generic[OutputT]):
         for event in await self._journal.commit():
             yield event
 
+    async def _end_quietly(
+        self, status: RunStatus, reason: str, *, error: BaseException | None = None
+    ) -> None:
+        """Record the end of a run from an exception path (nothing may be yielded here)."""
+        if self._state.finished is not None:
+            return
+        try:
+            if status == "cancelled":
+                self._cancel_reason = self._cancel_reason or reason
+                self._record_cancel()
+            else:
+                self._close_pending(f"not executed: the run failed ({reason})", "run_ended")
+                st = self._state
+                info = ErrorInfo(type=type(error).__name__ if error else "Error", message=reason)
+                self._add(
+                    RunFinished,
+                    status=status,
+                    answer=st.last_text or None,
+                    error=info,
+                    usage=st.usage,
+                    steps=st.steps,
+                    tool_calls=st.tool_calls,
+                )
+            await self._journal.commit()
+            self._finish_outcome()
+        except Exception:
+            pass
+
     def _record_cancel(self) -> None:
         if self._state.finished is not None:
             return
@@ -989,6 +1338,8 @@ class AgentRun(Generic[OutputT]):
                 for e in events
                 if isinstance(e, ApprovalRequested) and e.call_id not in approved
             )
+        if fin.status == "finished" and self._output is None and fin.output is not None:
+            self._output = self._spec.output.load(fin.output)  # a run that had ended before
         self._outcome = RunOutcome(
             run_id=self.run_id,
             status=fin.status,

@@ -31,6 +31,7 @@ from tether.events import (
     Reflected,
     RetryPrompted,
     RunFinished,
+    RunResumed,
     RunStarted,
     ToolCallFinished,
     ToolCallRequested,
@@ -118,6 +119,7 @@ class StateBuilder:
     started_at: datetime | None = None
     messages: list[Message] = field(default_factory=lambda: [])
     pending: dict[str, ToolCall] = field(default_factory=lambda: {})
+    call_ids: set[str] = field(default_factory=lambda: set[str]())
     input_tokens: int = 0
     output_tokens: int = 0
     requests: int = 0
@@ -188,8 +190,10 @@ class StateBuilder:
                 calls = event.tool_calls
                 if len(calls) == 1:
                     self.pending = {calls[0].id: calls[0]}
+                    self.call_ids.add(calls[0].id)
                 else:
                     self.pending = {call.id: call for call in calls}
+                    self.call_ids.update(self.pending)
             case RunStarted():
                 self.run_id = event.run_id
                 self.goal = event.goal
@@ -221,7 +225,8 @@ class StateBuilder:
             case RunFinished():
                 self.finished = event
             case (
-                UserReplied()
+                RunResumed()
+                | UserReplied()
                 | ApprovalRequested()
                 | ApprovalGiven()
                 | PlanMade()

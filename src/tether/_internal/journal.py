@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -16,7 +16,10 @@ from tether.codec import _hashed_fields as _getters  # pyright: ignore[reportPri
 from tether.codec import hashed_fields
 from tether.events import GENESIS_HASH, Event
 
-__all__ = ["EventSink", "Journal", "JsonlSink"]
+if TYPE_CHECKING:
+    from tether.stores.base import Lease, RunStore
+
+__all__ = ["EventSink", "Journal", "JsonlSink", "StoreSink"]
 
 E = TypeVar("E", bound=Event)
 
@@ -34,6 +37,19 @@ class EventSink(ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; called once when the run ends."""
+
+
+class StoreSink(EventSink):
+    """Commits to a run store under a lease (the fencing token is checked on every append)."""
+
+    def __init__(self, store: RunStore, run_id: str, lease: Lease | None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.lease = lease
+
+    async def write(self, events: Sequence[Event]) -> None:
+        """Append the batch atomically."""
+        await self.store.append(self.run_id, events, lease=self.lease)
 
 
 class JsonlSink(EventSink):
@@ -120,6 +136,19 @@ class Journal:
     def has_pending(self) -> bool:
         """Whether events wait to be committed."""
         return bool(self._pending)
+
+    def load(self, events: Sequence[Event]) -> None:
+        """Continue after stored events (resume): they are the log so far, already committed."""
+        self.events = list(events)
+        self.seq = len(self.events)
+        self.prev_hash = self.events[-1].hash if self.events else GENESIS_HASH
+        if self._on_event is not None:
+            for event in self.events:
+                self._on_event(event)
+
+    def add_sink(self, sink: EventSink) -> None:
+        """Also commit to ``sink`` from now on."""
+        self.sinks = (*self.sinks, sink)
 
     @property
     def in_memory(self) -> bool:

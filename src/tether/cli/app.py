@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tether.cli.render import describe
+from tether.cli.store_commands import store_app
 from tether.codec import read_jsonl
 from tether.errors import TetherError
 from tether.events import Event, ModelResponded, RunFinished, RunStarted, ToolCallRequested
@@ -27,6 +28,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+app.add_typer(store_app)  # runs, show, export, import, prune (tether.cli.store_commands)
 out = Console()
 err = Console(stderr=True)
 
@@ -205,19 +207,6 @@ def _replay(
         raise typer.Exit(0)
     err.print(f"[red]replay diverged[/]: {escape(report.divergence or '')}")
     raise typer.Exit(1)
-
-
-@app.command("show")
-def _show(
-    path: Annotated[Path, typer.Argument(help="A run's JSONL log.", exists=True, dir_okay=False)],
-) -> None:
-    """Print a run's log readably (its hash chain is verified first)."""
-    try:
-        events = read_jsonl(path)
-    except TetherError as exc:
-        raise _fail(exc) from None
-    for event in events:
-        out.print(f"[dim]{event.seq:>3}[/] {describe(event)}", soft_wrap=True)
 
 
 @app.command("version")

@@ -24,6 +24,7 @@ from tether.events import (
     Reflected,
     RetryPrompted,
     RunFinished,
+    RunResumed,
     RunStarted,
     ToolCallFinished,
     ToolCallRequested,
@@ -97,6 +98,9 @@ def describe(event: Event) -> str:  # noqa: C901 - one case per event kind
             return f"[yellow]budget[/] {event.limit}: {event.used:g} of {event.maximum:g} used"
         case LimitReached():
             return f"[yellow]limit reached[/] {event.limit} ({event.used:g}/{event.maximum:g})"
+        case RunResumed():
+            attempt = f" (recovery attempt {event.attempt})" if event.reason == "crash" else ""
+            return f"[bold]run resumed[/] after {event.reason}{attempt} by {event.owner}"
         case UserReplied():
             return f"user replied {short(event.text)!r}"
         case RunFinished():

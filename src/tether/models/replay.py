@@ -29,6 +29,7 @@ class ReplayModel(Model):
     """Replays the model attempts of ``events`` in order: responses, and failures as errors."""
 
     real = False
+    reusable = False
 
     def __init__(self, events: Sequence[Event], *, name: str | None = None) -> None:
         builder = StateBuilder()

@@ -14,13 +14,14 @@ from tether.messages import ToolCall
 from tether.models.base import Model, ModelRequest, ModelResponse
 from tether.usage import Usage
 
-__all__ = ["ScriptStep", "ScriptedModel", "load_script"]
+__all__ = ["ScriptStep", "ScriptedModel", "as_response", "load_script"]
 
 ScriptStep: TypeAlias = "str | ToolCall | Sequence[ToolCall] | ModelResponse | BaseException"
 """One scripted turn: text, one or more tool calls, a whole response, or an error to raise."""
 
 
-def _as_response(step: ScriptStep, usage: Usage, turn: int) -> ModelResponse:
+def as_response(step: ScriptStep, usage: Usage, turn: int) -> ModelResponse:
+    """A script step as a response (raising it, if it is an exception)."""
     if isinstance(step, BaseException):
         raise step
     if isinstance(step, ModelResponse):
@@ -58,6 +59,7 @@ class ScriptedModel(Model):
     """
 
     real = False
+    reusable = False
 
     def __init__(
         self,
@@ -86,7 +88,7 @@ class ScriptedModel(Model):
                 f"the script has {len(self._steps)} steps and request {turn + 1} asked for more",
                 model=self._name,
             )
-        return _as_response(self._steps[turn], self._usage, turn)
+        return as_response(self._steps[turn], self._usage, turn)
 
 
 def _step_from_json(raw: object, index: int) -> ScriptStep:

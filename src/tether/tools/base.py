@@ -168,6 +168,14 @@ class Tool:
     """Seconds a call may take; ``None`` uses the run's ``Limits.tool_timeout``."""
     takes_context: bool = True
     """Whether the handler reads its ``ToolContext`` (the loop skips building one if not)."""
+    uses_idempotency_key: bool = False
+    """The tool passes ``ctx.idempotency_key`` to the world, which deduplicates by it: a call
+    whose outcome was lost in a crash is then safe to run again."""
+
+    @property
+    def safe_to_retry(self) -> bool:
+        """Whether running a call again cannot repeat its effect."""
+        return self.uses_idempotency_key or self.annotations.is_idempotent
 
     @property
     def name(self) -> str:
@@ -191,6 +199,7 @@ class Tool:
         output_schema: JsonObject | None = None,
         annotations: ToolAnnotations = ToolAnnotations(),
         timeout: float | None = None,
+        uses_idempotency_key: bool = False,
     ) -> Tool:
         """A tool from a raw JSON Schema (how MCP and config-declared tools arrive).
 
@@ -214,7 +223,13 @@ class Tool:
             output_schema=output_schema,
             annotations=annotations,
         )
-        return cls(definition=definition, handler=run, validator=validator, timeout=timeout)
+        return cls(
+            definition=definition,
+            handler=run,
+            validator=validator,
+            timeout=timeout,
+            uses_idempotency_key=uses_idempotency_key,
+        )
 
 
 _SCALARS = (int, float, bool)

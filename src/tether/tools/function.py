@@ -88,6 +88,7 @@ def function_tool(
     annotations: ToolAnnotations = ToolAnnotations(),
     timeout: float | None = None,
     blocking: bool = True,
+    idempotency_key: bool = False,
 ) -> Tool:
     """Build a ``Tool`` from a typed function. See ``tool`` for the parameters."""
     import docstring_parser
@@ -150,6 +151,7 @@ def function_tool(
         handler=handler,
         validator=_model_validator(model, renamed),
         takes_context=ctx_name is not None,
+        uses_idempotency_key=idempotency_key,
         timeout=timeout,
     )
 
@@ -201,6 +203,7 @@ def tool(
     open_world: bool | None = None,
     timeout: float | None = None,
     blocking: bool = True,
+    idempotency_key: bool = False,
 ) -> Callable[[Callable[..., object]], Tool]: ...
 
 
@@ -217,6 +220,7 @@ def tool(
     open_world: bool | None = None,
     timeout: float | None = None,
     blocking: bool = True,
+    idempotency_key: bool = False,
 ) -> Tool | Callable[[Callable[..., object]], Tool]:
     """Turn a typed function into a tool, bare (``@tool``) or configured (``@tool(...)``).
 
@@ -233,6 +237,10 @@ def tool(
         timeout: Seconds a call may take (default: the run's ``Limits.tool_timeout``).
         blocking: For sync functions: run in a worker thread (default) so a slow call does
             not stall the event loop; ``False`` runs it inline (for fast, pure functions).
+        idempotency_key: The function takes a ``ToolContext`` and sends its
+            ``idempotency_key`` to the world, which deduplicates by it; after a crash a call
+            whose outcome is unknown is then run again (with the same key) instead of being
+            reported as unknown.
     """
     hints = ToolAnnotations(
         read_only=read_only, destructive=destructive, idempotent=idempotent, open_world=open_world
@@ -247,6 +255,7 @@ def tool(
             annotations=hints,
             timeout=timeout,
             blocking=blocking,
+            idempotency_key=idempotency_key,
         )
 
     return build if func is None else build(func)

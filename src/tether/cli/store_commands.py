@@ -1,0 +1,288 @@
+"""``tether runs / show / export / import / prune``: the runs kept in a run store.
+
+The store is the SQLite file given by ``--db``, else ``$TETHER_DB``, else
+``./.tether/tether.db``. A run is named by its id or by any prefix of it that only one
+stored run has. These commands are merged into the main ``tether`` app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, TypeVar, cast, get_args
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tether.cli.render import describe
+from tether.codec import read_jsonl, verify_chain
+from tether.errors import TetherError, UserError
+from tether.events import Event
+from tether.stores.base import RunIndexStatus, RunInfo, RunNotFound, RunQuery, RunStore
+from tether.stores.retention import parse_age, prune
+from tether.stores.sqlite import SqliteStore, default_store_path
+from tether.stores.transfer import export_run, import_run
+
+__all__ = ["open_store", "resolve_run_id", "store_app"]
+
+T = TypeVar("T")
+
+store_app = typer.Typer()
+"""The commands of this module; ``tether.cli.app`` merges them into ``tether``."""
+out = Console()
+err = Console(stderr=True)
+
+_ALL = 1 << 62
+"""A ``RunQuery.limit`` that lists every run."""
+_STATUSES: tuple[str, ...] = get_args(RunIndexStatus)
+_STATUS_COLORS = {"running": "cyan", "finished": "green", "cancelled": "yellow"}
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--db",
+        help="The run store's SQLite file (default: $TETHER_DB, else .tether/tether.db).",
+        dir_okay=False,
+    ),
+]
+
+
+def open_store(db: Path | None = None, *, create: bool = False) -> SqliteStore:
+    """Open the SQLite run store at ``db`` (default: ``default_store_path()``).
+
+    Args:
+        db: The store's file, as given by ``--db``.
+        create: Create the store if it does not exist yet (otherwise that is an error).
+
+    Raises:
+        UserError: the store does not exist (and ``create`` is false), or the file is not
+            an SQLite database.
+    """
+    path = _store_path(db)
+    if not create and not path.exists():
+        raise UserError(
+            f"no run store at {path}: pass --db PATH or set $TETHER_DB to the store's file"
+        )
+    try:
+        return SqliteStore(path)
+    except sqlite3.DatabaseError as exc:
+        raise UserError(
+            f"{path} is not a tether run store ({exc}): pass --db PATH or set $TETHER_DB to "
+            "the store's file"
+        ) from None
+
+
+async def resolve_run_id(store: RunStore, ref: str) -> str:
+    """The id of the one stored run whose id is ``ref`` or begins with it.
+
+    Raises:
+        RunNotFound: no stored run matches.
+        UserError: several runs begin with ``ref``.
+    """
+    if not ref:
+        raise RunNotFound(ref)
+    try:
+        return (await store.info(ref)).run_id
+    except RunNotFound:
+        pass
+    matches = [r.run_id for r in await store.runs(RunQuery(limit=_ALL)) if r.run_id.startswith(ref)]
+    if not matches:
+        raise RunNotFound(ref)
+    if len(matches) > 1:
+        shown = ", ".join(sorted(matches)[:5]) + (", …" if len(matches) > 5 else "")
+        raise UserError(
+            f"{len(matches)} runs have ids beginning with {ref!r} ({shown}): give more of the id"
+        )
+    return matches[0]
+
+
+def _store_path(db: Path | None) -> Path:
+    return db if db is not None else default_store_path()
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    err.print(f"[red]error:[/] {escape(str(exc))}")
+    return typer.Exit(2)
+
+
+def _with_store(
+    db: Path | None, action: Callable[[RunStore], Awaitable[T]], *, create: bool = False
+) -> T:
+    """Open the store, run ``action`` on it, close it; errors exit 2 with ``error: …``."""
+
+    async def go() -> T:
+        store = open_store(db, create=create)
+        try:
+            return await action(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except TetherError as exc:
+        raise _fail(exc) from None
+
+
+def _age(delta: timedelta) -> str:
+    seconds = max(0, int(delta.total_seconds()))
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@store_app.command("runs")
+def _runs(
+    status: Annotated[
+        str | None, typer.Option(help=f"Only runs with this status: {', '.join(_STATUSES)}.")
+    ] = None,
+    agent: Annotated[str | None, typer.Option(help="Only this agent's runs.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many runs.")] = 50,
+    db: DbOption = None,
+) -> None:
+    """List stored runs, newest first: id, agent, status, steps, tokens, age."""
+    if status is not None and status not in _STATUSES:
+        raise _fail(UserError(f"unknown status {status!r}: use one of {', '.join(_STATUSES)}"))
+    path = _store_path(db)
+    if not path.exists():
+        err.print(f"no runs: no store at {escape(str(path))} yet")
+        return
+    query = RunQuery(status=cast(RunIndexStatus | None, status), agent=agent, limit=limit)
+    rows = _with_store(db, lambda store: store.runs(query))
+    if not rows:
+        err.print("no runs match")
+        return
+    out.print(_table(rows, datetime.now(UTC)))
+
+
+def _table(rows: list[RunInfo], now: datetime) -> Table:
+    table = Table("id", "agent", "status", "steps", "tokens", "age", box=None, pad_edge=False)
+    for col in table.columns[3:]:
+        col.justify = "right"
+    for row in rows:
+        color = _STATUS_COLORS.get(row.status, "red")
+        tokens = row.usage.input_tokens + row.usage.output_tokens
+        table.add_row(
+            row.run_id,
+            escape(row.agent),
+            f"[{color}]{row.status}[/]",
+            str(row.steps),
+            str(tokens),
+            _age(now - row.created_at),
+        )
+    return table
+
+
+def _looks_like_a_path(ref: str) -> bool:
+    separators = ("/", os.sep, os.altsep or "/")
+    return ref.endswith(".jsonl") or any(s in ref for s in separators)
+
+
+async def _read_run(store: RunStore, ref: str) -> list[Event]:
+    run_id = await resolve_run_id(store, ref)
+    events = await store.read(run_id)
+    verify_chain(events, run_id=run_id)
+    return events
+
+
+@store_app.command("show")
+def _show(
+    run: Annotated[
+        str,
+        typer.Argument(help="A run id (or a unique prefix of one), or a run's JSONL log file."),
+    ],
+    db: DbOption = None,
+) -> None:
+    """Print a run's log readably, from the store or a JSONL file (the chain is verified)."""
+    path = Path(run)
+    try:
+        if path.is_file():
+            events = read_jsonl(path)
+        elif path.exists():
+            raise UserError(f"{run} is not a file: give a run id or a run's JSONL log")
+        elif _looks_like_a_path(run):
+            raise UserError(f"the file {run} does not exist (and it is not a run id)")
+        else:
+            events = _with_store(db, lambda store: _read_run(store, run))
+    except TetherError as exc:
+        raise _fail(exc) from None
+    for event in events:
+        out.print(f"[dim]{event.seq:>3}[/] {describe(event)}", soft_wrap=True)
+
+
+async def _export(store: RunStore, ref: str) -> bytes:
+    return await export_run(store, await resolve_run_id(store, ref))
+
+
+@store_app.command("export")
+def _export_command(
+    run: Annotated[str, typer.Argument(help="A run id, or a unique prefix of one.")],
+    db: DbOption = None,
+) -> None:
+    """Write a stored run's log to stdout as JSONL (`tether export RUN > run.jsonl`)."""
+    data = _with_store(db, lambda store: _export(store, run))
+    stdout = typer.get_binary_stream("stdout")
+    stdout.write(data)
+    stdout.flush()
+
+
+@store_app.command("import")
+def _import_command(
+    file: Annotated[str, typer.Argument(help="A run's JSONL log (`-` reads stdin).")],
+    db: DbOption = None,
+) -> None:
+    """Import a run's JSONL log into the store (verified first); prints the run id.
+
+    Importing a run that is already stored, identical, does nothing.
+    """
+    path = Path(file)
+    if file != "-" and not path.is_file():
+        problem = "is not a file" if path.exists() else "does not exist"
+        raise _fail(UserError(f"the file {file} {problem}: give a run's JSONL log, or - for stdin"))
+    source = typer.get_binary_stream("stdin").read() if file == "-" else path
+    run_id = _with_store(db, lambda store: import_run(store, source), create=True)
+    typer.echo(run_id)
+
+
+@store_app.command("prune")
+def _prune(
+    older_than: Annotated[
+        str | None,
+        typer.Option(help="Delete runs created longer ago than this: 30d, 12h, 90m, 45s, 2w."),
+    ] = None,
+    keep_last: Annotated[
+        int | None, typer.Option(min=0, help="Delete all but each agent's newest N runs.")
+    ] = None,
+    agent: Annotated[str | None, typer.Option(help="Only prune this agent's runs.")] = None,
+    db: DbOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only list the runs that would be deleted.")
+    ] = False,
+) -> None:
+    """Delete old runs; runs still running are never deleted. Prints the ids deleted."""
+    try:
+        if older_than is None and keep_last is None:
+            raise UserError("say what to prune: give --older-than AGE and/or --keep-last N")
+        age = None if older_than is None else parse_age(older_than)
+    except TetherError as exc:
+        raise _fail(exc) from None
+    path = _store_path(db)
+    if not path.exists():
+        err.print(f"nothing to prune: no store at {escape(str(path))}")
+        return
+    deleted = _with_store(
+        db,
+        lambda store: prune(
+            store, older_than=age, keep_last=keep_last, agent=agent, dry_run=dry_run
+        ),
+    )
+    for run_id in deleted:
+        typer.echo(run_id)
+    verb = "would delete" if dry_run else "deleted"
+    err.print(f"{verb} {len(deleted)} run{'' if len(deleted) == 1 else 's'}")

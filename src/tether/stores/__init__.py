@@ -1,0 +1,38 @@
+"""Run stores: where runs' event logs live (in memory, SQLite; PostgreSQL later)."""
+
+from tether.stores.base import (
+    Lease,
+    LeaseHeld,
+    RunIndexStatus,
+    RunInfo,
+    RunNotFound,
+    RunQuery,
+    RunStore,
+    StaleLease,
+    StoreConflict,
+    default_owner,
+)
+from tether.stores.memory import MemoryStore
+from tether.stores.retention import parse_age, prune
+from tether.stores.sqlite import SqliteStore, default_store_path
+from tether.stores.transfer import export_run, import_run
+
+__all__ = [
+    "Lease",
+    "LeaseHeld",
+    "MemoryStore",
+    "RunIndexStatus",
+    "RunInfo",
+    "RunNotFound",
+    "RunQuery",
+    "RunStore",
+    "SqliteStore",
+    "StaleLease",
+    "StoreConflict",
+    "default_owner",
+    "default_store_path",
+    "export_run",
+    "import_run",
+    "parse_age",
+    "prune",
+]

@@ -1,0 +1,207 @@
+"""The run store port: runs' event logs, an index of runs, and leases with fencing tokens.
+
+A store keeps each run's events in ``seq`` order. ``append`` is the commit point: when it
+returns, the events are durable (to the backend's promise). Appending events that are
+already there (same ``seq``, same ``hash``) is a no-op, so a retried append is safe; a
+different event at a taken ``seq``, or a gap, is refused.
+
+One process owns a run at a time. ``acquire`` grants a lease with a fencing token that grows
+with every grant; ``append`` with a lease is refused once a newer lease exists, so a stale
+owner (one that paused, lost its lease and came back) can never commit.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal, TypeAlias
+
+from tether._internal.frozen import frozen
+from tether.errors import RunError
+from tether.events import Event
+from tether.usage import Usage
+
+__all__ = [
+    "Lease",
+    "LeaseHeld",
+    "RunIndexStatus",
+    "RunInfo",
+    "RunNotFound",
+    "RunQuery",
+    "RunStore",
+    "StaleLease",
+    "StoreConflict",
+    "default_owner",
+]
+
+RunIndexStatus: TypeAlias = Literal[
+    "running",
+    "finished",
+    "budget_exhausted",
+    "policy_denied",
+    "waiting_for_approval",
+    "waiting_for_user",
+    "cancelled",
+    "failed",
+]
+"""A run's status in the index: ``running`` until its log has a ``run_finished``."""
+
+
+class StoreConflict(RunError):
+    """An append does not continue the stored log (a gap, or another event at that seq)."""
+
+
+class RunNotFound(RunError):
+    """No run with that id is stored."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run {run_id!r} in the store (see `tether runs`)", run_id=run_id)
+
+
+class LeaseHeld(RunError):
+    """Another owner holds a live lease on the run."""
+
+    def __init__(self, run_id: str, owner: str, expires_at: float) -> None:
+        super().__init__(
+            f"run {run_id!r} is owned by {owner} until its lease expires; another process is "
+            "running or resuming it. Wait, or resume after that owner has stopped",
+            run_id=run_id,
+        )
+        self.owner = owner
+        self.expires_at = expires_at
+
+
+class StaleLease(RunError):
+    """An append under a lease that a newer lease has replaced (fencing)."""
+
+    def __init__(self, run_id: str, token: int, current: int) -> None:
+        super().__init__(
+            f"append to run {run_id!r} refused: lease {token} was replaced by lease {current}. "
+            "Another process owns the run now; this one must stop",
+            run_id=run_id,
+        )
+        self.token = token
+        self.current = current
+
+
+@frozen
+class Lease:
+    """The right to append to a run, until ``expires_at`` (Unix seconds)."""
+
+    run_id: str
+    """The run."""
+    owner: str
+    """Who holds it (``host:pid:random`` by default)."""
+    token: int
+    """The fencing token: grows with every grant for this run."""
+    expires_at: float
+    """When the lease lapses unless renewed (appends renew it)."""
+
+
+@frozen
+class RunInfo:
+    """One row of the runs index."""
+
+    run_id: str
+    """The run's id."""
+    agent: str
+    """The agent's name."""
+    goal: str
+    """The task."""
+    status: RunIndexStatus
+    """``running`` or how the run ended (or waits)."""
+    created_at: datetime
+    """When it started."""
+    updated_at: datetime
+    """When its last event was recorded."""
+    usage: Usage
+    """Tokens and cost so far."""
+    steps: int
+    """Model turns so far."""
+    events: int
+    """Events in its log."""
+    parent_run_id: str | None = None
+    """The run that started this one."""
+    tags: tuple[str, ...] = ()
+    """Labels."""
+
+
+@frozen
+class RunQuery:
+    """Which runs to list; newest first."""
+
+    status: RunIndexStatus | None = None
+    """Only runs with this status."""
+    agent: str | None = None
+    """Only runs of this agent."""
+    since: datetime | None = None
+    """Only runs created at or after this time."""
+    until: datetime | None = None
+    """Only runs created before this time."""
+    limit: int = 100
+    """At most this many."""
+
+
+def default_owner() -> str:
+    """An owner id naming this process: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+
+
+class RunStore(ABC):
+    """Where runs live. Backends: in-memory, SQLite (the embedded default)."""
+
+    @abstractmethod
+    async def append(
+        self, run_id: str, events: Sequence[Event], *, lease: Lease | None = None
+    ) -> None:
+        """Append events to a run's log, in order, atomically (all or none).
+
+        Raises:
+            StoreConflict: the events do not continue the stored log.
+            StaleLease: ``lease`` has been replaced by a newer one.
+        """
+
+    @abstractmethod
+    async def read(self, run_id: str, *, after_seq: int = -1) -> list[Event]:
+        """A run's events with ``seq > after_seq``, in order.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+
+    @abstractmethod
+    async def runs(self, query: RunQuery = RunQuery()) -> list[RunInfo]:
+        """The runs index, newest first."""
+
+    @abstractmethod
+    async def acquire(self, run_id: str, owner: str, *, ttl: float = 30.0) -> Lease:
+        """Take (or renew, for the same owner) the run's lease.
+
+        Raises:
+            LeaseHeld: another owner holds an unexpired lease.
+        """
+
+    @abstractmethod
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up (a no-op if it was already replaced)."""
+
+    @abstractmethod
+    async def delete(self, run_ids: Sequence[str]) -> int:
+        """Delete runs and their logs; returns how many existed."""
+
+    async def info(self, run_id: str) -> RunInfo:
+        """The index row of one run.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        for row in await self.runs(RunQuery(limit=1_000_000)):
+            if row.run_id == run_id:
+                return row
+        raise RunNotFound(run_id)
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and files."""

@@ -1,0 +1,153 @@
+"""``MemoryStore``: runs kept in this process's memory (tests, ephemeral runs)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from tether._internal.runindex import index_row
+from tether.codec import compute_hash
+from tether.events import GENESIS_HASH, Event
+from tether.stores.base import (
+    Lease,
+    LeaseHeld,
+    RunInfo,
+    RunNotFound,
+    RunQuery,
+    RunStore,
+    StaleLease,
+    StoreConflict,
+)
+
+__all__ = ["MemoryStore", "check_link", "new_events"]
+
+
+class MemoryStore(RunStore):
+    """A run store in a dict. Fast, and gone with the process."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, list[Event]] = {}
+        self._index: dict[str, RunInfo] = {}
+        self._leases: dict[str, Lease] = {}
+        self._tokens: dict[str, int] = {}
+
+    async def append(
+        self, run_id: str, events: Sequence[Event], *, lease: Lease | None = None
+    ) -> None:
+        """Append in order; re-appending stored events is a no-op."""
+        if lease is not None:
+            current = self._tokens.get(run_id, 0)
+            if lease.token != current:
+                raise StaleLease(run_id, lease.token, current)
+        log = self._events.get(run_id)
+        new = new_events(run_id, log or [], events)
+        if not new:
+            return
+        if log is None:
+            log = self._events[run_id] = []
+        log.extend(new)
+        row = index_row(self._index.get(run_id), new)
+        if row is not None:
+            self._index[run_id] = row
+        if lease is not None:
+            self._leases[run_id] = Lease(
+                run_id=run_id, owner=lease.owner, token=lease.token, expires_at=_renewed(lease)
+            )
+
+    async def read(self, run_id: str, *, after_seq: int = -1) -> list[Event]:
+        """The run's events after ``after_seq``."""
+        log = self._events.get(run_id)
+        if log is None:
+            raise RunNotFound(run_id)
+        return log[max(after_seq, -1) + 1 :]
+
+    async def runs(self, query: RunQuery = RunQuery()) -> list[RunInfo]:
+        """Index rows, newest first."""
+        rows = [r for r in self._index.values() if _matches(r, query)]
+        rows.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+        return rows[: query.limit]
+
+    async def acquire(self, run_id: str, owner: str, *, ttl: float = 30.0) -> Lease:
+        """Grant a lease with the next fencing token."""
+        now = time.time()
+        held = self._leases.get(run_id)
+        if held is not None and held.owner != owner and held.expires_at > now:
+            raise LeaseHeld(run_id, held.owner, held.expires_at)
+        token = self._tokens.get(run_id, 0) + 1
+        self._tokens[run_id] = token
+        lease = Lease(run_id=run_id, owner=owner, token=token, expires_at=now + ttl)
+        self._leases[run_id] = lease
+        return lease
+
+    async def release(self, lease: Lease) -> None:
+        """Drop the lease if it is still the current one."""
+        held = self._leases.get(lease.run_id)
+        if held is not None and held.token == lease.token:
+            del self._leases[lease.run_id]
+
+    async def delete(self, run_ids: Sequence[str]) -> int:
+        """Forget runs."""
+        count = 0
+        for run_id in run_ids:
+            if self._events.pop(run_id, None) is not None:
+                count += 1
+            self._index.pop(run_id, None)
+            self._leases.pop(run_id, None)
+        return count
+
+
+def check_link(run_id: str, event: Event, previous_hash: str | None) -> None:
+    """Refuse an event that does not chain to its predecessor or whose hash is not its own.
+
+    A store must never accept what it could not read back as an intact log.
+    """
+    expected = GENESIS_HASH if previous_hash is None else previous_hash
+    if event.prev_hash != expected:
+        raise StoreConflict(
+            f"run {run_id!r}: the event at seq {event.seq} does not chain to the one before",
+            run_id=run_id,
+        )
+    if compute_hash(event) != event.hash:
+        raise StoreConflict(
+            f"run {run_id!r}: the event at seq {event.seq} does not match its hash", run_id=run_id
+        )
+
+
+def _renewed(lease: Lease) -> float:
+    return max(lease.expires_at, time.time() + 30.0)
+
+
+def _matches(row: RunInfo, query: RunQuery) -> bool:
+    return (
+        (query.status is None or row.status == query.status)
+        and (query.agent is None or row.agent == query.agent)
+        and (query.since is None or row.created_at >= query.since)
+        and (query.until is None or row.created_at < query.until)
+    )
+
+
+def new_events(run_id: str, log: Sequence[Event], events: Sequence[Event]) -> list[Event]:
+    """The events not yet stored; refuses gaps and different events at stored positions."""
+    new: list[Event] = []
+    expected = len(log)
+    for event in events:
+        if event.run_id != run_id:
+            raise StoreConflict(
+                f"event of run {event.run_id!r} appended to run {run_id!r}", run_id=run_id
+            )
+        if event.seq < expected and not new:
+            if log[event.seq].hash != event.hash:
+                raise StoreConflict(
+                    f"run {run_id!r} already has a different event at seq {event.seq}",
+                    run_id=run_id,
+                )
+            continue  # already stored: an idempotent re-append
+        if event.seq != expected:
+            raise StoreConflict(
+                f"run {run_id!r}: expected seq {expected}, got {event.seq} (a gap)", run_id=run_id
+            )
+        previous = new[-1] if new else (log[-1] if log else None)
+        check_link(run_id, event, None if previous is None else previous.hash)
+        new.append(event)
+        expected += 1
+    return new

@@ -1,0 +1,131 @@
+"""Moving runs between stores: export a run's log as JSONL, import it back.
+
+The JSONL is exactly what ``codec.write_jsonl`` writes, one canonical encoding per line, so
+an exported run can be read with ``read_jsonl``, replayed, or imported into another store,
+and ``export → import → export`` gives the same bytes. An import checks everything (every
+line decodes, the hash chain holds) before it writes anything, and never overwrites a run
+that is already stored with other content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from tether.codec import decode_event, encode_event, verify_chain
+from tether.errors import BrokenChain, LogError
+from tether.events import Event, RunStarted
+from tether.stores.base import RunNotFound, RunStore, StoreConflict
+
+__all__ = ["decode_jsonl", "export_run", "import_run"]
+
+
+async def export_run(store: RunStore, run_id: str) -> bytes:
+    """A stored run's log as JSONL bytes, one canonical event encoding per line.
+
+    Args:
+        store: The store holding the run.
+        run_id: The run's full id.
+
+    Returns:
+        The log, as ``codec.write_jsonl`` would write it to a file.
+
+    Raises:
+        RunNotFound: no such run.
+        BrokenChain: the stored log has been tampered with (nothing is exported).
+    """
+    events = await store.read(run_id)
+    verify_chain(events, run_id=run_id)
+    return b"".join(encode_event(event) + b"\n" for event in events)
+
+
+def decode_jsonl(data: bytes) -> list[Event]:
+    """Decode a run's JSONL log and verify its hash chain; blank lines are skipped.
+
+    Args:
+        data: The log's bytes.
+
+    Returns:
+        The events, in order.
+
+    Raises:
+        LogError: a line is not a valid event (the message names the line), the log is
+            empty, or it does not begin with ``run_started``.
+        BrokenChain: the events do not form one untampered chain (the line is named).
+    """
+    events: list[Event] = []
+    lines: list[int] = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if raw.strip():
+            events.append(decode_event(raw, line=number))
+            lines.append(number)
+    if not events:
+        raise LogError("the log holds no events: export a run with `tether export RUN` first")
+    try:
+        verify_chain(events)
+    except BrokenChain as exc:
+        if exc.line is None and exc.seq < len(lines):
+            exc.line = lines[exc.seq]
+            exc.args = (f"{exc.args[0]} (line {exc.line})",)
+        raise
+    if not isinstance(events[0], RunStarted):
+        raise LogError(
+            f"the log begins with a {events[0].kind!r} event, not 'run_started': it is not a "
+            "whole run. Export the complete run and import that",
+            run_id=events[0].run_id,
+            line=lines[0],
+        )
+    return events
+
+
+async def import_run(store: RunStore, source: bytes | str | os.PathLike[str]) -> str:
+    """Import a run from a JSONL log (as written by ``export_run`` or ``write_jsonl``).
+
+    Every line is decoded and the hash chain verified before anything is written; the
+    events are then appended in one atomic append. Importing a run that is already stored
+    with identical events is a no-op.
+
+    Args:
+        store: Where the run goes.
+        source: The log's bytes, or the path of a JSONL file.
+
+    Returns:
+        The run's id.
+
+    Raises:
+        LogError: the log is malformed, empty or tampered with (``BrokenChain``); nothing
+            was written.
+        StoreConflict: a run with this id is stored with different events.
+    """
+    data = source if isinstance(source, bytes) else await asyncio.to_thread(Path(source).read_bytes)
+    events = decode_jsonl(data)
+    run_id = events[0].run_id
+    try:
+        stored = await store.read(run_id)
+    except RunNotFound:
+        stored = None
+    if stored is not None:
+        _check_identical(run_id, stored, events)
+        return run_id
+    await store.append(run_id, events)
+    return run_id
+
+
+def _check_identical(run_id: str, stored: Sequence[Event], imported: Sequence[Event]) -> None:
+    if len(stored) == len(imported) and all(
+        a.hash == b.hash for a, b in zip(stored, imported, strict=True)
+    ):
+        return
+    differ = next(
+        (i for i, (a, b) in enumerate(zip(stored, imported, strict=False)) if a.hash != b.hash),
+        min(len(stored), len(imported)),
+    )
+    raise StoreConflict(
+        f"run {run_id!r} is already stored with different events ({len(stored)} stored, "
+        f"{len(imported)} in the log; they differ from seq {differ}). Nothing was imported. "
+        "Import into another store (`--db PATH`), or delete the stored run first if the log "
+        "is the copy to keep",
+        run_id=run_id,
+    )

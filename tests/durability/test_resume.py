@@ -1,0 +1,213 @@
+"""Resume: a waiting run gets its answer, a crashed run is repaired, nothing runs twice."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.support import assert_protocol_valid
+from tether import Agent, Event, ModelRequest, ToolCall, ToolContext, tool
+from tether.content import content_text
+from tether.errors import UserError
+from tether.events import (
+    PolicyDecided,
+    RunFinished,
+    RunResumed,
+    ToolCallFinished,
+    ToolCallUnknown,
+)
+from tether.messages import ToolResultMessage
+from tether.stores import LeaseHeld, MemoryStore, RunStore, SqliteStore, StaleLease
+from tether.testing import FunctionModel, ScriptedModel, call, finish
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
+    chosen: RunStore = (
+        MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "t.db")
+    )
+    yield chosen
+    await chosen.close()
+
+
+effects: list[str] = []
+
+
+@tool(open_world=False)
+def send_email(to: str) -> str:
+    """Sends an email (a side effect with no idempotency key).
+
+    Args:
+        to: The recipient.
+    """
+    effects.append(f"email:{to}")
+    return f"sent to {to}"
+
+
+@tool(read_only=True, open_world=False, blocking=False)
+def read_inbox() -> str:
+    """Reads the inbox."""
+    effects.append("read")
+    return "3 messages"
+
+
+@tool(open_world=False, idempotency_key=True, blocking=False)
+def charge(amount: int, ctx: ToolContext) -> str:
+    """Charges a card; the payment service deduplicates by idempotency key.
+
+    Args:
+        amount: Cents.
+    """
+    effects.append(f"charge:{ctx.idempotency_key}")
+    return f"charged {amount}"
+
+
+def crashed_after_intents(events: Sequence[Event]) -> list[Event]:
+    """The log as a crash right after the first turn's intents were committed leaves it."""
+    first_result = next(i for i, e in enumerate(events) if isinstance(e, ToolCallFinished))
+    assert isinstance(events[first_result - 1], PolicyDecided)
+    return list(events[:first_result])
+
+
+async def record(
+    store: RunStore, script: list[object], tools: list[object]
+) -> tuple[str, list[Event]]:
+    agent = Agent(model=ScriptedModel(script), tools=tools)  # pyright: ignore[reportArgumentType]
+    outcome = await agent.run("goal")
+    partial = crashed_after_intents(outcome.events)
+    await store.append(outcome.run_id, partial)
+    return outcome.run_id, partial
+
+
+async def test_a_non_idempotent_call_in_flight_becomes_unknown(store: RunStore) -> None:
+    effects.clear()
+    run_id, _ = await record(store, [call("send_email", to="a@x"), finish("done")], [send_email])
+    effects.clear()
+    agent = Agent(model=ScriptedModel([finish("checked")]), tools=[send_email], store=store)
+    outcome = await agent.resume(run_id)
+    assert outcome.status == "finished"
+    assert effects == []  # never run again on its own
+    unknown = [e for e in outcome.events if isinstance(e, ToolCallUnknown)]
+    assert len(unknown) == 1
+    assert "may or may not have taken effect" in unknown[0].reason
+    resumed = [e for e in outcome.events if isinstance(e, RunResumed)]
+    assert [(r.reason, r.attempt) for r in resumed] == [("crash", 1)]
+    assert_protocol_valid(outcome.events)
+    assert await store.read(run_id) == list(outcome.events)
+
+
+async def test_read_only_and_keyed_calls_in_flight_run_again(store: RunStore) -> None:
+    effects.clear()
+    run_id, partial = await record(
+        store,
+        [[call("read_inbox"), call("charge", amount=500)], finish("done")],
+        [read_inbox, charge],
+    )
+    first_key = next(e for e in effects if e.startswith("charge:"))
+    effects.clear()
+    agent = Agent(model=ScriptedModel([finish("done")]), tools=[read_inbox, charge], store=store)
+    outcome = await agent.resume(run_id)
+    assert outcome.status == "finished"
+    assert effects == ["read", first_key]  # the same idempotency key as the first attempt
+    redone = [e for e in outcome.events[len(partial) :] if isinstance(e, ToolCallFinished)]
+    assert [content_text(e.content) for e in redone[:2]] == ["3 messages", "charged 500"]
+    assert_protocol_valid(outcome.events)
+
+
+async def test_a_finish_whose_outcome_was_not_written_finishes(store: RunStore) -> None:
+    outcome = await Agent(model=ScriptedModel([finish("the answer")])).run("goal")
+    without_end = [e for e in outcome.events if not isinstance(e, RunFinished)]
+    await store.append(outcome.run_id, without_end)
+    resumed = await Agent(model=ScriptedModel([]), store=store).resume(outcome.run_id)
+    assert resumed.status == "finished"
+    assert resumed.output == "the answer"
+
+
+async def test_completed_turns_are_not_repeated(store: RunStore) -> None:
+    model = ScriptedModel([call("read_inbox"), call("read_inbox"), finish("x")])
+    outcome = await Agent(model=model, tools=[read_inbox]).run("goal")
+    cut = list(outcome.events[:5])  # run_started, the first turn and its result
+    await store.append(outcome.run_id, cut)
+    resume_model = ScriptedModel([call("read_inbox"), finish("x")])
+    resumed = await Agent(model=resume_model, tools=[read_inbox], store=store).resume(
+        outcome.run_id
+    )
+    assert resumed.status == "finished"
+    assert len(resume_model.requests) == 2  # only the turns that had not happened
+    assert resumed.steps == 3
+
+
+async def test_waiting_for_user_resumes_with_the_answer(store: RunStore) -> None:
+    agent = Agent(
+        model=ScriptedModel([call("ask_user", question="Which city?")]),
+        can_ask_user=True,
+        store=store,
+    )
+    first = await agent.run("weather")
+    assert first.status == "waiting_for_user"
+    assert (await store.info(first.run_id)).status == "waiting_for_user"
+
+    def answer_with_the_city(request: ModelRequest) -> ToolCall:
+        reply = request.messages[-1]
+        assert isinstance(reply, ToolResultMessage)
+        return finish(f"weather in {content_text(reply.content)}")
+
+    answering = Agent(model=FunctionModel(answer_with_the_city), can_ask_user=True, store=store)
+    with pytest.raises(UserError, match="answer"):
+        await answering.resume(first.run_id)
+    outcome = await answering.resume(first.run_id, answer="Paris")
+    assert outcome.status == "finished"
+    assert outcome.output == "weather in Paris"
+    assert (await store.info(first.run_id)).status == "finished"
+    assert_protocol_valid(outcome.events)
+
+
+async def test_resuming_a_finished_run_changes_nothing(store: RunStore) -> None:
+    agent = Agent(model=ScriptedModel([finish("done")]), store=store)
+    first = await agent.run("goal")
+    again = await Agent(model=ScriptedModel([]), store=store).resume(first.run_id)
+    assert again.status == "finished"
+    assert again.events == first.events
+    assert again.output == "done"
+
+
+async def test_recovery_gives_up_after_max_recoveries(store: RunStore) -> None:
+    run_id, _ = await record(store, [call("send_email", to="b@x"), finish("done")], [send_email])
+
+    class Crashing(ScriptedModel):
+        async def request(self, request: object) -> object:  # pyright: ignore[reportIncompatibleMethodOverride]
+            raise SystemExit("simulated crash")  # not an Exception: escapes like a kill would
+
+    for _ in range(2):
+        with pytest.raises(SystemExit):
+            await Agent(
+                model=Crashing([]), tools=[send_email], store=store, max_recoveries=2
+            ).resume(run_id)
+    final = await Agent(
+        model=ScriptedModel([]), tools=[send_email], store=store, max_recoveries=2
+    ).resume(run_id)
+    assert final.status == "failed"
+    assert final.error is not None
+    assert "gave up after 2 recovery attempts" in final.error.message
+
+
+async def test_only_one_owner_at_a_time(tmp_path: Path) -> None:
+    first = SqliteStore(tmp_path / "t.db")
+    second = SqliteStore(tmp_path / "t.db")
+    try:
+        run_id, _ = await record(first, [call("read_inbox"), finish("x")], [read_inbox])
+        held = await first.acquire(run_id, "someone-else:1:x", ttl=60)
+        with pytest.raises(LeaseHeld):
+            await Agent(
+                model=ScriptedModel([finish("x")]), tools=[read_inbox], store=second
+            ).resume(run_id)
+        await first.acquire(run_id, "someone-else:1:x", ttl=-1)  # its owner lets it lapse
+        taken = await second.acquire(run_id, "other-host:2:y")  # a lapsed lease can be taken
+        with pytest.raises(StaleLease):
+            await first.append(run_id, (await first.read(run_id))[-1:], lease=held)
+        assert taken.token > held.token
+    finally:
+        await first.close()
+        await second.close()

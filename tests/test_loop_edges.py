@@ -1,0 +1,239 @@
+"""Edge cases an independent review found: cancellation races, odd models and tools."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from tether import Agent, Limits, ModelRequest, ModelResponse, ModelSettings, tool
+from tether.codec import read_jsonl
+from tether.content import content_text
+from tether.errors import ConfigError
+from tether.events import Event, ModelFailed, RunFinished, ToolCallFinished
+from tether.loop import AgentRun
+from tether.messages import ToolCall
+from tether.models.base import Model
+from tether.testing import FunctionModel, ScriptedModel, call, finish
+
+from .support import add, assert_protocol_valid
+
+
+def results(events: tuple[Event, ...]) -> list[ToolCallFinished]:
+    return [e for e in events if isinstance(e, ToolCallFinished)]
+
+
+async def test_an_outer_timeout_racing_the_model_timeout_still_reaches_the_caller() -> None:
+    async def slow(request: ModelRequest) -> ModelResponse:
+        time.sleep(0.15)  # noqa: ASYNC251 - block the loop: both deadlines fall due together
+        await asyncio.sleep(10)
+        return ModelResponse(text="late")
+
+    agent = Agent(model=FunctionModel(slow), model_settings=ModelSettings(timeout=0.1))
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await agent.run("go")
+
+
+async def test_cancel_from_inside_the_run_does_not_leak_into_the_caller() -> None:
+    box: list[AgentRun[str]] = []
+
+    @tool(open_world=False)
+    async def stop_myself() -> str:
+        """Asks the run it belongs to to stop."""
+        box[0].cancel("the tool asked to stop")
+        return "side effect committed"
+
+    run = Agent(
+        model=ScriptedModel([call("stop_myself"), finish("x")]), tools=[stop_myself]
+    ).stream("x")
+    box.append(run)
+    async for _ in run:
+        pass
+    assert run.outcome.status == "cancelled"
+    assert content_text(results(run.outcome.events)[0].content) == "side effect committed"
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0
+    await asyncio.sleep(0)  # would raise if a cancellation had leaked
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+async def test_a_tool_raising_cancelled_error_is_a_tool_error(parallel: bool) -> None:
+    @tool(open_world=False)
+    async def flaky() -> str:
+        """Raises CancelledError although nobody cancelled anything."""
+        raise asyncio.CancelledError
+
+    @tool(open_world=False)
+    async def fine() -> str:
+        """Works."""
+        return "fine"
+
+    first = [call("flaky"), call("fine")] if parallel else call("flaky")
+    outcome = await Agent(model=ScriptedModel([first, finish("done")]), tools=[flaky, fine]).run(
+        "x"
+    )
+    assert outcome.status == "finished"
+    failed = results(outcome.events)[0]
+    assert failed.error_type == "exception"
+    assert "CancelledError" in content_text(failed.content)
+    assert_protocol_valid(outcome.events)
+
+
+async def test_calls_after_finish_task_do_not_run() -> None:
+    ran: list[str] = []
+
+    @tool(destructive=True)
+    async def delete_all() -> str:
+        """Deletes everything."""
+        ran.append("delete_all")
+        return "deleted"
+
+    model = ScriptedModel([[finish("done"), call("delete_all")]])
+    outcome = await Agent(model=model, tools=[delete_all]).run("x")
+    assert outcome.status == "finished"
+    assert ran == []
+    assert results(outcome.events)[1].error_type == "after_finish"
+
+
+async def test_a_cancelled_parallel_turn_keeps_the_results_that_arrived() -> None:
+    started = asyncio.Event()
+
+    @tool(open_world=False)
+    async def hang() -> str:
+        """Never returns."""
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    @tool(open_world=False)
+    async def quick() -> str:
+        """Returns at once."""
+        return "quick done"
+
+    run = Agent(model=ScriptedModel([[call("hang"), call("quick")]]), tools=[hang, quick]).stream(
+        "x"
+    )
+
+    async def consume() -> None:
+        async for _ in run:
+            pass
+
+    consumer = asyncio.ensure_future(consume())
+    await started.wait()
+    await asyncio.sleep(0.01)
+    run.cancel("user hit stop")
+    await consumer
+    by_call = {r.call_id: r for r in results(run.outcome.events)}
+    assert content_text(by_call["call_0_1"].content) == "quick done"
+    assert not by_call["call_0_1"].synthetic
+    assert "interrupted" in content_text(by_call["call_0_0"].content)
+    assert_protocol_valid(run.outcome.events)
+
+
+async def test_an_output_validator_that_raises_is_a_correctable_error() -> None:
+    @dataclass
+    class Picky:
+        value: int
+
+        def __post_init__(self) -> None:
+            if self.value == 13:
+                raise KeyError("unlucky")
+
+    model = ScriptedModel([call("finish_task", value=13), call("finish_task", value=7)])
+    outcome = await Agent(model=model, output_type=Picky).run("x")
+    assert outcome.status == "finished"
+    assert outcome.output == Picky(7)
+    assert results(outcome.events)[0].error_type == "invalid_output"
+
+
+async def test_a_model_returning_garbage_fails_the_run_cleanly() -> None:
+    class Broken(Model):
+        real = False
+
+        @property
+        def name(self) -> str:
+            return "broken"
+
+        async def request(self, request: ModelRequest) -> ModelResponse:
+            return cast(ModelResponse, "not a response")
+
+    outcome = await Agent(model=Broken()).run("x")
+    assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert "not a ModelResponse" in outcome.error.message
+    assert isinstance(outcome.events[-1], RunFinished)
+
+
+async def test_running_out_of_time_in_a_model_call_is_recorded() -> None:
+    async def slow(request: ModelRequest) -> ModelResponse:
+        await asyncio.sleep(10)
+        return ModelResponse(text="late")
+
+    outcome = await Agent(model=FunctionModel(slow), limits=Limits(max_seconds=0.1)).run("x")
+    assert outcome.limit == "max_seconds"
+    assert [e.kind for e in outcome.events] == [
+        "run_started",
+        "model_failed",
+        "limit_reached",
+        "run_finished",
+    ]
+    failed = outcome.events[1]
+    assert isinstance(failed, ModelFailed)
+    assert failed.error.type == "TimeoutError"
+
+
+async def test_duplicate_and_empty_call_ids_are_made_unique() -> None:
+    calls = (
+        ToolCall(id="x", name="add", arguments={"a": 1, "b": 2}),
+        ToolCall(id="x", name="add", arguments={"a": 3, "b": 4}),
+    )
+    model = ScriptedModel([ModelResponse(tool_calls=calls), finish("3 and 7")])
+    outcome = await Agent(model=model, tools=[add]).run("x")
+    ids = [r.call_id for r in results(outcome.events)[:2]]
+    assert len(set(ids)) == 2
+    assert_protocol_valid(outcome.events)
+    history = model.requests[1].messages
+    assert [m.call_id for m in history if m.kind == "tool_result"] == ids
+
+
+async def test_a_scripted_model_string_is_fresh_for_every_run(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text('[{"tool_calls": [{"name": "finish_task", "arguments": {"answer": "ok"}}]}]')
+    agent = Agent(model=f"scripted:{script}")
+    first = await agent.run("x")
+    second = await agent.run("y")
+    assert (first.status, second.status) == ("finished", "finished")
+
+
+async def test_leaving_the_stream_early_ends_the_run_cancelled(tmp_path: Path) -> None:
+    agent = Agent(
+        model=ScriptedModel([call("add", a=1, b=2), finish("3")]), tools=[add], log_dir=tmp_path
+    )
+    async with agent.stream("x") as run:
+        async for event in run:
+            if event.kind == "policy_decided":
+                break
+    assert run.outcome.status == "cancelled"
+    (log,) = tmp_path.glob("*.jsonl")
+    last = read_jsonl(log)[-1]
+    assert isinstance(last, RunFinished)
+    assert last.status == "cancelled"
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0])
+def test_limits_must_be_finite_and_non_negative(value: float) -> None:
+    with pytest.raises(ConfigError, match="finite number"):
+        Limits(max_seconds=value)
+
+
+async def test_max_steps_zero_makes_no_model_call() -> None:
+    model = ScriptedModel(["never"])
+    outcome = await Agent(model=model, limits=Limits(max_steps=0)).run("x")
+    assert outcome.status == "budget_exhausted"
+    assert model.requests == []
