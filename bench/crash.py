@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -92,6 +93,10 @@ class World:
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # an agent killed mid-conversation: the point
+            self._converse(conn)
+
+    def _converse(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rwb") as stream:
             for line in stream:
                 msg = json.loads(line)

@@ -27,6 +27,7 @@ from typing import Any
 
 from tether import Agent, Limits, ModelRequest, ModelResponse, ToolCall, tool
 from tether.models.base import Model
+from tether.stores import MemoryStore, RunStore, SqliteStore
 
 K = 10
 STEPS = K + 1  # K tool turns + the finishing turn
@@ -144,23 +145,38 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=300, help="sequential runs (>= 200)")
     parser.add_argument("--concurrent", type=int, default=1000, help="concurrent runs")
     parser.add_argument("--log-dir", action="store_true", help="also write each run's JSONL log")
+    parser.add_argument(
+        "--store",
+        choices=["none", "memory", "sqlite"],
+        default="none",
+        help="commit every run to a store (sqlite: a real file in a temporary directory)",
+    )
     args = parser.parse_args()
     limits = Limits()  # the defaults, as a user would have them
     with tempfile.TemporaryDirectory() as tmp:
+        store: RunStore | None = None
+        if args.store == "memory":
+            store = MemoryStore()
+        elif args.store == "sqlite":
+            store = SqliteStore(Path(tmp) / "bench.db")
         agent = Agent(
             name="overhead",
             model=PeerModel(),
             tools=[add],
             limits=limits,
             log_dir=Path(tmp) if args.log_dir else None,
+            store=store,
         )
         result = asyncio.run(measure(agent, args.runs, args.concurrent))
+        if store is not None:
+            asyncio.run(store.close())
     peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         json.dumps(
             {
                 "bench": "overhead",
-                "store": "jsonl" if args.log_dir else "none",
+                "store": args.store,
+                "jsonl_logs": args.log_dir,
                 "steps_per_run": STEPS,
                 "runs": args.runs,
                 **result,

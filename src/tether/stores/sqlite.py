@@ -9,6 +9,7 @@ SQLite's locking serializes their writes.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import time
@@ -21,7 +22,7 @@ import orjson
 
 from tether._internal.runindex import index_row
 from tether.codec import decode_event, encode_event, verify_chain
-from tether.events import Event
+from tether.events import Event, ModelResponded, RunFinished, RunStarted
 from tether.stores.base import (
     Lease,
     LeaseHeld,
@@ -47,9 +48,9 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER NOT NULL,
     kind TEXT NOT NULL,
     hash TEXT NOT NULL,
-    body BLOB NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
+    body BLOB NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS events_by_run ON events (run_id, seq);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
     agent TEXT NOT NULL,
@@ -103,89 +104,219 @@ class SqliteStore(RunStore):
         self._db.execute(f"PRAGMA synchronous={'FULL' if durability == 'power' else 'NORMAL'}")
         self._db.executescript(_SCHEMA)
         self._lease_ttl = lease_ttl
+        self._queue: list[tuple[str, list[Event], Lease | None, asyncio.Future[None]]] = []
+        self._flush_scheduled = False
+        self._tails: dict[str, tuple[int, int, str]] = {}  # run -> (lease token, seq, hash)
+        self._batch_tails: dict[str, tuple[int, str]] = {}
+        self._batch_hashes: dict[tuple[str, int], str] = {}
+        self._renewed: dict[tuple[str, int], float] = {}
 
     # -- writing -------------------------------------------------------------------------
 
     async def append(
         self, run_id: str, events: Sequence[Event], *, lease: Lease | None = None
     ) -> None:
-        """Append in one transaction (lease check, events, index row)."""
+        """Append atomically (lease check, events, index row); returns once committed.
+
+        Appends made in the same event-loop iteration (many concurrent runs) share one
+        transaction, each in its own savepoint: one refused append fails alone, and every
+        caller returns only after the COMMIT that made its events durable.
+        """
         if not events:
             return
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._queue.append((run_id, list(events), lease, done))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        await done
+
+    def _flush(self) -> None:  # noqa: C901 - one transaction, read top to bottom
+        """Commit every queued append in one transaction (group commit).
+
+        Each append is checked first, reading only; those that pass are then written
+        together. A refused append has written nothing, so no savepoints are needed.
+        """
+        self._flush_scheduled = False
+        batch, self._queue = self._queue, []
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
+        results: list[tuple[asyncio.Future[None], BaseException | None]] = []
+        rows: list[tuple[str, int, str, str, bytes]] = []
+        accepted: list[tuple[str, list[Event], Lease | None]] = []
+        self._batch_tails: dict[str, tuple[int, str]] = {}  # what this flush has accepted
+        self._batch_hashes: dict[tuple[str, int], str] = {}
         try:
-            if lease is not None:
-                row = db.execute("SELECT token FROM leases WHERE run_id = ?", (run_id,)).fetchone()
-                current = 0 if row is None else int(row[0])
-                if current != lease.token:
-                    raise StaleLease(run_id, lease.token, current)
+            db.execute("BEGIN IMMEDIATE")
+            for run_id, events, lease, done in batch:
+                try:
+                    new = self._check(run_id, events, lease)
+                except Exception as exc:
+                    results.append((done, exc))
+                    continue
+                results.append((done, None))
+                if new:
+                    rows.extend((run_id, e.seq, e.kind, e.hash, encode_event(e)) for e in new)
+                    accepted.append((run_id, new, lease))
+                    self._batch_tails[run_id] = (new[-1].seq, new[-1].hash)
+                    self._batch_hashes.update({(run_id, e.seq): e.hash for e in new})
+            if rows:
+                try:
+                    db.executemany(
+                        "INSERT INTO events (run_id, seq, kind, hash, body) VALUES (?, ?, ?, ?, ?)",
+                        rows,
+                    )
+                except sqlite3.IntegrityError:
+                    raise StoreConflict(
+                        "a run was appended to by another writer at the same time; read it again"
+                    ) from None
+                for run_id, new, _ in accepted:
+                    self._update_index(run_id, new)
+            db.execute("COMMIT")
+        except Exception as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            self._tails.clear()  # what was cached may not have been committed
+            results = [(done, exc) for _, _, _, done in batch]
+        else:
+            for run_id, new, lease in accepted:
+                if lease is not None:
+                    self._tails[run_id] = (lease.token, new[-1].seq, new[-1].hash)
+        for done, error in results:
+            if done.cancelled():
+                continue
+            if error is None:
+                done.set_result(None)
+            else:
+                done.set_exception(error)
+
+    def _check(self, run_id: str, events: list[Event], lease: Lease | None) -> list[Event]:
+        """The events of one append that are new; raises if the append must be refused."""
+        db = self._db
+        tail: tuple[int, int, str] | None = None
+        if lease is not None:
+            row = db.execute("SELECT token FROM leases WHERE run_id = ?", (run_id,)).fetchone()
+            current = 0 if row is None else int(row[0])
+            if current != lease.token:
+                raise StaleLease(run_id, lease.token, current)
+            now = time.time()
+            if now >= self._renewed.get((run_id, lease.token), 0.0) + self._lease_ttl / 3:
                 db.execute(
                     "UPDATE leases SET expires_at = MAX(expires_at, ?) WHERE run_id = ?",
-                    (time.time() + self._lease_ttl, run_id),
+                    (now + self._lease_ttl, run_id),
                 )
+                self._renewed[(run_id, lease.token)] = now
+            tail = self._tails.get(run_id)
+            if tail is not None and tail[0] != lease.token:
+                tail = None
+        last: tuple[int, str] | None
+        if run_id in self._batch_tails:  # an earlier append of this same flush
+            last = self._batch_tails[run_id]
+        elif tail is not None:
+            # This connection wrote the run's last events under this very lease. Should a
+            # lease-less writer have appended since, the seq collides: the insert fails on
+            # the unique index and the append is refused, never silently forked.
+            last = (tail[1], tail[2])
+        else:
             last = db.execute(
                 "SELECT seq, hash FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1", (run_id,)
             ).fetchone()
-            expected = 0 if last is None else int(last[0]) + 1
-            previous_hash: str | None = None if last is None else str(last[1])
-            new: list[Event] = []
-            for event in events:
-                if event.run_id != run_id:
-                    raise StoreConflict(
-                        f"event of run {event.run_id!r} appended to run {run_id!r}", run_id=run_id
-                    )
-                if event.seq < expected and not new:
-                    stored = db.execute(
+        stored = None if last is None else (int(last[0]), str(last[1]))
+        return self._new_events(run_id, events, stored)
+
+    def _new_events(
+        self, run_id: str, events: list[Event], last: tuple[int, str] | None
+    ) -> list[Event]:
+        expected = 0 if last is None else last[0] + 1
+        previous_hash = None if last is None else last[1]
+        new: list[Event] = []
+        for event in events:
+            if event.run_id != run_id:
+                raise StoreConflict(
+                    f"event of run {event.run_id!r} appended to run {run_id!r}", run_id=run_id
+                )
+            if event.seq < expected and not new:
+                stored_hash = self._batch_hashes.get((run_id, event.seq))
+                if stored_hash is None:
+                    found = self._db.execute(
                         "SELECT hash FROM events WHERE run_id = ? AND seq = ?", (run_id, event.seq)
                     ).fetchone()
-                    if stored is None or stored[0] != event.hash:
-                        raise StoreConflict(
-                            f"run {run_id!r} already has a different event at seq {event.seq}",
-                            run_id=run_id,
-                        )
-                    continue
-                if event.seq != expected:
+                    stored_hash = None if found is None else str(found[0])
+                if stored_hash != event.hash:
                     raise StoreConflict(
-                        f"run {run_id!r}: expected seq {expected}, got {event.seq} (a gap)",
+                        f"run {run_id!r} already has a different event at seq {event.seq}",
                         run_id=run_id,
                     )
-                check_link(run_id, event, previous_hash)
-                new.append(event)
-                previous_hash = event.hash
-                expected += 1
-            if new:
-                db.executemany(
-                    "INSERT INTO events (run_id, seq, kind, hash, body) VALUES (?, ?, ?, ?, ?)",
-                    [(run_id, e.seq, e.kind, e.hash, encode_event(e)) for e in new],
+                continue
+            if event.seq != expected:
+                raise StoreConflict(
+                    f"run {run_id!r}: expected seq {expected}, got {event.seq} (a gap)",
+                    run_id=run_id,
                 )
-                self._update_index(run_id, new)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+            check_link(run_id, event, previous_hash)
+            new.append(event)
+            previous_hash = event.hash
+            expected += 1
+        return new
 
     def _update_index(self, run_id: str, new: list[Event]) -> None:
-        row = index_row(self._row(run_id), new)
-        if row is None:
-            return
+        """Fold the new events into the run's index row, in place (no read-modify-write)."""
+        started = next((e for e in new if isinstance(e, RunStarted)), None)
+        if started is not None:
+            row = index_row(None, [started])
+            assert row is not None
+            self._db.execute(
+                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, 0, 0, 0, 0.0, 0, 0, ?, ?)",
+                (
+                    row.run_id,
+                    row.agent,
+                    row.goal,
+                    row.status,
+                    _utc_text(row.created_at),
+                    _utc_text(row.updated_at),
+                    row.parent_run_id,
+                    orjson.dumps(row.tags).decode(),
+                ),
+            )
+        tokens_in = tokens_out = requests = 0
+        cost: float | None = 0.0
+        steps = 0
+        status: str | None = None
+        for event in new:
+            if isinstance(event, ModelResponded):
+                tokens_in += event.usage.input_tokens
+                tokens_out += event.usage.output_tokens
+                requests += 1
+                cost = None if cost is None or event.usage.cost is None else cost + event.usage.cost
+                if not event.final:
+                    steps = max(steps, event.step)
+            if isinstance(event, RunFinished):
+                status = event.status
+            elif status in ("waiting_for_user", "waiting_for_approval"):
+                status = "running"
         self._db.execute(
-            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            """UPDATE runs SET
+                updated_at = ?,
+                events = events + ?,
+                input_tokens = input_tokens + ?,
+                output_tokens = output_tokens + ?,
+                requests = requests + ?,
+                cost = CASE WHEN cost IS NULL OR ? IS NULL THEN NULL ELSE cost + ? END,
+                steps = MAX(steps, ?),
+                status = COALESCE(?, CASE WHEN status IN ('waiting_for_user', 'waiting_for_approval')
+                                          THEN 'running' ELSE status END)
+            WHERE run_id = ?""",
             (
-                row.run_id,
-                row.agent,
-                row.goal,
-                row.status,
-                _utc_text(row.created_at),
-                _utc_text(row.updated_at),
-                row.usage.input_tokens,
-                row.usage.output_tokens,
-                row.usage.requests,
-                row.usage.cost,
-                row.steps,
-                row.events,
-                row.parent_run_id,
-                orjson.dumps(row.tags).decode(),
+                _utc_text(new[-1].at),
+                len(new),
+                tokens_in,
+                tokens_out,
+                requests,
+                cost,
+                cost,
+                steps,
+                status,
+                run_id,
             ),
         )
 
@@ -271,6 +402,8 @@ class SqliteStore(RunStore):
 
     async def release(self, lease: Lease) -> None:
         """Drop the lease if it is still current (the token is kept: it only grows)."""
+        self._tails.pop(lease.run_id, None)
+        self._renewed.pop((lease.run_id, lease.token), None)
         self._db.execute(
             "UPDATE leases SET owner = NULL, expires_at = 0 WHERE run_id = ? AND token = ?",
             (lease.run_id, lease.token),
@@ -283,6 +416,7 @@ class SqliteStore(RunStore):
         db.execute("BEGIN IMMEDIATE")
         try:
             for run_id in run_ids:
+                self._tails.pop(run_id, None)
                 removed = db.execute("DELETE FROM events WHERE run_id = ?", (run_id,)).rowcount
                 indexed = db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,)).rowcount
                 count += 1 if removed or indexed else 0
