@@ -522,15 +522,27 @@ def test_run_with_an_explicit_log_dir(tmp_path: Path) -> None:
     assert f"log: {log}" in result.stderr
 
 
-def test_run_no_log_writes_nothing(tmp_path: Path) -> None:
+def test_run_no_log_no_store_writes_nothing(tmp_path: Path) -> None:
     script = write_script(tmp_path, CALCULATE_THEN_FINISH)
 
-    result = invoke("run", "What is 2+2?", "--model", f"scripted:{script}", "--no-log")
+    result = invoke(
+        "run", "What is 2+2?", "--model", f"scripted:{script}", "--no-log", "--no-store"
+    )
 
     assert result.exit_code == 0, result.output
     assert result.stdout == "4\n"
     assert "log:" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["script.json"]
+
+
+def test_run_no_log_still_stores_the_run(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+
+    result = invoke("run", "What is 2+2?", "--model", f"scripted:{script}", "--no-log")
+
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / ".tether" / "tether.db").exists()
+    assert default_logs(tmp_path) == []
 
 
 def test_run_with_an_unimportable_agent_exits_2() -> None:

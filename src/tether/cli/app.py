@@ -14,7 +14,7 @@ from rich.markup import escape
 from tether.cli.render import describe
 from tether.cli.store_commands import store_app
 from tether.codec import read_jsonl
-from tether.errors import TetherError
+from tether.errors import ConfigError, TetherError
 from tether.events import Event, ModelResponded, RunFinished, RunStarted, ToolCallRequested
 from tether.limits import Limits
 from tether.loop import AgentRun
@@ -137,24 +137,109 @@ def _run(
         bool, typer.Option("--verbose", "-v", help="Print every event as it is committed.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
+    db: Annotated[
+        Path | None,
+        typer.Option(help="The run store (default: .tether/tether.db or $TETHER_DB)."),
+    ] = None,
+    no_store: Annotated[
+        bool, typer.Option("--no-store", help="Do not make the run durable (no resume).")
+    ] = False,
 ) -> None:
-    """Run an agent on a goal, with a live status line; exit 0 only if it finished."""
+    """Run an agent on a goal, with a live status line; exit 0 only if it finished.
+
+    The run is durable by default: every event is committed to the run store, so a run
+    that is interrupted can be continued with `tether resume RUN`.
+    """
     from dataclasses import replace
 
+    from tether.cli.store_commands import open_store
     from tether.replay import load_agent
 
+    store = None
     try:
         agent = load_agent(agent_ref)
         directory = _log_dir(log_dir, no_log)
         limits: Limits = (
             agent.limits if max_steps is None else replace(agent.limits, max_steps=max_steps)
         )
-        agent = replace(agent, model=model or agent.model, limits=limits, log_dir=directory)
+        store = None if no_store else open_store(db, create=True)
+        agent = replace(
+            agent, model=model or agent.model, limits=limits, log_dir=directory, store=store
+        )
         stream = agent.stream(goal, agent_ref=agent_ref)
         outcome = asyncio.run(_drive(stream, verbose=verbose, max_steps=limits.max_steps))
     except TetherError as exc:
         raise _fail(exc) from None
+    finally:
+        if store is not None:
+            asyncio.run(store.close())
     _report(outcome, directory, as_json)
+    if store is not None and not outcome.success and outcome.status != "failed":
+        err.print(f"[dim]continue it with: tether resume {outcome.run_id}[/]")
+    raise typer.Exit(0 if outcome.success else 1)
+
+
+@app.command("resume")
+def _resume(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix of it).")],
+    answer: Annotated[
+        str | None, typer.Option(help="The answer, for a run waiting for the user.")
+    ] = None,
+    agent_ref: Annotated[
+        str | None,
+        typer.Option("--agent", help="module:attribute of the Agent (default: the recorded one)."),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model string (default: the recorded model, if it resolves).")
+    ] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option(help="The run store (default: .tether/tether.db or $TETHER_DB)."),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Print every new event as it is committed.")
+    ] = False,
+) -> None:
+    """Continue a stored run: after a crash, or with the answer it waits for.
+
+    Completed model turns and tool calls are never repeated; a side-effecting call that was
+    in flight at a crash is re-run only if that is safe, else recorded as unknown.
+    """
+    from dataclasses import replace
+
+    from tether.cli.store_commands import open_store, resolve_run_id
+    from tether.events import RunStarted
+    from tether.models.registry import resolve_model
+    from tether.replay import load_agent
+
+    store = None
+    try:
+        store = open_store(db)
+        run_id = asyncio.run(resolve_run_id(store, run))
+        started = asyncio.run(store.read(run_id))[0]
+        if not isinstance(started, RunStarted):
+            raise ConfigError(f"run {run_id!r} does not begin with run_started")
+        ref = agent_ref or started.agent_ref
+        if ref is None:
+            raise ConfigError(
+                "the run does not record which agent ran it: pass --agent package.module:attr"
+            )
+        agent = replace(load_agent(ref), store=store, limits=started.limits)
+        chosen = model
+        if chosen is None:
+            try:
+                resolve_model(started.model)
+                chosen = started.model
+            except TetherError:
+                chosen = None  # fall back to the agent's own model
+        stream = agent.resume_stream(run_id, answer=answer, model=chosen)
+        outcome = asyncio.run(_drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
+    except TetherError as exc:
+        raise _fail(exc) from None
+    finally:
+        if store is not None:
+            asyncio.run(store.close())
+    _report(outcome, None, False)
     raise typer.Exit(0 if outcome.success else 1)
 
 

@@ -1,0 +1,103 @@
+"""`tether run` is durable by default and `tether resume` continues a stored run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tether.cli.app import app
+from tether.events import ToolCallFinished
+from tether.examples.demo import assistant
+from tether.stores import SqliteStore
+from tether.testing import ScriptedModel, call, finish
+
+
+def script(tmp_path: Path, name: str, steps: Sequence[object]) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(steps))
+    return f"scripted:{path}"
+
+
+CALC_THEN_FINISH = [
+    {"tool_calls": [{"name": "calculate", "arguments": {"expression": "6 * 7"}}]},
+    {"tool_calls": [{"name": "finish_task", "arguments": {"answer": "42"}}]},
+]
+
+
+def test_run_is_stored_and_resuming_a_finished_run_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    model = script(tmp_path, "s.json", CALC_THEN_FINISH)
+    ran = runner.invoke(app, ["run", "what is 6*7?", "--model", model, "--no-log"])
+    assert ran.exit_code == 0, ran.output
+    store = SqliteStore(tmp_path / ".tether" / "tether.db")
+    try:
+        (row,) = asyncio.run(store.runs())
+        before = asyncio.run(store.read(row.run_id))
+    finally:
+        asyncio.run(store.close())
+    assert row.status == "finished"
+    again = runner.invoke(app, ["resume", row.run_id[:13]])
+    assert again.exit_code == 0, again.output
+    store = SqliteStore(tmp_path / ".tether" / "tether.db")
+    try:
+        assert asyncio.run(store.read(row.run_id)) == before
+    finally:
+        asyncio.run(store.close())
+
+
+def test_resume_continues_a_crashed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "runs.db"
+
+    async def crashed_run() -> str:
+        agent = assistant()
+        outcome = await agent.run(
+            "what is 6*7?",
+            model=ScriptedModel([call("calculate", expression="6 * 7"), finish("42")]),
+            agent_ref="tether.examples.demo:assistant",
+        )
+        first_result = next(
+            i for i, e in enumerate(outcome.events) if isinstance(e, ToolCallFinished)
+        )
+        store = SqliteStore(db)
+        try:
+            await store.append(outcome.run_id, outcome.events[:first_result])  # killed here
+        finally:
+            await store.close()
+        return outcome.run_id
+
+    run_id = asyncio.run(crashed_run())
+    model = script(
+        tmp_path,
+        "rest.json",
+        [{"tool_calls": [{"name": "finish_task", "arguments": {"answer": "42"}}]}],
+    )
+    resumed = CliRunner().invoke(app, ["resume", run_id, "--db", str(db), "--model", model])
+    assert resumed.exit_code == 0, resumed.output
+    assert "42" in resumed.stdout
+    store = SqliteStore(db)
+    try:
+        events = asyncio.run(store.read(run_id))
+        kinds = [e.kind for e in events]
+    finally:
+        asyncio.run(store.close())
+    assert "run_resumed" in kinds
+    assert kinds[-1] == "run_finished"
+    calculated = [e for e in events if isinstance(e, ToolCallFinished) and e.tool == "calculate"]
+    assert len(calculated) == 1  # calculate is read-only: it ran again once, after the crash
+
+
+def test_resume_of_an_unknown_run_exits_2(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    SqliteStore(db)._db.close()  # pyright: ignore[reportPrivateUsage]
+    result = CliRunner().invoke(app, ["resume", "nope", "--db", str(db)])
+    assert result.exit_code == 2
+    assert "error:" in result.stderr
