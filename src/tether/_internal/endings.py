@@ -1,0 +1,241 @@
+"""How a run ends: a limit, finishing, waiting, failing or being cancelled.
+
+Every exit is one ``run_finished`` after a protocol-valid history; a limit first asks for
+a best-effort answer where the budget allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import cast
+
+from tether._internal.runbase import Cancelled, OutputT, RunBase, Stop
+from tether.content import TextBlock
+from tether.events import (
+    ApprovalRequested,
+    Event,
+    LimitReached,
+    ModelFailed,
+    ModelResponded,
+    RunFinished,
+    ToolCallFinished,
+)
+from tether.messages import ASK_USER
+from tether.outcome import ErrorInfo, PendingCall, RunOutcome, RunStatus
+
+__all__ = ["Endings", "error_info"]
+
+
+class Endings(RunBase[OutputT]):
+    """Writing a run's end."""
+
+    def _time_stop(self) -> Stop:
+        limits = self._spec.limits
+        return Stop("budget_exhausted", "max_seconds", self._elapsed(), limits.max_seconds or 0.0)
+
+    # -- one turn's tool calls ----------------------------------------------------------
+
+    def _close_pending(
+        self, reason: str, error_type: str, *, interrupted: str | None = None
+    ) -> None:
+        """Give every call still without a result a synthetic one (protocol validity).
+
+        A call that had started gets ``interrupted`` instead: it may have had some effect.
+        """
+        for call in list(self._state.pending.values()):
+            text = reason
+            if interrupted is not None and call.id in self._in_flight:
+                text = f"{interrupted} while the tool was running; it may have had partial effects"
+            self._add(
+                ToolCallFinished,
+                call_id=call.id,
+                tool=call.name,
+                content=(TextBlock(text=text),),
+                is_error=True,
+                error_type=error_type,
+                synthetic=True,
+            )
+
+    async def _stop(self, stop: Stop) -> AsyncIterator[Event]:
+        st = self._state
+        answer: str | None = None
+        question: str | None = None
+        if stop.status == "budget_exhausted":
+            async for event in self._best_effort(stop):
+                yield event
+            answer = st.last_text or None
+        elif stop.status == "finished":
+            answer = self._spec.output.as_text(cast(OutputT, self._output))
+        elif stop.status == "waiting_for_user":
+            question = next(
+                (
+                    str(c.arguments.get("question", ""))
+                    for c in st.pending.values()
+                    if c.name == ASK_USER
+                ),
+                None,
+            )
+            answer = st.last_text or None
+        else:
+            answer = st.last_text or None
+        if stop.status in ("finished", "failed", "policy_denied"):
+            self._close_pending(f"not executed: the run ended ({stop.status})", "run_ended")
+        self._add(
+            RunFinished,
+            status=stop.status,
+            output=self._spec.output.dump(cast(OutputT, self._output))
+            if stop.status == "finished"
+            else None,
+            answer=answer,
+            error=stop.error,
+            limit=stop.limit,
+            question=question,
+            usage=st.usage,
+            steps=st.steps,
+            tool_calls=st.tool_calls,
+        )
+        for event in await self._journal.commit():
+            yield event
+        self._finish_outcome()
+
+    async def _best_effort(self, stop: Stop) -> AsyncIterator[Event]:
+        """Record the limit and, where budget allows, ask once for a tool-free answer."""
+        assert stop.limit is not None
+        self._close_pending(f"not executed: the run reached its limit ({stop.limit})", "limit")
+        remaining = self._remaining()
+        ask = (
+            stop.ask_for_answer
+            and self._state.steps > 0  # nothing was done: there is nothing to summarise
+            and (remaining is None or remaining > 0)
+        )
+        self._add(
+            LimitReached,
+            limit=stop.limit,
+            used=float(stop.used),
+            maximum=float(stop.maximum),
+            ask_for_answer=ask,
+        )
+        for event in await self._journal.commit():
+            yield event
+        if not ask:
+            return
+        request = self._request(final=True)
+        t0 = self._monotonic()
+        try:
+            response = await self._call_model(request, final=True, now=t0)
+        except Cancelled:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._add(
+                ModelFailed,
+                step=self._state.steps,
+                model=self._model.name,
+                error=error_info(exc, "the best-effort answer timed out"),
+                transient=False,
+                attempt=1,
+                will_retry=False,
+            )
+        else:
+            self._add(
+                ModelResponded,
+                step=self._state.steps,
+                model=self._model.name,
+                request_digest=self._request_digest(request),
+                text=response.text,
+                reasoning=response.reasoning,
+                tool_calls=response.tool_calls,
+                usage=response.usage,
+                latency_s=self._monotonic() - t0,
+                final=True,
+            )
+            self._close_pending("not executed: the run is over; answer without tools", "run_ended")
+        for event in await self._journal.commit():
+            yield event
+
+    async def _end_quietly(
+        self, status: RunStatus, reason: str, *, error: BaseException | None = None
+    ) -> None:
+        """Record the end of a run from an exception path (nothing may be yielded here)."""
+        if self._state.finished is not None:
+            return
+        try:
+            if status == "cancelled":
+                self._cancel_reason = self._cancel_reason or reason
+                self._record_cancel()
+            else:
+                self._close_pending(f"not executed: the run failed ({reason})", "run_ended")
+                st = self._state
+                info = ErrorInfo(type=type(error).__name__ if error else "Error", message=reason)
+                self._add(
+                    RunFinished,
+                    status=status,
+                    answer=st.last_text or None,
+                    error=info,
+                    usage=st.usage,
+                    steps=st.steps,
+                    tool_calls=st.tool_calls,
+                )
+            await self._journal.commit()
+            self._finish_outcome()
+        except Exception:
+            pass
+
+    def _record_cancel(self) -> None:
+        if self._state.finished is not None:
+            return
+        reason = self._cancel_reason or "cancelled"
+        self._close_pending(
+            f"not executed: {reason}", "cancelled", interrupted=f"interrupted: {reason}"
+        )
+        st = self._state
+        self._add(
+            RunFinished,
+            status="cancelled",
+            answer=st.last_text or None,
+            error=ErrorInfo(type="Cancelled", message=reason),
+            usage=st.usage,
+            steps=st.steps,
+            tool_calls=st.tool_calls,
+        )
+
+    def _finish_outcome(self) -> None:
+        st = self._state
+        fin = st.finished
+        assert fin is not None
+        assert st.started_at is not None
+        pending: tuple[PendingCall, ...] = ()
+        if fin.status == "waiting_for_approval":
+            events = self._journal.events
+            approved = {e.call_id for e in events if e.kind == "approval_given"}
+            pending = tuple(
+                PendingCall(call_id=e.call_id, tool=e.tool, arguments=dict(e.arguments))
+                for e in events
+                if isinstance(e, ApprovalRequested) and e.call_id not in approved
+            )
+        if fin.status == "finished" and self._output is None and fin.output is not None:
+            self._output = self._spec.output.load(fin.output)  # a run that had ended before
+        self._outcome = RunOutcome(
+            run_id=self.run_id,
+            status=fin.status,
+            output=self._output if fin.status == "finished" else None,
+            answer=fin.answer,
+            usage=fin.usage,
+            steps=fin.steps,
+            tool_calls=fin.tool_calls,
+            events=tuple(self._journal.events),
+            started_at=st.started_at,
+            finished_at=fin.at,
+            error=fin.error,
+            limit=fin.limit,
+            question=fin.question,
+            pending=pending,
+        )
+
+
+def error_info(exc: BaseException, timeout_message: str) -> ErrorInfo:
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return ErrorInfo(type="TimeoutError", message=timeout_message)
+    return ErrorInfo(type=type(exc).__name__, message=str(exc) or type(exc).__name__)

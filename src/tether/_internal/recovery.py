@@ -1,0 +1,166 @@
+"""Continuing a stored run: answering what it waited for, repairing what a crash left."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tether._internal.runbase import OutputT, Planned, RunBase, Stop
+from tether.content import TextBlock
+from tether.errors import ConfigError, UserError
+from tether.events import (
+    BudgetWarning,
+    Event,
+    ModelResponded,
+    PolicyDecided,
+    RunResumed,
+    RunStarted,
+    ToolCallFinished,
+    ToolCallUnknown,
+    UserReplied,
+)
+from tether.messages import ASK_USER, FINISH_TASK
+from tether.outcome import ErrorInfo
+
+__all__ = ["Recovery"]
+
+
+class Recovery(RunBase[OutputT]):
+    """Resume: the log so far is the run; continue it without repeating anything."""
+
+    async def _recover(self) -> Stop | None:  # noqa: C901 - one pass over what a stop leaves
+        """Continue a stored run: answer what it waited for, or repair what a crash left.
+
+        A crash leaves calls whose intent is recorded and whose result is not. A call that
+        never passed the policy never ran, and gets a result saying so. One that did may have
+        run: it runs again only if that cannot repeat its effect (read-only, idempotent, or
+        deduplicated by its idempotency key, which is the same on every attempt); otherwise
+        it is recorded as ``tool_call_unknown`` and the model is told so.
+        """
+        st, spec = self._state, self._spec
+        events = self._journal.events
+        if not events or not isinstance(events[0], RunStarted):
+            raise ConfigError(f"run {self.run_id!r} has no run_started event to resume from")
+        self._restart_clock(events)
+        finished = st.finished
+        if finished is not None:
+            if finished.status == "waiting_for_user":
+                if self._answer is None:
+                    raise UserError(
+                        f"run {self.run_id!r} waits for the user's answer to "
+                        f"{finished.question!r}: resume it with answer=..."
+                    )
+                self._add(RunResumed, reason="answer", attempt=1, owner=self._owner)
+                self._add(UserReplied, text=self._answer)
+                for call in list(st.pending.values()):
+                    text = self._answer if call.name == ASK_USER else "not executed: the run paused"
+                    self._add(
+                        ToolCallFinished,
+                        call_id=call.id,
+                        tool=call.name,
+                        content=(TextBlock(text=text),),
+                        synthetic=call.name != ASK_USER,
+                        is_error=call.name != ASK_USER,
+                        error_type=None if call.name == ASK_USER else "run_ended",
+                    )
+                return None
+            if finished.status == "waiting_for_approval":
+                raise UserError(
+                    f"run {self.run_id!r} waits for approvals; approving calls is not supported "
+                    "yet (it arrives with the policy gate)"
+                )
+            return None  # ended for good: the outcome is in the log
+        attempt = 1 + sum(
+            1 for e in reversed(events) if isinstance(e, RunResumed) and e.reason == "crash"
+        )
+        self._add(RunResumed, reason="crash", attempt=attempt, owner=self._owner)
+        if attempt > self._max_recoveries:
+            message = (
+                f"gave up after {attempt - 1} recovery attempts; the log shows where it stopped"
+            )
+            return Stop("failed", error=ErrorInfo(type="RecoveryFailed", message=message))
+        decided = {e.call_id: e for e in events if isinstance(e, PolicyDecided)}
+        stop: Stop | None = None
+        for call in list(st.pending.values()):
+            decision = decided.get(call.id)
+            if decision is None:  # never passed the policy, so it never ran
+                self._add(
+                    ToolCallFinished,
+                    call_id=call.id,
+                    tool=call.name,
+                    content=(
+                        TextBlock(
+                            text="not executed: the run stopped before this call started; call it again if it is still needed"
+                        ),
+                    ),
+                    is_error=True,
+                    error_type="interrupted",
+                    synthetic=True,
+                )
+                continue
+            if decision.decision != "allow":
+                continue  # a denial already has its result; an approval request waits
+            if call.name == FINISH_TASK:
+                self._output = spec.output.validate(call.arguments)
+                self._add(
+                    ToolCallFinished,
+                    call_id=call.id,
+                    tool=call.name,
+                    content=(TextBlock(text="done"),),
+                )
+                stop = Stop("finished")
+                continue
+            if call.name == ASK_USER:
+                stop = Stop("waiting_for_user")
+                continue
+            tool = spec.registry.get(call.name)
+            if tool is not None and tool.safe_to_retry:
+                item = Planned(call)
+                item.tool = tool
+                item.arguments = tool.validator(call.arguments)
+                result, error_type, duration = await self._run_one(item)
+                self._record_result(item, result, error_type, duration)
+                continue
+            self._add(
+                ToolCallUnknown,
+                call_id=call.id,
+                tool=call.name,
+                reason=(
+                    f"the run stopped while {call.name} was running; it may or may not have taken "
+                    "effect. Do not assume either: check before calling it again"
+                ),
+            )
+        if stop is None:
+            stop = self._finished_before_crash()
+        return stop
+
+    def _finished_before_crash(self) -> Stop | None:
+        """A run whose last turn's ``finish_task`` succeeded but whose outcome was not written."""
+        for event in reversed(self._journal.events):
+            if (
+                isinstance(event, ToolCallFinished)
+                and event.tool == FINISH_TASK
+                and not event.is_error
+            ):
+                call = next(
+                    c
+                    for e in self._journal.events
+                    if isinstance(e, ModelResponded)
+                    for c in e.tool_calls
+                    if c.id == event.call_id
+                )
+                self._output = self._spec.output.validate(call.arguments)
+                return Stop("finished")
+            if isinstance(event, ModelResponded):
+                return None
+        return None
+
+    def _restart_clock(self, events: Sequence[Event]) -> None:
+        """Resume the run's time budget where it stopped (waiting time not counted)."""
+        used = (events[-1].at - events[0].at).total_seconds()
+        self._t0 = self._monotonic() - used
+        max_seconds = self._spec.limits.max_seconds
+        if max_seconds is not None:
+            self._deadline = self._t0 + max_seconds
+        self._warned_steps = any(
+            isinstance(e, BudgetWarning) and e.limit == "max_steps" for e in events
+        )

@@ -1,0 +1,197 @@
+"""What the parts of a run share: its state, and the signals they pass to each other.
+
+``AgentRun`` (``tether.loop``) is assembled from parts, one concept a module: the turn
+(``loop``), a turn's tool calls (``toolcalls``), ending a run (``endings``) and continuing a
+stored one (``recovery``). This base declares the state they share, set once by
+``AgentRun.__init__``, and the few helpers all of them use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal
+
+from typing_extensions import TypeVar
+
+from tether._internal.clock import Clock
+from tether._internal.journal import Journal
+from tether._internal.watchdog import Watchdog
+from tether.content import ToolResult
+from tether.events import (
+    Event,
+)
+from tether.messages import ToolCall
+from tether.models.base import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ToolChoice,
+)
+from tether.outcome import ErrorInfo, RunOutcome, RunStatus
+from tether.state import StateBuilder
+from tether.stores.base import (
+    Lease,
+    RunStore,
+)
+from tether.tools.base import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from tether.agent import Agent, AgentSpec
+
+__all__ = ["Cancelled", "OutputT", "Planned", "Retry", "RunBase", "Stop", "ToolRunner"]
+
+OutputT = TypeVar("OutputT", default=str)
+T = TypeVar("T")
+
+ToolRunner = Callable[
+    [Tool, ToolCall, ToolContext, Mapping[str, Any], "float | None"],
+    Awaitable[tuple[ToolResult, "str | None"]],
+]
+"""Runs one validated call and returns its result and error type (replay swaps it)."""
+
+
+class Planned:
+    """What happens to one tool call of a turn (class-level defaults: cheap to create)."""
+
+    tool: Tool | None = None
+    arguments: Mapping[str, Any] | None = None
+    synthetic: ToolResult | None = None
+    error_type: str | None = None
+    output: object = None
+    finish: bool = False
+    question: str | None = None
+    awaiting_approval: bool = False
+    stop_reason: str | None = None
+
+    def __init__(self, call: ToolCall) -> None:
+        self.call = call
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    status: RunStatus
+    limit: str | None = None
+    used: float = 0.0
+    maximum: float = 0.0
+    ask_for_answer: bool = False
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    delay: float
+
+
+class Cancelled(Exception):
+    pass
+
+
+class RunBase(Generic[OutputT]):
+    """The state of one run that its parts share (see the module docstring)."""
+
+    run_id: str
+    goal: str
+    _agent: Agent[OutputT]
+    _spec: AgentSpec[OutputT]
+    _model: Model
+    _clock: Clock
+    _state: StateBuilder
+    _journal: Journal
+    _add: Callable[..., Event]
+    _agent_ref: str | None
+    _tags: tuple[str, ...]
+    _parent_run_id: str | None
+    _tool_runner: ToolRunner
+    _output: OutputT | None
+    _outcome: RunOutcome[OutputT] | None
+    _cancel_reason: str | None
+    _task: asyncio.Task[Any] | None
+    _interruptible: bool
+    _cancel_requests: int
+    _watchdog: Watchdog | None
+    _t0: float
+    _deadline: float | None
+    _monotonic: Callable[[], float]
+    _warned_steps: bool
+    _warn_steps_at: float
+    _runnable: int
+    _in_flight: set[str]
+    _basis: str
+    _store: RunStore | None
+    _owner: str
+    _lease: Lease | None
+    _resume: bool
+    _answer: str | None
+    _max_recoveries: int
+
+    if TYPE_CHECKING:  # defined by the parts; declared here so each part may call them
+
+        async def _bounded(self, awaitable: Awaitable[T], timeout: float | None) -> T: ...
+
+        async def _call_model(
+            self, request: ModelRequest, *, final: bool, now: float
+        ) -> ModelResponse: ...
+
+        def _request(
+            self, tool_choice: ToolChoice = "auto", *, final: bool = False
+        ) -> ModelRequest: ...
+
+        def _request_digest(self, request: ModelRequest) -> str: ...
+
+        async def _run_one(
+            self, item: Planned, *, child: bool = False
+        ) -> tuple[ToolResult, str | None, float]: ...
+
+        def _record_result(
+            self, item: Planned, result: ToolResult, error_type: str | None, duration: float
+        ) -> None: ...
+
+        def _close_pending(
+            self, reason: str, error_type: str, *, interrupted: str | None = None
+        ) -> None: ...
+
+        def _finish_outcome(self) -> None: ...
+
+        def _time_stop(self) -> Stop: ...
+
+        def _no_tool_call(self) -> Stop | None: ...
+
+    def _elapsed(self) -> float:
+        return self._monotonic() - self._t0
+
+    def _remaining(self) -> float | None:
+        deadline = self._deadline
+        return None if deadline is None else max(0.0, deadline - self._monotonic())
+
+    def _check_cancel(self) -> None:
+        if self._cancel_reason is not None:
+            raise Cancelled
+
+    def _settle(self) -> Literal["timeout", "cancel", "tool", "external"]:
+        """Classify a CancelledError just raised by one of the run's awaits.
+
+        ``timeout``: the watchdog's deadline; ``cancel``: ``cancel()``; both are withdrawn
+        from the task. ``tool``: nobody cancelled the task: the awaited code raised it itself.
+        ``external``: the task's owner cancelled it (perhaps as well): it must propagate,
+        the rule ``asyncio.timeout`` follows.
+        """
+        task = self._task
+        watchdog = self._watchdog
+        assert task is not None
+        assert watchdog is not None
+        own = self._cancel_requests + (1 if watchdog.expired else 0)
+        pending = task.cancelling()
+        if pending == 0:
+            return "tool"
+        for _ in range(min(own, pending)):  # withdraw ours, so an outer timeout counts right
+            task.uncancel()
+        self._cancel_requests = 0
+        expired = watchdog.expired
+        watchdog.expired = False
+        if own == 0 or pending > own:
+            return "external"
+        if self._cancel_reason is not None:
+            return "cancel"
+        return "timeout" if expired else "external"

@@ -1,0 +1,447 @@
+"""A turn's tool calls: intent, validation, the policy, and execution.
+
+Calls run in parallel up to a cap, and each gets exactly one result, in call order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
+from typing import Any, cast
+
+from tether._internal.runbase import Cancelled, OutputT, Planned, RunBase, Stop, ToolRunner
+from tether.codec import canonical_json
+from tether.content import TextBlock, ToolResult
+from tether.errors import ApprovalRequired, ModelRetry
+from tether.events import (
+    ApprovalRequested,
+    Event,
+    PolicyDecided,
+    RetryPrompted,
+    ToolCallFinished,
+    ToolCallRequested,
+)
+from tether.messages import ASK_USER, FINISH_TASK, ToolCall
+from tether.models.base import (
+    ModelResponse,
+)
+from tether.outcome import ErrorInfo
+from tether.policy.base import PolicyDecision
+from tether.tools.base import Tool, ToolContext
+
+__all__ = ["ToolCalls", "ToolRunner", "run_tool", "timed_out", "tool_error", "unique_ids"]
+
+_NO_CONTEXT = ToolContext(run_id="", call_id="", tool="")
+"""Passed to handlers that declared they do not read their context."""
+
+
+def tool_error(tool: Tool, exc: Exception, timeout: float | None) -> tuple[ToolResult, str]:
+    """The result the model sees when a tool raised ``exc`` (a timeout included)."""
+    match exc:
+        case ModelRetry():
+            return ToolResult.error(exc.message), "model_retry"
+        case TimeoutError() if timeout is not None:
+            return timed_out(tool.name, timeout), "timeout"
+        case ApprovalRequired():
+            return ToolResult.error(
+                f"{tool.name} needs approval: {exc.reason}"
+            ), "approval_required"
+        case _:
+            return ToolResult.error(f"{tool.name} failed: {type(exc).__name__}: {exc}"), "exception"
+
+
+async def run_tool(
+    tool: Tool,
+    call: ToolCall,
+    ctx: ToolContext,
+    arguments: Mapping[str, Any],
+    timeout: float | None,
+) -> tuple[ToolResult, str | None]:
+    """Run one call, turning every failure into an error result the model can read."""
+    try:
+        if timeout is None:
+            result = await tool.handler(ctx, arguments)
+        else:
+            async with asyncio.timeout(timeout) as scope:
+                try:
+                    result = await tool.handler(ctx, arguments)
+                except TimeoutError as exc:
+                    if scope.expired():
+                        raise
+                    return tool_error(tool, exc, None)
+    except Exception as exc:
+        return tool_error(tool, exc, timeout)
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling() > 0:
+            raise  # really cancelled
+        return tool_error(tool, RuntimeError(f"raised CancelledError: {exc!r}"), None)
+    return result, ("tool_error" if result.is_error else None)
+
+
+def unique_ids(calls: tuple[ToolCall, ...], step: int, used: set[str]) -> tuple[ToolCall, ...]:
+    """Calls with empty ids, or ids used earlier in the run, renamed.
+
+    Each result must answer exactly one call, and some models reuse ``call_0`` every turn.
+    """
+    seen = set(used)
+    fixed: list[ToolCall] = []
+    changed = False
+    for index, call in enumerate(calls):
+        if not call.id or call.id in seen:
+            changed = True
+            base = f"{call.id or 'call'}_{step}_{index}"
+            new_id, n = base, 1
+            while new_id in seen:
+                n += 1
+                new_id = f"{base}_{n}"
+            call = replace(call, id=new_id)
+        seen.add(call.id)
+        fixed.append(call)
+    return tuple(fixed) if changed else calls
+
+
+def timed_out(name: str, timeout: float) -> ToolResult:
+    return ToolResult.error(f"{name} did not finish within {timeout:g}s and was cancelled")
+
+
+class ToolCalls(RunBase[OutputT]):
+    """Planning, running and recording the tool calls of a turn."""
+
+    def _plan(self, response: ModelResponse) -> list[Planned]:  # noqa: C901 - a flat decision table
+        """Record intent and decide, for every call of the turn, what happens to it."""
+        add, spec = self._add, self._spec
+        calls = response.tool_calls
+        if not calls:
+            self._runnable = 0
+            return []
+        reason = response.text or None
+        for call in calls:
+            add(
+                ToolCallRequested,
+                call_id=call.id,
+                tool=call.name,
+                arguments=call.arguments,
+                reason=reason,
+            )
+        budget = spec.limits.max_tool_calls - self._state.tool_calls
+        runnable = 0
+        planned: list[Planned] = []
+        finishing = False
+        for call in calls:
+            item = Planned(call)
+            planned.append(item)
+            name = call.name
+            if finishing:  # finish_task ends the turn: what comes after it does not run
+                item.synthetic = ToolResult.error("not executed: finish_task came before this call")
+                item.error_type = "after_finish"
+                continue
+            if call.parse_error is not None:
+                item.synthetic = ToolResult.error(
+                    f"the arguments are not a JSON object: {call.parse_error}"
+                )
+                item.error_type = "invalid_arguments"
+                continue
+            if name == FINISH_TASK:
+                definition = spec.finish_definition
+                try:
+                    item.output = spec.output.validate(call.arguments)
+                except ModelRetry as exc:
+                    item.synthetic, item.error_type = (
+                        ToolResult.error(exc.message),
+                        "invalid_output",
+                    )
+                    continue
+                except Exception as exc:  # an output type's own validator failed
+                    message = f"invalid output: {type(exc).__name__}: {exc}"
+                    item.synthetic, item.error_type = ToolResult.error(message), "invalid_output"
+                    continue
+                item.finish = True
+            elif name == ASK_USER and spec.can_ask_user:
+                assert spec.ask_user is not None
+                definition = spec.ask_user
+                question = call.arguments.get("question")
+                if not isinstance(question, str) or not question:
+                    item.synthetic = ToolResult.error(
+                        "invalid arguments: 'question' must be a non-empty string"
+                    )
+                    item.error_type = "invalid_arguments"
+                    continue
+                item.question = question
+            else:
+                tool = spec.registry.get(name)
+                if tool is None:
+                    item.synthetic = ToolResult.error(
+                        f"there is no tool named {name!r}; the tools are: {', '.join(spec.tool_names)}"
+                    )
+                    item.error_type = "unknown_tool"
+                    continue
+                try:
+                    item.arguments = tool.validator(call.arguments)
+                except ModelRetry as exc:
+                    item.synthetic, item.error_type = (
+                        ToolResult.error(exc.message),
+                        "invalid_arguments",
+                    )
+                    continue
+                except Exception as exc:  # a broken validator is the tool's fault, not the run's
+                    item.synthetic, item.error_type = tool_error(tool, exc, None)
+                    continue
+                if budget <= 0:
+                    item.synthetic = ToolResult.error(
+                        f"not executed: the run's limit of {spec.limits.max_tool_calls} tool calls is reached"
+                    )
+                    item.error_type = "limit"
+                    continue
+                definition = tool.definition
+                item.tool = tool
+            try:
+                decision = spec.policy.decide(call, definition, self._journal.events)
+            except Exception as exc:  # a policy that cannot decide denies: fail closed
+                decision = PolicyDecision(
+                    decision="deny",
+                    rule="policy_error",
+                    reason=f"the policy failed ({type(exc).__name__}: {exc}); the call is denied",
+                    stop_run=True,
+                )
+            add(
+                PolicyDecided,
+                call_id=call.id,
+                tool=name,
+                decision=decision.decision,
+                rule=decision.rule,
+                reason=decision.reason,
+            )
+            if decision.decision == "allow":
+                if item.tool is not None:
+                    budget -= 1
+                    runnable += 1
+                finishing = finishing or item.finish
+            elif decision.decision == "deny":
+                item.tool, item.finish, item.question = None, False, None
+                item.synthetic = ToolResult.error(
+                    f"denied by policy ({decision.rule}): {decision.reason}"
+                )
+                item.error_type = "denied"
+                if decision.stop_run:
+                    item.stop_reason = f"{decision.rule}: {decision.reason}"
+            else:
+                item.tool, item.finish, item.question = None, False, None
+                item.awaiting_approval = True
+                add(
+                    ApprovalRequested,
+                    call_id=call.id,
+                    tool=name,
+                    arguments=call.arguments,
+                    arguments_hash=hashlib.sha256(canonical_json(call.arguments)).hexdigest(),
+                )
+        self._runnable = runnable
+        return planned
+
+    async def _execute_inline(self, planned: list[Planned]) -> None:
+        """Record every result of a turn with at most one call to run (the common case)."""
+        for item in planned:
+            if item.tool is not None:
+                result, error_type, duration = await self._run_one(item)
+                self._record_result(item, result, error_type, duration)
+            else:
+                self._record_planned(item, planned)
+
+    async def _execute_parallel(self, planned: list[Planned]) -> AsyncIterator[Event]:
+        """Run the allowed calls concurrently (capped) and commit each result in call order."""
+        semaphore = asyncio.Semaphore(self._spec.limits.max_parallel_tools)
+
+        async def guarded(item: Planned) -> tuple[ToolResult, str | None, float]:
+            async with semaphore:
+                return await self._run_one(item, child=True)
+
+        tasks = {id(p): asyncio.ensure_future(guarded(p)) for p in planned if p.tool is not None}
+        try:
+            for item in planned:
+                task = tasks.get(id(item))
+                if task is not None:
+                    self._interruptible = True
+                    try:
+                        result, error_type, duration = await task
+                    except asyncio.CancelledError:
+                        how = self._settle()
+                        self._record_done_siblings(planned, tasks)
+                        if how == "cancel":
+                            raise Cancelled from None
+                        raise
+                    finally:
+                        self._interruptible = False
+                    self._record_result(item, result, error_type, duration)
+                else:
+                    self._record_planned(item, planned)
+                if self._journal.has_pending:
+                    for event in await self._journal.commit():
+                        yield event
+        finally:
+            pending = [t for t in tasks.values() if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    def _record_done_siblings(
+        self,
+        planned: list[Planned],
+        tasks: Mapping[int, asyncio.Future[tuple[ToolResult, str | None, float]]],
+    ) -> None:
+        """On cancellation: keep the real results of calls that did finish.
+
+        They may come out of call order here (an earlier call is still running); a truthful
+        log matters more than the order, and each result still answers exactly one call.
+        """
+        for item in planned:
+            if item.call.id not in self._state.pending:
+                continue
+            task = tasks.get(id(item))
+            if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+                continue
+            result, error_type, duration = task.result()
+            self._in_flight.discard(item.call.id)
+            self._record_result(item, result, error_type, duration)
+
+    async def _run_one(
+        self, item: Planned, *, child: bool = False
+    ) -> tuple[ToolResult, str | None, float]:
+        """Run one allowed call; ``child`` when it runs in its own task (parallel calls)."""
+        tool = item.tool
+        assert tool is not None
+        assert item.arguments is not None
+        limits = self._spec.limits
+        timeout = tool.timeout if tool.timeout is not None else limits.tool_timeout
+        t0 = self._monotonic()
+        deadline = self._deadline
+        if deadline is not None:
+            remaining = max(0.0, deadline - t0)
+            if timeout is None or remaining < timeout:
+                timeout = remaining
+        ctx = (
+            ToolContext(run_id=self.run_id, call_id=item.call.id, tool=tool.name)
+            if tool.takes_context or self._tool_runner is not run_tool
+            else _NO_CONTEXT
+        )
+        self._in_flight.add(item.call.id)
+        runner = self._tool_runner
+        if child:
+            try:
+                result, error_type = await runner(tool, item.call, ctx, item.arguments, timeout)
+            except Exception as exc:  # a custom runner failed; the run must not
+                result, error_type = tool_error(tool, exc, None)
+        else:  # on the run's task: bounded by the watchdog (see _ask_model)
+            watchdog = self._watchdog
+            assert watchdog is not None
+            watchdog.arm(timeout)
+            self._interruptible = True
+            try:
+                if runner is run_tool:
+                    result = await tool.handler(ctx, item.arguments)
+                    error_type = "tool_error" if result.is_error else None
+                else:
+                    result, error_type = await runner(tool, item.call, ctx, item.arguments, None)
+            except asyncio.CancelledError as exc:
+                match self._settle():
+                    case "timeout":
+                        result, error_type = tool_error(tool, TimeoutError(), timeout)
+                    case "cancel":
+                        raise Cancelled from None
+                    case "tool":
+                        result, error_type = tool_error(tool, RuntimeError(repr(exc)), None)
+                    case "external":
+                        raise
+            except Exception as exc:  # the tool, or a custom runner, failed; the run must not
+                result, error_type = tool_error(tool, exc, None)
+            finally:
+                self._interruptible = False
+                watchdog.disarm()
+        self._in_flight.discard(item.call.id)
+        return result, error_type, self._monotonic() - t0
+
+    def _record_result(
+        self, item: Planned, result: ToolResult, error_type: str | None, duration: float
+    ) -> None:
+        self._add(
+            ToolCallFinished,
+            call_id=item.call.id,
+            tool=item.call.name,
+            content=result.content,
+            structured=result.structured,
+            is_error=result.is_error,
+            error_type=error_type,
+            duration_s=duration,
+        )
+
+    def _record_planned(self, item: Planned, planned: list[Planned]) -> None:
+        """Results tether writes itself: errors, and the answer to ``finish_task``."""
+        if item.synthetic is not None:
+            result, error_type = item.synthetic, item.error_type
+        elif item.finish and any(p.awaiting_approval for p in planned):
+            item.finish = False
+            result = ToolResult.error(
+                "finish_task not accepted: other calls of this turn await approval"
+            )
+            error_type = "invalid_output"
+        elif item.finish:
+            result, error_type = ToolResult(content=(TextBlock(text="done"),)), None
+        else:
+            return  # ask_user: answered later by the user
+        self._add(
+            ToolCallFinished,
+            call_id=item.call.id,
+            tool=item.call.name,
+            content=result.content,
+            structured=result.structured,
+            is_error=result.is_error,
+            error_type=error_type,
+            synthetic=item.finish is False,
+        )
+
+    def _after_turn(self, planned: list[Planned]) -> Stop | None:
+        """After a turn's results: finished, waiting, or go on?"""
+        if not planned:
+            return self._no_tool_call()
+        waiting = asking = limited = False
+        for item in planned:
+            if item.stop_reason is not None:
+                return Stop(
+                    "policy_denied", error=ErrorInfo(type="PolicyDenied", message=item.stop_reason)
+                )
+        for item in planned:
+            if item.finish:
+                self._output = cast(OutputT, item.output)
+                return Stop("finished")
+            waiting = waiting or item.awaiting_approval
+            asking = asking or item.question is not None
+            limited = limited or item.error_type == "limit"
+        if waiting:
+            return Stop("waiting_for_approval")
+        if asking:
+            return Stop("waiting_for_user")
+        if limited:
+            maximum = self._spec.limits.max_tool_calls
+            return Stop("budget_exhausted", "max_tool_calls", self._state.tool_calls, maximum, True)
+        self._check_cancel()
+        return None
+
+    def _no_tool_call(self) -> Stop | None:
+        """The model answered without calling a tool."""
+        spec, st = self._spec, self._state
+        last = st.messages[-1]
+        text = last.text if last.kind == "assistant" else ""
+        if spec.output.is_text and text.strip():
+            self._output = cast(OutputT, text)
+            return Stop("finished")
+        why = (
+            "Your reply was empty. Call a tool, or call finish_task with the result."
+            if not text.strip()
+            else "Call finish_task with the result in its arguments; a plain reply does not end the task."
+        )
+        self._add(RetryPrompted, reason="no_tool_call", text=why)
+        return None
+
+    # -- ending ----------------------------------------------------------------------------
