@@ -131,7 +131,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         self._in_flight: set[str] = set()
         self._basis = ""
         self._store = store
-        self._owner = owner or default_owner()
+        self._owner = owner or ""  # decided when a lease is taken (syscalls: not per run)
         self._lease: Lease | None = None
         self._resume = resume
         self._answer = answer
@@ -199,6 +199,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                 stop: Stop | None = None
                 if self._store is not None:
                     # The lease first: it fences off any other process from this run's log.
+                    self._owner = self._owner or default_owner()
                     self._lease = await self._store.acquire(self.run_id, self._owner)
                     if self._resume:
                         journal.load(await self._store.read(self.run_id))
