@@ -22,6 +22,7 @@ from typing import Literal, TypeAlias
 from tether._internal.frozen import frozen
 from tether.errors import RunError
 from tether.events import Event
+from tether.outcome import RunStatus
 from tether.usage import Usage
 
 __all__ = [
@@ -37,16 +38,7 @@ __all__ = [
     "default_owner",
 ]
 
-RunIndexStatus: TypeAlias = Literal[
-    "running",
-    "finished",
-    "budget_exhausted",
-    "policy_denied",
-    "waiting_for_approval",
-    "waiting_for_user",
-    "cancelled",
-    "failed",
-]
+RunIndexStatus: TypeAlias = Literal["running"] | RunStatus
 """A run's status in the index: ``running`` until its log has a ``run_finished``."""
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from tether._internal.appendcheck import new_events
 from tether._internal.runindex import index_row
-from tether.codec import compute_hash
-from tether.events import GENESIS_HASH, Event
+from tether.events import Event
 from tether.stores.base import (
     Lease,
     LeaseHeld,
@@ -16,10 +16,9 @@ from tether.stores.base import (
     RunQuery,
     RunStore,
     StaleLease,
-    StoreConflict,
 )
 
-__all__ = ["MemoryStore", "check_link", "new_events"]
+__all__ = ["MemoryStore"]
 
 
 class MemoryStore(RunStore):
@@ -40,7 +39,9 @@ class MemoryStore(RunStore):
             if lease.token != current:
                 raise StaleLease(run_id, lease.token, current)
         log = self._events.get(run_id)
-        new = new_events(run_id, log or [], events)
+        stored = log or []
+        last = (len(stored) - 1, stored[-1].hash) if stored else None
+        new = new_events(run_id, events, last, lambda seq: stored[seq].hash)
         if not new:
             return
         if log is None:
@@ -96,23 +97,6 @@ class MemoryStore(RunStore):
         return count
 
 
-def check_link(run_id: str, event: Event, previous_hash: str | None) -> None:
-    """Refuse an event that does not chain to its predecessor or whose hash is not its own.
-
-    A store must never accept what it could not read back as an intact log.
-    """
-    expected = GENESIS_HASH if previous_hash is None else previous_hash
-    if event.prev_hash != expected:
-        raise StoreConflict(
-            f"run {run_id!r}: the event at seq {event.seq} does not chain to the one before",
-            run_id=run_id,
-        )
-    if compute_hash(event) != event.hash:
-        raise StoreConflict(
-            f"run {run_id!r}: the event at seq {event.seq} does not match its hash", run_id=run_id
-        )
-
-
 def _renewed(lease: Lease) -> float:
     return max(lease.expires_at, time.time() + 30.0)
 
@@ -124,30 +108,3 @@ def _matches(row: RunInfo, query: RunQuery) -> bool:
         and (query.since is None or row.created_at >= query.since)
         and (query.until is None or row.created_at < query.until)
     )
-
-
-def new_events(run_id: str, log: Sequence[Event], events: Sequence[Event]) -> list[Event]:
-    """The events not yet stored; refuses gaps and different events at stored positions."""
-    new: list[Event] = []
-    expected = len(log)
-    for event in events:
-        if event.run_id != run_id:
-            raise StoreConflict(
-                f"event of run {event.run_id!r} appended to run {run_id!r}", run_id=run_id
-            )
-        if event.seq < expected and not new:
-            if log[event.seq].hash != event.hash:
-                raise StoreConflict(
-                    f"run {run_id!r} already has a different event at seq {event.seq}",
-                    run_id=run_id,
-                )
-            continue  # already stored: an idempotent re-append
-        if event.seq != expected:
-            raise StoreConflict(
-                f"run {run_id!r}: expected seq {expected}, got {event.seq} (a gap)", run_id=run_id
-            )
-        previous = new[-1] if new else (log[-1] if log else None)
-        check_link(run_id, event, None if previous is None else previous.hash)
-        new.append(event)
-        expected += 1
-    return new

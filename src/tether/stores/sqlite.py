@@ -20,6 +20,7 @@ from typing import Any, Literal, cast
 
 import orjson
 
+from tether._internal.appendcheck import new_events
 from tether._internal.runindex import index_row
 from tether.codec import decode_event, encode_event, verify_chain
 from tether.events import Event, ModelResponded, RunFinished, RunStarted
@@ -34,7 +35,6 @@ from tether.stores.base import (
     StaleLease,
     StoreConflict,
 )
-from tether.stores.memory import check_link
 from tether.usage import Usage
 
 __all__ = ["DEFAULT_PATH", "SqliteStore", "default_store_path"]
@@ -222,42 +222,16 @@ class SqliteStore(RunStore):
                 "SELECT seq, hash FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1", (run_id,)
             ).fetchone()
         stored = None if last is None else (int(last[0]), str(last[1]))
-        return self._new_events(run_id, events, stored)
+        return new_events(run_id, events, stored, lambda seq: self._stored_hash(run_id, seq))
 
-    def _new_events(
-        self, run_id: str, events: list[Event], last: tuple[int, str] | None
-    ) -> list[Event]:
-        expected = 0 if last is None else last[0] + 1
-        previous_hash = None if last is None else last[1]
-        new: list[Event] = []
-        for event in events:
-            if event.run_id != run_id:
-                raise StoreConflict(
-                    f"event of run {event.run_id!r} appended to run {run_id!r}", run_id=run_id
-                )
-            if event.seq < expected and not new:
-                stored_hash = self._batch_hashes.get((run_id, event.seq))
-                if stored_hash is None:
-                    found = self._db.execute(
-                        "SELECT hash FROM events WHERE run_id = ? AND seq = ?", (run_id, event.seq)
-                    ).fetchone()
-                    stored_hash = None if found is None else str(found[0])
-                if stored_hash != event.hash:
-                    raise StoreConflict(
-                        f"run {run_id!r} already has a different event at seq {event.seq}",
-                        run_id=run_id,
-                    )
-                continue
-            if event.seq != expected:
-                raise StoreConflict(
-                    f"run {run_id!r}: expected seq {expected}, got {event.seq} (a gap)",
-                    run_id=run_id,
-                )
-            check_link(run_id, event, previous_hash)
-            new.append(event)
-            previous_hash = event.hash
-            expected += 1
-        return new
+    def _stored_hash(self, run_id: str, seq: int) -> str | None:
+        pending = self._batch_hashes.get((run_id, seq))
+        if pending is not None:
+            return pending
+        found = self._db.execute(
+            "SELECT hash FROM events WHERE run_id = ? AND seq = ?", (run_id, seq)
+        ).fetchone()
+        return None if found is None else str(found[0])
 
     def _update_index(self, run_id: str, new: list[Event]) -> None:
         """Fold the new events into the run's index row, in place (no read-modify-write)."""
