@@ -24,6 +24,7 @@ from tether.cli.render import describe
 from tether.codec import read_jsonl, verify_chain
 from tether.errors import TetherError, UserError
 from tether.events import Event
+from tether.outcome import RunStatus
 from tether.stores.base import RunIndexStatus, RunInfo, RunNotFound, RunQuery, RunStore
 from tether.stores.retention import parse_age, prune
 from tether.stores.sqlite import SqliteStore, default_store_path
@@ -40,7 +41,7 @@ err = Console(stderr=True)
 
 _ALL = 1 << 62
 """A ``RunQuery.limit`` that lists every run."""
-_STATUSES: tuple[str, ...] = get_args(RunIndexStatus)
+_STATUSES: tuple[str, ...] = ("running", *get_args(RunStatus))
 _STATUS_COLORS = {"running": "cyan", "finished": "green", "cancelled": "yellow"}
 
 DbOption = Annotated[
