@@ -32,7 +32,11 @@ def model_error(transient: bool) -> ModelError:
     return ModelError("flaky", transient=transient)
 
 
-calls = st.one_of(
+def with_id(call: ToolCall, call_id: str) -> ToolCall:
+    return ToolCall(id=call_id, name=call.name, arguments=call.arguments)
+
+
+plain_calls = st.one_of(
     st.builds(add_call, st.integers(-9, 9), st.integers(-9, 9)),
     st.just(ToolCall(id="", name="add", arguments={"a": "x"})),  # invalid arguments
     st.sampled_from(["agent", "tether", "missing"]).map(
@@ -42,6 +46,10 @@ calls = st.one_of(
     st.just(ToolCall(id="", name="nope", arguments={})),  # unknown tool
     st.just(ToolCall(id="", name="finish_task", arguments={"answer": "done"})),
     st.just(ToolCall(id="", name="finish_task", arguments={"wrong": 1})),  # invalid output
+)
+# Models may give ids of their own, repeat them within a turn, or reuse them in later turns.
+calls = st.one_of(
+    plain_calls, st.builds(with_id, plain_calls, st.sampled_from(["x", "call_0", "dup"]))
 )
 steps: st.SearchStrategy[ScriptStep] = st.one_of(
     st.text(max_size=20),
