@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import cast
 
 from tether._internal.runbase import Cancelled, OutputT, RunBase, Stop
+from tether._internal.toolcalls import unique_ids
 from tether.content import TextBlock
 from tether.events import (
     ApprovalRequested,
@@ -146,7 +147,7 @@ class Endings(RunBase[OutputT]):
                 request_digest=self._request_digest(request),
                 text=response.text,
                 reasoning=response.reasoning,
-                tool_calls=response.tool_calls,
+                tool_calls=unique_ids(response.tool_calls, self._state.steps, self._state.call_ids),
                 usage=response.usage,
                 latency_s=self._monotonic() - t0,
                 final=True,
