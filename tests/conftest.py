@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import cast
 
 import pytest
 
+from tests.support import open_store
 from tether.models.base import allow_model_requests
+from tether.stores import RunStore
 
 
 @pytest.fixture(autouse=True)
@@ -15,3 +19,13 @@ def _block_real_model_requests(request: pytest.FixtureRequest) -> Iterator[None]
     allowed = request.node.get_closest_marker("real_model") is not None
     with allow_model_requests(allowed):
         yield
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
+    """An empty store of each backend, closed after the test."""
+    opened = open_store(cast(str, request.param), tmp_path / "t.db")
+    try:
+        yield opened
+    finally:
+        await opened.close()

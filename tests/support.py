@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 from tether import Event, ModelRetry, tool
 from tether.codec import compute_hash
@@ -18,6 +19,7 @@ from tether.events import (
     ToolCallUnknown,
 )
 from tether.messages import CONTROL_TOOLS
+from tether.stores import MemoryStore, RunStore, SqliteStore
 
 
 @tool(read_only=True, idempotent=True, open_world=False, blocking=False)
@@ -110,3 +112,12 @@ def reseal(events: Sequence[Event]) -> list[Event]:
         sealed.append(fixed)
         prev = fixed.hash
     return sealed
+
+
+def open_store(kind: str, path: Path) -> RunStore:
+    """A fresh store of backend ``kind`` (SQLite files live at ``path``)."""
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return SqliteStore(path)
+    raise AssertionError(f"unknown backend {kind!r}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -19,18 +19,8 @@ from tether.events import (
     ToolCallUnknown,
 )
 from tether.messages import ToolResultMessage
-from tether.stores import LeaseHeld, MemoryStore, RunStore, SqliteStore, StaleLease
+from tether.stores import LeaseHeld, RunStore, SqliteStore, StaleLease
 from tether.testing import FunctionModel, ScriptedModel, call, finish
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
-    chosen: RunStore = (
-        MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "t.db")
-    )
-    yield chosen
-    await chosen.close()
-
 
 effects: list[str] = []
 

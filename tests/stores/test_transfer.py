@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support import add, reseal
+from tests.support import add, open_store, reseal
 from tether import Agent, Event
 from tether.codec import encode_event, read_jsonl, write_jsonl
 from tether.content import TextBlock
@@ -35,13 +35,9 @@ from tether.testing import FakeClock, ScriptedModel, call, finish
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def new_store(kind: str, path: Path) -> RunStore:
-    return MemoryStore() if kind == "memory" else SqliteStore(path)
-
-
 @pytest.fixture(params=["memory", "sqlite"])
 async def source(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
-    opened = new_store(cast(str, request.param), tmp_path / "source.db")
+    opened = open_store(cast(str, request.param), tmp_path / "source.db")
     try:
         yield opened
     finally:
@@ -50,7 +46,7 @@ async def source(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 @pytest.fixture(params=["memory", "sqlite"])
 async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
-    opened = new_store(cast(str, request.param), tmp_path / "target.db")
+    opened = open_store(cast(str, request.param), tmp_path / "target.db")
     try:
         yield opened
     finally:
