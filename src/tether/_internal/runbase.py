@@ -145,7 +145,13 @@ class RunBase(Generic[OutputT]):
         ) -> tuple[ToolResult, str | None, float]: ...
 
         def _record_result(
-            self, item: Planned, result: ToolResult, error_type: str | None, duration: float
+            self,
+            item: Planned,
+            result: ToolResult,
+            error_type: str | None,
+            duration: float,
+            *,
+            synthetic: bool = False,
         ) -> None: ...
 
         def _close_pending(

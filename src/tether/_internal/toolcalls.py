@@ -363,7 +363,13 @@ class ToolCalls(RunBase[OutputT]):
         return result, error_type, self._monotonic() - t0
 
     def _record_result(
-        self, item: Planned, result: ToolResult, error_type: str | None, duration: float
+        self,
+        item: Planned,
+        result: ToolResult,
+        error_type: str | None,
+        duration: float,
+        *,
+        synthetic: bool = False,
     ) -> None:
         self._add(
             ToolCallFinished,
@@ -374,6 +380,7 @@ class ToolCalls(RunBase[OutputT]):
             is_error=result.is_error,
             error_type=error_type,
             duration_s=duration,
+            synthetic=synthetic,
         )
 
     def _record_planned(self, item: Planned, planned: list[Planned]) -> None:
@@ -390,16 +397,7 @@ class ToolCalls(RunBase[OutputT]):
             result, error_type = ToolResult(content=(TextBlock(text="done"),)), None
         else:
             return  # ask_user: answered later by the user
-        self._add(
-            ToolCallFinished,
-            call_id=item.call.id,
-            tool=item.call.name,
-            content=result.content,
-            structured=result.structured,
-            is_error=result.is_error,
-            error_type=error_type,
-            synthetic=item.finish is False,
-        )
+        self._record_result(item, result, error_type, 0.0, synthetic=not item.finish)
 
     def _after_turn(self, planned: list[Planned]) -> Stop | None:
         """After a turn's results: finished, waiting, or go on?"""
