@@ -130,6 +130,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         self._runnable = 0
         self._in_flight: set[str] = set()
         self._basis = ""
+        self._prefix: tuple[object, str, Any] = (None, "", None)
         self._store = store
         self._owner = owner or ""  # decided when a lease is taken (syscalls: not per run)
         self._lease: Lease | None = None
@@ -346,9 +347,13 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         The request is a pure function of the agent's spec and the events before it, so the
         hash of the last of those events (taken when the request was built) pins its history.
         """
-        digest = _digest_prefix(
-            self._spec.digest, request.tool_choice, request.settings, len(request.tools)
-        ).copy()
+        settings, choice, prefix = self._prefix
+        if request.settings is not settings or request.tool_choice != choice:
+            prefix = _digest_prefix(
+                self._spec.digest, request.tool_choice, request.settings, len(request.tools)
+            )
+            self._prefix = (request.settings, request.tool_choice, prefix)
+        digest = prefix.copy()
         digest.update(self._basis.encode())
         return digest.hexdigest()
 
