@@ -26,7 +26,7 @@ from tether._internal.endings import Endings, error_info
 from tether._internal.journal import EventSink, Journal, StoreSink
 from tether._internal.recovery import Recovery
 from tether._internal.runbase import Cancelled, OutputT, Retry, Stop, ToolRunner
-from tether._internal.toolcalls import ToolCalls, run_tool, tool_error, unique_ids
+from tether._internal.toolcalls import ToolCalls, run_tool, tool_error
 from tether._internal.watchdog import Watchdog
 from tether.codec import canonical_json
 from tether.errors import ModelError, UserError
@@ -34,7 +34,6 @@ from tether.events import (
     BudgetWarning,
     Event,
     ModelFailed,
-    ModelResponded,
     RunStarted,
 )
 from tether.models.base import (
@@ -484,24 +483,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                 TypeError(f"the model returned {type(response).__name__}, not a ModelResponse"),
                 step,
             )
-        calls = response.tool_calls
-        seen = self._state.call_ids
-        if len(calls) > 1 or (calls and (not calls[0].id or calls[0].id in seen)):
-            calls = unique_ids(calls, step, seen)
-            if calls is not response.tool_calls:
-                response = replace(response, tool_calls=calls)
-        self._add(
-            ModelResponded,
-            step=step,
-            model=self._model.name,
-            request_digest=self._request_digest(request),
-            text=response.text,
-            reasoning=response.reasoning,
-            tool_calls=calls,
-            usage=response.usage,
-            latency_s=self._monotonic() - t0,
-        )
-        return response
+        return self._record_response(request, response, step, t0)
 
     async def _sleep(self, seconds: float) -> None:
         if seconds <= 0:

@@ -11,14 +11,12 @@ from collections.abc import AsyncIterator
 from typing import cast
 
 from tether._internal.runbase import Cancelled, OutputT, RunBase, Stop
-from tether._internal.toolcalls import unique_ids
 from tether.content import TextBlock
 from tether.events import (
     ApprovalRequested,
     Event,
     LimitReached,
     ModelFailed,
-    ModelResponded,
     RunFinished,
     ToolCallFinished,
 )
@@ -140,18 +138,7 @@ class Endings(RunBase[OutputT]):
                 will_retry=False,
             )
         else:
-            self._add(
-                ModelResponded,
-                step=self._state.steps,
-                model=self._model.name,
-                request_digest=self._request_digest(request),
-                text=response.text,
-                reasoning=response.reasoning,
-                tool_calls=unique_ids(response.tool_calls, self._state.steps, self._state.call_ids),
-                usage=response.usage,
-                latency_s=self._monotonic() - t0,
-                final=True,
-            )
+            self._record_response(request, response, self._state.steps, t0, final=True)
             self._close_pending("not executed: the run is over; answer without tools", "run_ended")
         for event in await self._journal.commit():
             yield event

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from typing_extensions import TypeVar
@@ -21,6 +21,7 @@ from tether._internal.watchdog import Watchdog
 from tether.content import ToolResult
 from tether.events import (
     Event,
+    ModelResponded,
 )
 from tether.messages import ToolCall
 from tether.models.base import (
@@ -40,7 +41,16 @@ from tether.tools.base import Tool, ToolContext
 if TYPE_CHECKING:
     from tether.agent import Agent, AgentSpec
 
-__all__ = ["Cancelled", "OutputT", "Planned", "Retry", "RunBase", "Stop", "ToolRunner"]
+__all__ = [
+    "Cancelled",
+    "OutputT",
+    "Planned",
+    "Retry",
+    "RunBase",
+    "Stop",
+    "ToolRunner",
+    "unique_ids",
+]
 
 OutputT = TypeVar("OutputT", default=str)
 T = TypeVar("T")
@@ -86,6 +96,28 @@ class Retry:
 
 class Cancelled(Exception):
     pass
+
+
+def unique_ids(calls: tuple[ToolCall, ...], step: int, used: set[str]) -> tuple[ToolCall, ...]:
+    """Calls with empty ids, or ids used earlier in the run, renamed.
+
+    Each result must answer exactly one call, and some models reuse ``call_0`` every turn.
+    """
+    seen = set(used)
+    fixed: list[ToolCall] = []
+    changed = False
+    for index, call in enumerate(calls):
+        if not call.id or call.id in seen:
+            changed = True
+            base = f"{call.id or 'call'}_{step}_{index}"
+            new_id, n = base, 1
+            while new_id in seen:
+                n += 1
+                new_id = f"{base}_{n}"
+            call = replace(call, id=new_id)
+        seen.add(call.id)
+        fixed.append(call)
+    return tuple(fixed) if changed else calls
 
 
 class RunBase(Generic[OutputT]):
@@ -163,6 +195,40 @@ class RunBase(Generic[OutputT]):
         def _time_stop(self) -> Stop: ...
 
         def _no_tool_call(self) -> Stop | None: ...
+
+    def _record_response(
+        self,
+        request: ModelRequest,
+        response: ModelResponse,
+        step: int,
+        t0: float,
+        *,
+        final: bool = False,
+    ) -> ModelResponse:
+        """Record a model's answer as ``model_responded``.
+
+        Calls with missing or reused ids get unique ones first: every result must answer
+        exactly one call.
+        """
+        calls = response.tool_calls
+        seen = self._state.call_ids
+        if len(calls) > 1 or (calls and (not calls[0].id or calls[0].id in seen)):
+            calls = unique_ids(calls, step, seen)
+            if calls is not response.tool_calls:
+                response = replace(response, tool_calls=calls)
+        self._add(
+            ModelResponded,
+            step=step,
+            model=self._model.name,
+            request_digest=self._request_digest(request),
+            text=response.text,
+            reasoning=response.reasoning,
+            tool_calls=calls,
+            usage=response.usage,
+            latency_s=self._monotonic() - t0,
+            final=final,
+        )
+        return response
 
     def _elapsed(self) -> float:
         return self._monotonic() - self._t0

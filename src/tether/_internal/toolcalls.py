@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import replace
 from typing import Any, cast
 
 from tether._internal.runbase import Cancelled, OutputT, Planned, RunBase, Stop, ToolRunner
@@ -31,7 +30,7 @@ from tether.outcome import ErrorInfo
 from tether.policy.base import PolicyDecision
 from tether.tools.base import Tool, ToolContext
 
-__all__ = ["ToolCalls", "ToolRunner", "run_tool", "timed_out", "tool_error", "unique_ids"]
+__all__ = ["ToolCalls", "ToolRunner", "run_tool", "timed_out", "tool_error"]
 
 _NO_CONTEXT = ToolContext(run_id="", call_id="", tool="")
 """Passed to handlers that declared they do not read their context."""
@@ -79,28 +78,6 @@ async def run_tool(
             raise  # really cancelled
         return tool_error(tool, RuntimeError(f"raised CancelledError: {exc!r}"), None)
     return result, ("tool_error" if result.is_error else None)
-
-
-def unique_ids(calls: tuple[ToolCall, ...], step: int, used: set[str]) -> tuple[ToolCall, ...]:
-    """Calls with empty ids, or ids used earlier in the run, renamed.
-
-    Each result must answer exactly one call, and some models reuse ``call_0`` every turn.
-    """
-    seen = set(used)
-    fixed: list[ToolCall] = []
-    changed = False
-    for index, call in enumerate(calls):
-        if not call.id or call.id in seen:
-            changed = True
-            base = f"{call.id or 'call'}_{step}_{index}"
-            new_id, n = base, 1
-            while new_id in seen:
-                n += 1
-                new_id = f"{base}_{n}"
-            call = replace(call, id=new_id)
-        seen.add(call.id)
-        fixed.append(call)
-    return tuple(fixed) if changed else calls
 
 
 def timed_out(name: str, timeout: float) -> ToolResult:
