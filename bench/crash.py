@@ -10,7 +10,7 @@ killed at one point:
 - ``in_tool``        : inside a side-effecting tool, after its effect, before it returns
 - ``before_result``  / ``after_result``: around the commit of a tool result
 - ``in_model``       : during a model call
-- ``in_outcome``     : inside the transaction that writes ``run_finished``
+- ``in_outcome``     : halfway through writing the commit of ``run_finished`` (a torn write)
 
 A fresh process then resumes the run (again until it reaches a terminal state). Oracles:
 every run is terminal; no call of ``effect`` took effect twice; every ``keyed`` call the log
@@ -41,17 +41,17 @@ from pathlib import Path
 from typing import Any
 
 from tether import Agent, ModelRequest, ModelResponse, ToolCall, ToolContext, tool
-from tether.codec import decode_event
 from tether.events import (
     Event,
     PolicyDecided,
-    RunFinished,
     ToolCallFinished,
     ToolCallRequested,
     ToolCallUnknown,
 )
 from tether.models.function import FunctionModel
 from tether.outcome import TERMINAL_STATUSES
+from tether.stores import RunNotFound
+from tether.stores._pendinglog import PendingLog
 from tether.stores.sqlite import SqliteStore
 
 KILL_POINTS = (
@@ -154,10 +154,19 @@ def agent_main(args: argparse.Namespace) -> None:  # noqa: C901 - the whole scri
             if results:
                 die_if("after_result")
 
-        def _update_index(self, run_id: str, new: list[Event]) -> None:
-            super()._update_index(run_id, new)
-            if any(isinstance(e, RunFinished) for e in new):
-                die_if("in_outcome")  # inside the transaction, before COMMIT
+        def __init__(self, path: Path) -> None:
+            super().__init__(path)
+            assert self.pending_dir is not None
+            self._log = TearingLog(self.pending_dir, sync=False)
+
+    class TearingLog(PendingLog):
+        def write(self, data: bytes) -> None:
+            if kill_point == "in_outcome" and b'"kind":"run_finished"' in data:
+                seen["in_outcome"] += 1
+                if seen["in_outcome"] == kill_at:
+                    super().write(data[: len(data) // 2])  # the process dies mid-write
+                    os.kill(os.getpid(), signal.SIGKILL)
+            super().write(data)
 
     port = args.port
 
@@ -278,18 +287,24 @@ def run_once(
     }
 
 
+def stored(db: Path, run_id: str) -> list[Event]:
+    """The run's events as the store gives them to whoever opens it next (as a resume would)."""
+
+    async def read() -> list[Event]:
+        store = SqliteStore(db)
+        try:
+            return await store.read(run_id)
+        except RunNotFound:
+            return []
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
 def unknown_in_flight(db: Path, run_id: str) -> int:
     """Side-effecting calls without a key that the log shows allowed and unanswered."""
-    import sqlite3
-
-    with sqlite3.connect(db) as conn:
-        bodies = [
-            b
-            for (b,) in conn.execute(
-                "SELECT body FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-            )
-        ]
-    events = [decode_event(b) for b in bodies]
+    events = stored(db, run_id)
     answered = {e.call_id for e in events if isinstance(e, ToolCallFinished | ToolCallUnknown)}
     return sum(
         1
@@ -302,46 +317,37 @@ def unknown_in_flight(db: Path, run_id: str) -> int:
 
 
 def check(world: World, db: Path, runs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    import sqlite3
-
     terminal = duplicate = unknown = expected_unknown = lost = keyed_wrong = crashes = 0
-    with sqlite3.connect(db) as conn:
-        for run_id, seen in runs:
-            bodies = [
-                b
-                for (b,) in conn.execute(
-                    "SELECT body FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-                )
-            ]
-            events = [decode_event(b) for b in bodies]
-            final = events[-1] if events else None
-            if (
-                final is not None
-                and final.kind == "run_finished"
-                and getattr(final, "status", "") in TERMINAL_STATUSES
-            ):
-                terminal += 1
-            crashes += int(seen["crashed"])
-            unknown += sum(1 for e in events if isinstance(e, ToolCallUnknown))
-            expected_unknown += seen["expected_unknown"]
-            by_seq = {e.seq: e.hash for e in events}
-            committed: Path = seen["committed"]
-            if committed.exists():
-                for line in committed.read_text().splitlines():
-                    seq, digest = line.split()
-                    if by_seq.get(int(seq)) != digest:
-                        lost += 1
-            for key, count in world.effects.items():
-                if key.startswith(run_id + ":") and count > 1:
-                    duplicate += count - 1
-            done_keyed = [
-                e.call_id
-                for e in events
-                if isinstance(e, ToolCallFinished) and e.tool == "keyed" and not e.is_error
-            ]
-            for call_id in done_keyed:
-                if world.keys.get(f"{run_id}:{call_id}", 0) < 1:
-                    keyed_wrong += 1
+    for run_id, seen in runs:
+        events = stored(db, run_id)
+        final = events[-1] if events else None
+        if (
+            final is not None
+            and final.kind == "run_finished"
+            and getattr(final, "status", "") in TERMINAL_STATUSES
+        ):
+            terminal += 1
+        crashes += int(seen["crashed"])
+        unknown += sum(1 for e in events if isinstance(e, ToolCallUnknown))
+        expected_unknown += seen["expected_unknown"]
+        by_seq = {e.seq: e.hash for e in events}
+        committed: Path = seen["committed"]
+        if committed.exists():
+            for line in committed.read_text().splitlines():
+                seq, digest = line.split()
+                if by_seq.get(int(seq)) != digest:
+                    lost += 1
+        for key, count in world.effects.items():
+            if key.startswith(run_id + ":") and count > 1:
+                duplicate += count - 1
+        done_keyed = [
+            e.call_id
+            for e in events
+            if isinstance(e, ToolCallFinished) and e.tool == "keyed" and not e.is_error
+        ]
+        for call_id in done_keyed:
+            if world.keys.get(f"{run_id}:{call_id}", 0) < 1:
+                keyed_wrong += 1
     return {
         "runs": len(runs),
         "terminal": terminal,

@@ -10,6 +10,7 @@ from tether.stores.base import (
     RunStore,
     StaleLease,
     StoreConflict,
+    StoreWriteError,
     default_owner,
 )
 from tether.stores.memory import MemoryStore
@@ -29,6 +30,7 @@ __all__ = [
     "SqliteStore",
     "StaleLease",
     "StoreConflict",
+    "StoreWriteError",
     "default_owner",
     "default_store_path",
     "export_run",

@@ -35,6 +35,7 @@ __all__ = [
     "RunStore",
     "StaleLease",
     "StoreConflict",
+    "StoreWriteError",
     "default_owner",
 ]
 
@@ -44,6 +45,10 @@ RunIndexStatus: TypeAlias = Literal["running"] | RunStatus
 
 class StoreConflict(RunError):
     """An append does not continue the stored log (a gap, or another event at that seq)."""
+
+
+class StoreWriteError(RunError):
+    """The store could not make an append durable (disk full, permissions); nothing was stored."""
 
 
 class RunNotFound(RunError):
