@@ -63,3 +63,26 @@ def _scripted(rest: str) -> Model:
 
 
 register_model_provider("scripted", _scripted)
+
+
+_local_models: dict[str, Model] = {}
+
+
+def _local(rest: str) -> Model:
+    """``local`` (the default model), ``local:NAME`` (a known model) or ``local:PATH.gguf``.
+
+    One loaded model per spec in a process: loading takes seconds and memory.
+    """
+    from tether.models.local import LocalModel
+
+    model = _local_models.get(rest)
+    if model is None:
+        if rest.endswith(".gguf") or "/" in rest:
+            model = LocalModel(rest)
+        else:
+            model = LocalModel(model=rest) if rest else LocalModel()
+        _local_models[rest] = model
+    return model
+
+
+register_model_provider("local", _local)
