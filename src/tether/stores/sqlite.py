@@ -275,7 +275,7 @@ class SqliteStore(RunStore):
         ).rowcount
         if not renewed:
             del self._granted[run_id]
-            raise StaleLease(run_id, lease.token, self._token(run_id))
+            raise StaleLease(run_id, lease.token, _token(self._db, run_id))
         self._granted[run_id] = (token, now + self._lease_ttl / 3)
 
     def _forget(self, run_id: str) -> None:
@@ -290,11 +290,11 @@ class SqliteStore(RunStore):
         if self._fresh.pop(run_id, None) == token:
             return None  # empty when leased, and only the holder appends
         self._sync()
-        return self._stored_tail(run_id)
+        return _stored_tail(self._db, run_id)
 
     def _synced_hash(self, run_id: str, seq: int) -> str | None:
         self._sync()
-        return self._stored_hash(run_id, seq)
+        return _stored_hash(self._db, run_id, seq)
 
     def _commit_to_db(
         self, batch: list[_Append]
@@ -314,7 +314,7 @@ class SqliteStore(RunStore):
                     try:
                         if lease is not None:
                             self._check_lease(run_id, lease, now)
-                        last = tails.get(run_id) or self._stored_tail(run_id)
+                        last = tails.get(run_id) or _stored_tail(self._db, run_id)
                         new = new_events(run_id, events, last, lambda s, r=run_id: self._hash(r, s))
                     except Exception as exc:
                         results.append((done, exc))
@@ -343,7 +343,7 @@ class SqliteStore(RunStore):
 
     def _check_lease(self, run_id: str, lease: Lease, now: float) -> None:
         """Refuse a replaced lease (asking the database), and renew the current one."""
-        current = self._token(run_id)
+        current = _token(self._db, run_id)
         if current != lease.token:
             raise StaleLease(run_id, lease.token, current)
         self._db.execute(
@@ -353,7 +353,7 @@ class SqliteStore(RunStore):
 
     def _hash(self, run_id: str, seq: int) -> str | None:
         pending = self._batch_hashes.get((run_id, seq))
-        return pending if pending is not None else self._stored_hash(run_id, seq)
+        return pending if pending is not None else _stored_hash(self._db, run_id, seq)
 
     def _insert(self, run_id: str, events: list[Event], bodies: list[bytes]) -> None:
         try:
@@ -529,15 +529,6 @@ class SqliteStore(RunStore):
             kept,
         )
 
-    def _token(self, run_id: str) -> int:
-        return _token(self._db, run_id)
-
-    def _stored_tail(self, run_id: str) -> tuple[int, str] | None:
-        return _stored_tail(self._db, run_id)
-
-    def _stored_hash(self, run_id: str, seq: int) -> str | None:
-        return _stored_hash(self._db, run_id, seq)
-
     # -- reading -------------------------------------------------------------------------
 
     async def read(self, run_id: str, *, after_seq: int = -1) -> list[Event]:
@@ -623,7 +614,7 @@ class SqliteStore(RunStore):
                 "INSERT OR REPLACE INTO leases (run_id, owner, token, expires_at) VALUES (?, ?, ?, ?)",
                 (run_id, owner, token, now + ttl),
             )
-            tail = self._stored_tail(run_id)  # complete: every pending record is applied
+            tail = _stored_tail(self._db, run_id)  # complete: every pending record is applied
         self._granted[run_id] = (token, now + ttl / 3)
         if tail is None:
             self._forget(run_id)
