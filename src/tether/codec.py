@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 
+from tether._internal.sealed import remember
 from tether.errors import BrokenChain, LogError, UnknownEventKind
 from tether.events import EVENT_TYPES, GENESIS_HASH, Event
 from tether.jsontypes import JsonValue
@@ -85,6 +86,7 @@ def seal(event: E) -> E:
     on the loop's hot path.
     """
     object.__setattr__(event, "hash", compute_hash(event))
+    remember(event)
     return event
 
 

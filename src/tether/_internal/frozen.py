@@ -12,9 +12,10 @@ are made, because both costs land where users feel them:
   ``object.__setattr__(self, name, value)``. This constructor sets each slot's member
   descriptor directly, or, for a class without slots, the whole ``__dict__`` in one call.
 
-Why some small value types have no slots (``slots=False``): orjson serializes a dict-backed
-dataclass about five times faster than a slotted one, and values nested in events (tool
-calls, usage, content blocks) are serialized for every event's hash.
+Why events and some small value types have no slots (``slots=False``): orjson serializes a
+dict-backed dataclass several times faster than a slotted one; values nested in events (tool
+calls, usage, content blocks) are serialized for every event's hash, and events themselves
+for every store write.
 """
 
 from __future__ import annotations

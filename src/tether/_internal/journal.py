@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from tether._internal.clock import Clock, now_of
+from tether._internal.sealed import remember as _remember
 from tether.codec import _hashed_fields as _getters  # pyright: ignore[reportPrivateUsage]
 from tether.codec import hashed_fields
 from tether.events import GENESIS_HASH, Event
@@ -124,6 +125,7 @@ class Journal:
         getter = _getters.get(cls) or hashed_fields(cls)
         digest = _sha256(_dumps(getter(event))).hexdigest()
         _seal(event, "hash", digest)  # sealed before anyone else sees it
+        _remember(event)
         self.seq += 1
         self.prev_hash = digest
         self.events.append(event)

@@ -21,21 +21,26 @@ import sqlite3
 import time
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import orjson
-
 from tether._internal.appendcheck import new_events
-from tether._internal.runindex import index_row
 from tether.codec import decode_event, encode_event, verify_chain
-from tether.events import Event, ModelResponded, RunFinished, RunStarted
+from tether.events import Event
 from tether.stores._pendinglog import OtherLog, PendingLog, Record, other_logs, record_line
+from tether.stores._sqliteapply import Applier
+from tether.stores._sqlitetables import (
+    SCHEMA,
+    lease_token,
+    run_info,
+    stored_hash,
+    stored_tail,
+    update_index,
+    utc_text,
+)
 from tether.stores.base import (
     Lease,
     LeaseHeld,
-    RunIndexStatus,
     RunInfo,
     RunNotFound,
     RunQuery,
@@ -44,7 +49,6 @@ from tether.stores.base import (
     StoreConflict,
     StoreWriteError,
 )
-from tether.usage import Usage
 
 __all__ = ["DEFAULT_PATH", "SqliteStore", "default_store_path"]
 
@@ -57,42 +61,6 @@ _Append = tuple[str, list[Event], "Lease | None", "asyncio.Future[None]"]
 
 DEFAULT_PATH = Path(".tether") / "tether.db"
 """Where the store lives unless configured (``$TETHER_DB`` overrides)."""
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    hash TEXT NOT NULL,
-    body BLOB NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS events_by_run ON events (run_id, seq);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    agent TEXT NOT NULL,
-    goal TEXT NOT NULL,
-    status TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    input_tokens INTEGER NOT NULL,
-    output_tokens INTEGER NOT NULL,
-    requests INTEGER NOT NULL,
-    cost REAL,
-    steps INTEGER NOT NULL,
-    events INTEGER NOT NULL,
-    parent_run_id TEXT,
-    tags TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
-CREATE INDEX IF NOT EXISTS runs_by_agent ON runs (agent, created_at);
-CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, created_at);
-CREATE TABLE IF NOT EXISTS leases (
-    run_id TEXT PRIMARY KEY,
-    owner TEXT,
-    token INTEGER NOT NULL,
-    expires_at REAL NOT NULL
-);
-"""
 
 
 def default_store_path() -> Path:
@@ -120,12 +88,13 @@ class SqliteStore(RunStore):
         )
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if durability == 'power' else 'NORMAL'}")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(SCHEMA)
         self._lease_ttl = lease_ttl
         self._group_commit = durability == "power"  # share each fdatasync between appends
         self._apply_interval = apply_interval
         self.pending_dir = None if in_memory else self.path.with_name(self.path.name + "-pending")
         """Where appends are committed before they reach the database (``None``: in memory)."""
+        self._applier = Applier(self._db, self.pending_dir)
         self._log = None
         if self.pending_dir is not None:
             self._log = PendingLog(self.pending_dir, sync=durability == "power")
@@ -275,7 +244,7 @@ class SqliteStore(RunStore):
         ).rowcount
         if not renewed:
             del self._granted[run_id]
-            raise StaleLease(run_id, lease.token, _token(self._db, run_id))
+            raise StaleLease(run_id, lease.token, lease_token(self._db, run_id))
         self._granted[run_id] = (token, now + self._lease_ttl / 3)
 
     def _forget(self, run_id: str) -> None:
@@ -290,11 +259,11 @@ class SqliteStore(RunStore):
         if self._fresh.pop(run_id, None) == token:
             return None  # empty when leased, and only the holder appends
         self._sync()
-        return _stored_tail(self._db, run_id)
+        return stored_tail(self._db, run_id)
 
     def _synced_hash(self, run_id: str, seq: int) -> str | None:
         self._sync()
-        return _stored_hash(self._db, run_id, seq)
+        return stored_hash(self._db, run_id, seq)
 
     def _commit_to_db(
         self, batch: list[_Append]
@@ -314,7 +283,7 @@ class SqliteStore(RunStore):
                     try:
                         if lease is not None:
                             self._check_lease(run_id, lease, now)
-                        last = tails.get(run_id) or _stored_tail(self._db, run_id)
+                        last = tails.get(run_id) or stored_tail(self._db, run_id)
                         new = new_events(run_id, events, last, lambda s, r=run_id: self._hash(r, s))
                     except Exception as exc:
                         results.append((done, exc))
@@ -343,7 +312,7 @@ class SqliteStore(RunStore):
 
     def _check_lease(self, run_id: str, lease: Lease, now: float) -> None:
         """Refuse a replaced lease (asking the database), and renew the current one."""
-        current = _token(self._db, run_id)
+        current = lease_token(self._db, run_id)
         if current != lease.token:
             raise StaleLease(run_id, lease.token, current)
         self._db.execute(
@@ -353,7 +322,7 @@ class SqliteStore(RunStore):
 
     def _hash(self, run_id: str, seq: int) -> str | None:
         pending = self._batch_hashes.get((run_id, seq))
-        return pending if pending is not None else _stored_hash(self._db, run_id, seq)
+        return pending if pending is not None else stored_hash(self._db, run_id, seq)
 
     def _insert(self, run_id: str, events: list[Event], bodies: list[bytes]) -> None:
         try:
@@ -366,7 +335,7 @@ class SqliteStore(RunStore):
                 f"run {run_id!r} was appended to by another writer at the same time; read it again",
                 run_id=run_id,
             ) from None
-        _update_index(self._db, run_id, events)
+        update_index(self._db, run_id, events)
 
     # -- bringing the database up to date ------------------------------------------------
 
@@ -403,9 +372,9 @@ class SqliteStore(RunStore):
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                self._apply(db, records, mine=True)
+                self._applier.apply(records, mine=True)
                 for other in logs:
-                    self._apply(db, other.records, mine=False, source=other)
+                    self._applier.apply(other.records, mine=False, source=other)
                     if other.problem is not None and other.dead:
                         _log.error(
                             "tether: the pending file %s is damaged (%s); the records before "
@@ -427,107 +396,6 @@ class SqliteStore(RunStore):
                 other.finish(applied=committed)
         if records and self._log is not None and not self._pending:
             self._log.applied()
-
-    def _apply(
-        self,
-        db: sqlite3.Connection,
-        records: list[Record],
-        *,
-        mine: bool,
-        source: OtherLog | None = None,
-    ) -> None:
-        """Insert what the database lacks of the records' events; fold them into the index.
-
-        One ``executemany`` for all rows and one index update per run. A record is refused
-        whole if its lease was replaced (fencing) or it does not continue the stored log; its
-        append may have returned already, so a refused record of this store or of a dead one
-        is kept in ``refused.jsonl`` and reported, never dropped.
-        """
-        tokens: dict[str, int] = {}
-        tails: dict[str, tuple[int, str] | None] = {}
-        added: dict[str, list[Event]] = {}
-        hashes: dict[tuple[str, int], str] = {}
-        rows: list[tuple[str, int, str, str, bytes]] = []
-
-        def stored_hash(run_id: str, seq: int) -> str | None:
-            return hashes.get((run_id, seq)) or _stored_hash(db, run_id, seq)
-
-        for record in records:
-            run_id = record.run_id
-            if record.token is not None and not self._lease_holds(db, record, tokens, source):
-                continue
-            last = tails[run_id] if run_id in tails else _stored_tail(db, run_id)
-            tails[run_id] = last
-            events = record.events
-            first = events[0]
-            if mine and (
-                (last is None and first.seq == 0)
-                or (last is not None and first.seq == last[0] + 1 and first.prev_hash == last[1])
-            ):
-                new = events  # checked when it was appended, and it continues the log
-            else:
-                try:
-                    new = new_events(run_id, events, last, lambda s, r=run_id: stored_hash(r, s))
-                except StoreConflict as exc:
-                    self._refuse(record, source, str(exc))
-                    continue
-            if not new:
-                continue
-            bodies = record.bodies[len(events) - len(new) :]
-            rows.extend(
-                (run_id, e.seq, e.kind, e.hash, b) for e, b in zip(new, bodies, strict=True)
-            )
-            added.setdefault(run_id, []).extend(new)
-            if not mine:
-                hashes.update({(run_id, e.seq): e.hash for e in new})
-            tails[run_id] = (new[-1].seq, new[-1].hash)
-        if rows:
-            db.executemany(
-                "INSERT INTO events (run_id, seq, kind, hash, body) VALUES (?, ?, ?, ?, ?)", rows
-            )
-            for run_id, new in added.items():
-                _update_index(db, run_id, new)
-
-    def _lease_holds(
-        self,
-        db: sqlite3.Connection,
-        record: Record,
-        tokens: dict[str, int],
-        source: OtherLog | None,
-    ) -> bool:
-        """Whether a leased record's events may be applied (a release is applied here)."""
-        run_id = record.run_id
-        if run_id not in tokens:
-            tokens[run_id] = _token(db, run_id)
-        if record.release:
-            db.execute(
-                "UPDATE leases SET owner = NULL, expires_at = 0 WHERE run_id = ? AND token = ?",
-                (run_id, record.token),
-            )
-            return False
-        if tokens[run_id] != record.token:
-            self._refuse(record, source, f"its lease {record.token} was replaced")
-            return False
-        return True
-
-    def _refuse(self, record: Record, source: OtherLog | None, reason: str) -> None:
-        if source is not None and not source.dead:
-            return  # a live writer applies its own records, and keeps what is refused
-        where = "this store" if source is None else str(source.path)
-        assert self.pending_dir is not None
-        kept = self.pending_dir / "refused.jsonl"
-        with kept.open("ab") as file:
-            file.write(record_line(record.run_id, record.token, record.bodies))
-        _log.error(
-            "tether: an append to run %r (seq %d-%d, from %s) could not be applied: %s. "
-            "Its events are kept in %s",
-            record.run_id,
-            record.events[0].seq,
-            record.events[-1].seq,
-            where,
-            reason,
-            kept,
-        )
 
     # -- reading -------------------------------------------------------------------------
 
@@ -551,7 +419,7 @@ class SqliteStore(RunStore):
 
     def _row(self, run_id: str) -> RunInfo | None:
         found = self._db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return None if found is None else _info(found)
+        return None if found is None else run_info(found)
 
     async def runs(self, query: RunQuery = RunQuery()) -> list[RunInfo]:
         """Index rows, newest first."""
@@ -566,16 +434,16 @@ class SqliteStore(RunStore):
             params.append(query.agent)
         if query.since is not None:
             where.append("created_at >= ?")
-            params.append(_utc_text(query.since))
+            params.append(utc_text(query.since))
         if query.until is not None:
             where.append("created_at < ?")
-            params.append(_utc_text(query.until))
+            params.append(utc_text(query.until))
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
         params.append(query.limit)
-        return [_info(r) for r in self._db.execute(sql, params).fetchall()]
+        return [run_info(r) for r in self._db.execute(sql, params).fetchall()]
 
     async def info(self, run_id: str) -> RunInfo:
         """One index row."""
@@ -614,7 +482,7 @@ class SqliteStore(RunStore):
                 "INSERT OR REPLACE INTO leases (run_id, owner, token, expires_at) VALUES (?, ?, ?, ?)",
                 (run_id, owner, token, now + ttl),
             )
-            tail = _stored_tail(self._db, run_id)  # complete: every pending record is applied
+            tail = stored_tail(self._db, run_id)  # complete: every pending record is applied
         self._granted[run_id] = (token, now + ttl / 3)
         if tail is None:
             self._forget(run_id)
@@ -674,94 +542,6 @@ class SqliteStore(RunStore):
             self._db.close()
 
 
-def _update_index(db: sqlite3.Connection, run_id: str, new: list[Event]) -> None:
-    """Fold the new events into the run's index row, in place (no read-modify-write)."""
-    started = next((e for e in new if isinstance(e, RunStarted)), None)
-    if started is not None:
-        row = index_row(None, [started])
-        assert row is not None
-        db.execute(
-            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, 0, 0, 0, 0.0, 0, 0, ?, ?)",
-            (
-                row.run_id,
-                row.agent,
-                row.goal,
-                row.status,
-                _utc_text(row.created_at),
-                _utc_text(row.updated_at),
-                row.parent_run_id,
-                orjson.dumps(row.tags).decode(),
-            ),
-        )
-    tokens_in = tokens_out = requests = 0
-    cost: float | None = 0.0
-    steps = 0
-    status: str | None = None
-    for event in new:
-        if isinstance(event, ModelResponded):
-            tokens_in += event.usage.input_tokens
-            tokens_out += event.usage.output_tokens
-            requests += 1
-            cost = None if cost is None or event.usage.cost is None else cost + event.usage.cost
-            if not event.final:
-                steps = max(steps, event.step)
-        if isinstance(event, RunFinished):
-            status = event.status
-        elif status in ("waiting_for_user", "waiting_for_approval"):
-            status = "running"
-    db.execute(
-        """UPDATE runs SET
-            updated_at = ?,
-            events = events + ?,
-            input_tokens = input_tokens + ?,
-            output_tokens = output_tokens + ?,
-            requests = requests + ?,
-            cost = CASE WHEN cost IS NULL OR ? IS NULL THEN NULL ELSE cost + ? END,
-            steps = MAX(steps, ?),
-            status = COALESCE(?, CASE WHEN status IN ('waiting_for_user', 'waiting_for_approval')
-                                      THEN 'running' ELSE status END)
-        WHERE run_id = ?""",
-        (
-            _utc_text(new[-1].at),
-            len(new),
-            tokens_in,
-            tokens_out,
-            requests,
-            cost,
-            cost,
-            steps,
-            status,
-            run_id,
-        ),
-    )
-
-
-def _token(db: sqlite3.Connection, run_id: str) -> int:
-    row = db.execute("SELECT token FROM leases WHERE run_id = ?", (run_id,)).fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def _stored_tail(db: sqlite3.Connection, run_id: str) -> tuple[int, str] | None:
-    row = db.execute(
-        "SELECT seq, hash FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1", (run_id,)
-    ).fetchone()
-    return None if row is None else (int(row[0]), str(row[1]))
-
-
-def _stored_hash(db: sqlite3.Connection, run_id: str, seq: int) -> str | None:
-    found = db.execute(
-        "SELECT hash FROM events WHERE run_id = ? AND seq = ?", (run_id, seq)
-    ).fetchone()
-    return None if found is None else str(found[0])
-
-
-def _utc_text(moment: datetime) -> str:
-    """A time as sortable UTC text (naive times are taken as UTC)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
-
-
 def _alive(owner: str) -> bool:
     """Whether a lease holder may still be running.
 
@@ -781,35 +561,3 @@ def _alive(owner: str) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _info(row: Sequence[Any]) -> RunInfo:
-    (
-        run_id,
-        agent,
-        goal,
-        status,
-        created,
-        updated,
-        tin,
-        tout,
-        requests,
-        cost,
-        steps,
-        events,
-        parent,
-        tags,
-    ) = row
-    return RunInfo(
-        run_id=run_id,
-        agent=agent,
-        goal=goal,
-        status=cast(RunIndexStatus, status),
-        created_at=datetime.fromisoformat(created),
-        updated_at=datetime.fromisoformat(updated),
-        usage=Usage(input_tokens=tin, output_tokens=tout, requests=requests, cost=cost),
-        steps=steps,
-        events=events,
-        parent_run_id=parent,
-        tags=tuple(orjson.loads(tags)),
-    )
