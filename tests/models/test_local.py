@@ -8,7 +8,8 @@ import jsonschema
 import pytest
 
 from tether.errors import ModelError
-from tether.models.local import LocalModel, step_schema
+from tether.models._constrained import step_schema
+from tether.models.local import LocalModel
 from tether.models.registry import resolve_model
 from tether.tools.builtin import calculate, days_until
 

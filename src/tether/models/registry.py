@@ -1,4 +1,4 @@
-"""Models named by strings: ``"scripted:PATH"``, later ``"openai:gpt-4.1-mini"``, ``"local"``.
+"""Models named by strings: ``"local"``, ``"openai:gpt-4.1-mini"``, ``"ollama:NAME"``, ``"scripted:PATH"``.
 
 A provider is registered under a prefix and receives the rest of the string.
 """
@@ -86,3 +86,25 @@ def _local(rest: str) -> Model:
 
 
 register_model_provider("local", _local)
+
+
+def _openai(rest: str) -> Model:
+    """``openai:MODEL``: OpenAI, or the server at ``$OPENAI_BASE_URL``."""
+    from tether.models.openai import OpenAIModel
+
+    if not rest:
+        raise ConfigError("'openai' needs a model name: 'openai:gpt-4.1-mini'")
+    return OpenAIModel(rest)
+
+
+def _ollama(rest: str) -> Model:
+    """``ollama:MODEL``: the local Ollama server (``$OLLAMA_HOST``); runs cost nothing."""
+    from tether.models.openai import OpenAIModel, ollama_base_url
+
+    if not rest:
+        raise ConfigError("'ollama' needs a model name: 'ollama:qwen2.5-coder:1.5b'")
+    return OpenAIModel(rest, base_url=ollama_base_url(), provider="ollama", free=True)
+
+
+register_model_provider("openai", _openai)
+register_model_provider("ollama", _ollama)

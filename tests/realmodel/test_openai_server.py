@@ -1,0 +1,64 @@
+"""The OpenAI adapter against a REAL OpenAI-compatible server: llama.cpp's, on loopback.
+
+The server (xllamacpp's build of llama.cpp's HTTP server) is started in this test session
+with the embedded model's file; requests go through the official ``openai`` SDK over HTTP.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.realmodel.conftest import SERVED_NAME
+from tests.realmodel.scenario import GOAL, agent, check
+from tether.errors import ModelError
+from tether.messages import UserMessage
+from tether.models.base import ModelRequest, ModelSettings, ResponseDone, TextDelta
+from tether.models.openai import OpenAIModel
+
+pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
+
+
+async def test_the_agent_runs_through_the_server_in_constrained_mode(llama_server: str) -> None:
+    async with OpenAIModel(
+        SERVED_NAME, base_url=llama_server, tool_calling="constrained", free=True
+    ) as model:
+        outcome = await agent(model).run(GOAL)
+    check(outcome)
+    assert outcome.usage.cost == 0.0
+
+
+async def test_streaming_deltas_add_up_to_the_response(llama_server: str) -> None:
+    request = ModelRequest(
+        instructions="Answer in one short sentence.",
+        messages=(UserMessage(text="What colour is the sky on a clear day?"),),
+        tools=(),
+        settings=ModelSettings(temperature=0.0, max_output_tokens=32),
+    )
+    async with OpenAIModel(SERVED_NAME, base_url=llama_server, free=True) as model:
+        items = [item async for item in model.stream(request)]
+    deltas = [i.text for i in items if isinstance(i, TextDelta)]
+    done = items[-1]
+    assert isinstance(done, ResponseDone)
+    assert len(deltas) > 1
+    assert "".join(deltas) == done.response.text
+    assert done.response.text.strip()
+    assert done.response.usage.output_tokens > 0
+    assert done.response.usage.cost == 0.0
+
+
+async def test_the_server_lists_what_it_serves(llama_server: str) -> None:
+    async with OpenAIModel(SERVED_NAME, base_url=llama_server) as model:
+        assert SERVED_NAME in await model.available()
+
+
+async def test_a_server_that_is_not_there_is_a_transient_error_that_says_so() -> None:
+    model = OpenAIModel("any", base_url="http://127.0.0.1:9/v1")  # discard port: nothing there
+    request = ModelRequest(instructions="", messages=(UserMessage(text="hi"),), tools=())
+    with pytest.raises(
+        ModelError, match=re.escape("could not connect to http://127.0.0.1:9/v1")
+    ) as info:
+        await model.request(request)
+    await model.aclose()
+    assert info.value.transient
