@@ -1,0 +1,226 @@
+"""The OpenAI adapter's mapping, against recorded wire responses served over a mock transport.
+
+The real-server tests (``tests/realmodel``) run it against llama.cpp's HTTP server; the small
+model there never returns native tool calls (it writes them in ```json fences), so native
+tool calls, parallel calls, bad arguments and error statuses are checked here, on responses
+in the exact shape OpenAI's API sends them, parsed by the real ``openai`` SDK over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx2
+import pytest
+
+from tether.content import TextBlock
+from tether.errors import ModelError
+from tether.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from tether.models.base import ModelRequest, ModelSettings, ResponseDone, TextDelta
+from tether.models.openai import OpenAIModel
+from tether.models.registry import resolve_model
+from tether.tools.builtin import calculate, days_until
+
+Handler = Callable[[httpx2.Request], httpx2.Response]
+
+
+def completion(message: dict[str, Any], *, finish: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1763800000,
+        "model": "gpt-4o-mini-2024-07-18",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}
+        ],
+        "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150},
+    }
+
+
+def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def serve(handler: Handler, model: str = "gpt-4o-mini") -> tuple[OpenAIModel, list[Any]]:
+    seen: list[Any] = []
+
+    def record(request: httpx2.Request) -> httpx2.Response:
+        if request.content:
+            seen.append(json.loads(request.content))
+        return handler(request)
+
+    client = httpx2.AsyncClient(transport=httpx2.MockTransport(record))
+    return OpenAIModel(model, api_key="sk-test", http_client=client), seen
+
+
+REQUEST = ModelRequest(
+    instructions="Be precise.",
+    messages=(
+        UserMessage(text="17% of 2340, and days until 2027-01-01?"),
+        AssistantMessage(
+            text="",
+            tool_calls=(ToolCall(id="c1", name="calculate", arguments={"expression": "1"}),),
+        ),
+        ToolResultMessage(call_id="c1", name="calculate", content=(TextBlock(text="1"),)),
+    ),
+    tools=(calculate.definition, days_until.definition),
+    settings=ModelSettings(max_output_tokens=200, temperature=0.0, seed=7),
+)
+
+
+async def test_parallel_native_tool_calls_and_the_request_body() -> None:
+    reply = completion(
+        {
+            "content": None,
+            "tool_calls": [
+                tool_call("call_a", "calculate", '{"expression": "17% * 2340"}'),
+                tool_call("call_b", "days_until", '{"target": "2027-01-01"}'),
+            ],
+        },
+        finish="tool_calls",
+    )
+    model, seen = serve(lambda _: httpx2.Response(200, json=reply))
+    async with model:
+        response = await model.request(REQUEST)
+    assert response.tool_calls == (
+        ToolCall(id="call_a", name="calculate", arguments={"expression": "17% * 2340"}),
+        ToolCall(id="call_b", name="days_until", arguments={"target": "2027-01-01"}),
+    )
+    assert response.finish_reason == "tool_calls"
+    assert response.usage.input_tokens == 120
+    assert response.usage.output_tokens == 30
+    assert response.usage.cost == pytest.approx((120 * 0.15 + 30 * 0.60) / 1e6)
+    body = seen[0]
+    assert body["model"] == "gpt-4o-mini"
+    assert body["messages"][0] == {"role": "system", "content": "Be precise."}
+    assert body["messages"][2]["tool_calls"][0]["function"] == {
+        "name": "calculate",
+        "arguments": '{"expression":"1"}',
+    }
+    assert body["messages"][3] == {"role": "tool", "tool_call_id": "c1", "content": "1"}
+    assert [t["function"]["name"] for t in body["tools"]] == ["calculate", "days_until"]
+    assert body["tool_choice"] == "auto"
+    assert body["max_completion_tokens"] == 200
+    assert body["seed"] == 7
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [('{"expression": ', "not valid JSON"), ('["1"]', "must be a JSON object")],
+)
+async def test_bad_arguments_become_a_parse_error_the_loop_reports(
+    arguments: str, problem: str
+) -> None:
+    reply = completion({"content": None, "tool_calls": [tool_call("c", "calculate", arguments)]})
+    model, _ = serve(lambda _: httpx2.Response(200, json=reply))
+    async with model:
+        response = await model.request(REQUEST)
+    assert response.tool_calls[0].parse_error is not None
+    assert problem in response.tool_calls[0].parse_error
+
+
+async def test_an_unknown_model_costs_none_and_a_free_one_zero() -> None:
+    reply = completion({"content": "hi"})
+    unknown = OpenAIModel(
+        "my-finetune",
+        api_key="k",
+        http_client=httpx2.AsyncClient(
+            transport=httpx2.MockTransport(lambda _: httpx2.Response(200, json=reply))
+        ),
+    )
+    async with unknown:
+        assert (await unknown.request(REQUEST)).usage.cost is None
+    assert resolve_model("ollama:qwen2.5-coder:1.5b").name == "ollama:qwen2.5-coder:1.5b"
+
+
+def sse(*chunks: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + (
+        b"data: [DONE]\n\n"
+    )
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-2",
+        "object": "chat.completion.chunk",
+        "created": 1763800000,
+        "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if delta else [],
+        "usage": usage,
+    }
+
+
+async def test_streaming_text_and_a_tool_call_assembled_from_fragments() -> None:
+    body = sse(
+        chunk({"role": "assistant", "content": "Let me "}),
+        chunk({"content": "check."}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_z",
+                        "type": "function",
+                        "function": {"name": "days_until", "arguments": '{"tar'},
+                    }
+                ]
+            }
+        ),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'get": "2027-01-01"}'}}]}),
+        chunk({}, None, None),
+        chunk({"content": None}, "tool_calls"),
+        chunk({}, usage={"prompt_tokens": 50, "completion_tokens": 12, "total_tokens": 62}),
+    )
+    model, seen = serve(
+        lambda _: httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
+    )
+    async with model:
+        items = [i async for i in model.stream(REQUEST)]
+    assert [i.text for i in items if isinstance(i, TextDelta)] == ["Let me ", "check."]
+    done = items[-1]
+    assert isinstance(done, ResponseDone)
+    assert done.response.text == "Let me check."
+    assert done.response.tool_calls == (
+        ToolCall(id="call_z", name="days_until", arguments={"target": "2027-01-01"}),
+    )
+    assert done.response.usage.output_tokens == 12
+    assert done.response.finish_reason == "tool_calls"
+    assert seen[0]["stream"] is True
+    assert seen[0]["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize(
+    ("status", "transient"), [(429, True), (500, True), (503, True), (400, False), (401, False)]
+)
+async def test_errors_carry_the_servers_words_and_whether_to_retry(
+    status: int, transient: bool
+) -> None:
+    error = {"error": {"message": f"problem {status} from the server", "type": "x"}}
+    model, _ = serve(lambda _: httpx2.Response(status, json=error))
+    async with model:
+        with pytest.raises(ModelError, match=f"problem {status} from the server") as info:
+            await model.request(REQUEST)
+    assert info.value.transient is transient
+    assert info.value.status_code == status
+
+
+async def test_a_model_the_server_does_not_serve_names_the_ones_it_does() -> None:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.endswith("/models"):
+            data = [{"id": n, "object": "model", "created": 0, "owned_by": "me"} for n in "ab"]
+            return httpx2.Response(200, json={"object": "list", "data": data})
+        return httpx2.Response(404, json={"error": {"message": "model 'zz' not found"}})
+
+    model, _ = serve(handler, model="zz")
+    async with model:
+        with pytest.raises(ModelError, match="The server serves: a, b; name one of them"):
+            await model.request(REQUEST)
+
+
+def test_no_api_key_for_openai_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ModelError, match="set OPENAI_API_KEY"):
+        OpenAIModel("gpt-4o")._connect()  # pyright: ignore[reportPrivateUsage]
