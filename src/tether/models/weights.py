@@ -27,6 +27,7 @@ __all__ = [
     "ModelWeightsError",
     "assemble",
     "cache_dir",
+    "installed",
     "model_path",
 ]
 
@@ -98,6 +99,15 @@ KNOWN_MODELS: dict[str, ModelFile] = {
 }
 
 DEFAULT_LOCAL_MODEL = "qwen2.5-coder-1.5b"
+
+
+def installed(model: ModelFile, directory: Path | None = None) -> bool:
+    """Whether the model can be used without installing anything: assembled or all parts in."""
+    target = model_path(model, directory)
+    stamp = target.with_name(target.name + ".sha256")
+    if _verified(target, stamp, model):
+        return True
+    return all(model.part_path(i) is not None for i in range(1, model.count + 1))
 
 
 def cache_dir() -> Path:
