@@ -24,7 +24,17 @@ def test_a_snapshot_costs_what_its_family_costs(model: str, family: str) -> None
 
 
 @pytest.mark.parametrize(
-    "model", ["qwen2.5-coder:1.5b", "gpt-4o-realtime-preview", "my-finetune", "gpt-4", ""]
+    "model",
+    [
+        "qwen2.5-coder:1.5b",
+        "gpt-4o-realtime-preview",
+        "my-finetune",
+        "gpt-4",
+        "",
+        "claude-opus-4-6",  # a later model, not a snapshot of Opus 4
+        "claude-sonnet-4-6-20260101",
+        "gpt-5-2",
+    ],
 )
 def test_an_unknown_model_has_an_unknown_cost(model: str) -> None:
     assert price_of(model) is None

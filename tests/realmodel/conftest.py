@@ -8,14 +8,12 @@ started here, on loopback, with that same model file.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
 
 import pytest
 
-from tether.models.local import LocalModel
+from tether.models.local import LocalModel, start_server
 from tether.models.weights import DEFAULT_LOCAL_MODEL, KNOWN_MODELS, ModelWeightsError, assemble
 
 SERVED_NAME = "qwen2.5-coder-1.5b"
@@ -40,21 +38,7 @@ def local_model(model_path: Path) -> LocalModel:
 @pytest.fixture(scope="session")
 def llama_server(model_path: Path) -> Iterator[str]:
     """A real llama.cpp server on loopback (an ephemeral port); yields its ``/v1`` URL."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import xllamacpp  # pyright: ignore[reportMissingTypeStubs]
-
-    xll = cast(Any, xllamacpp)
-    params = xll.CommonParams()
-    params.model.path = str(model_path)
-    params.model_alias = {SERVED_NAME}
-    params.n_ctx = 4096
-    params.n_parallel = 1
-    params.verbosity = -1
-    params.port = 0  # any free port; the server tells us which
-    params.use_jinja = True  # the model's own chat template, with its tool-call format
-    params.cpuparams.n_threads = os.cpu_count() or 1
-    params.cpuparams_batch.n_threads = os.cpu_count() or 1
-    server = xll.Server(params)
+    server = start_server(model_path, context=4096, alias=SERVED_NAME)
     address = str(server.listening_address).rstrip("/")
     yield f"{address}/v1"
     del server

@@ -18,7 +18,7 @@ from tether.models._constrained import step_body, step_response
 from tether.models.base import Model, ModelProfile, ModelRequest, ModelResponse
 from tether.models.weights import DEFAULT_LOCAL_MODEL, KNOWN_MODELS, assemble
 
-__all__ = ["LocalModel"]
+__all__ = ["LocalModel", "start_server"]
 
 
 class LocalModel(Model):
@@ -63,23 +63,8 @@ class LocalModel(Model):
     def _load(self) -> Any:
         if self._server is not None:
             return self._server
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # else it crawls beside a busy core
-        try:
-            import xllamacpp  # pyright: ignore[reportMissingTypeStubs]
-        except ImportError:
-            raise MissingExtraError("local", "xllamacpp") from None
         path = self._path or assemble(KNOWN_MODELS[self._model])
-        if not path.is_file():
-            raise ModelError(f"no GGUF file at {path}")
-        xll = cast(Any, xllamacpp)
-        params = xll.CommonParams()
-        params.model.path = str(path)
-        params.n_ctx = self._context
-        params.cpuparams.n_threads = self._threads
-        params.cpuparams_batch.n_threads = self._threads
-        params.n_parallel = 1  # one slot: the whole context, and its prompt cache, for us
-        params.verbosity = -1  # llama.cpp's own logging would flood the user's terminal
-        self._server = xll.Server(params)
+        self._server = start_server(path, context=self._context, threads=self._threads)
         return self._server
 
     async def request(self, request: ModelRequest) -> ModelResponse:
@@ -95,3 +80,38 @@ class LocalModel(Model):
             )
         self._calls += 1
         return step_response(reply, call_id=f"call_{self._calls}", cost=0.0)
+
+
+def start_server(
+    path: Path, *, context: int = 8192, threads: int | None = None, alias: str | None = None
+) -> Any:
+    """llama.cpp's server in this process, on a GGUF file: the engine of ``LocalModel``.
+
+    It also listens on an ephemeral loopback port (``.listening_address``), which is how the
+    OpenAI-compatible adapter's tests and ``bench/toolcalls.py`` reach it over real HTTP.
+
+    Args:
+        path: The GGUF file.
+        context: The context window in tokens (one slot gets all of it).
+        threads: CPU threads; default: the machine's cores.
+        alias: The model name the HTTP API serves it under.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # else it crawls beside a busy core
+    try:
+        import xllamacpp  # pyright: ignore[reportMissingTypeStubs]
+    except ImportError:
+        raise MissingExtraError("local", "xllamacpp") from None
+    if not path.is_file():
+        raise ModelError(f"no GGUF file at {path}")
+    xll = cast(Any, xllamacpp)
+    params = xll.CommonParams()
+    params.model.path = str(path)
+    if alias is not None:
+        params.model_alias = {alias}
+    params.n_ctx = context
+    params.cpuparams.n_threads = threads or os.cpu_count() or 1
+    params.cpuparams_batch.n_threads = threads or os.cpu_count() or 1
+    params.n_parallel = 1  # one slot: the whole context, and its prompt cache, for us
+    params.verbosity = -1  # llama.cpp's own logging would flood the user's terminal
+    params.use_jinja = True  # the model's own chat template (and its tool-call format)
+    return xll.Server(params)

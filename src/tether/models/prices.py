@@ -11,6 +11,8 @@ they change: override them when they do).
 
 from __future__ import annotations
 
+import re
+
 from tether._internal.frozen import frozen
 
 __all__ = ["PRICES", "Price", "cost_of", "price_of"]
@@ -75,8 +77,11 @@ def price_of(model: str) -> Price | None:
 
 
 def _is_version_suffix(rest: str) -> bool:
-    """``20250929``, ``2024-08-06`` or ``latest``: a snapshot of the same model."""
-    return rest == "latest" or rest.replace("-", "").isdigit()
+    """``20250929``, ``2024-08-06`` or ``latest``: a snapshot of the same model.
+
+    A short number is not a snapshot but another model: ``claude-opus-4-6`` is not Opus 4.
+    """
+    return rest == "latest" or re.fullmatch(r"\d{8}|\d{4}-\d{2}-\d{2}", rest) is not None
 
 
 def cost_of(

@@ -128,5 +128,15 @@ def _ollama(rest: str) -> Model:
     return OpenAIModel(rest, base_url=ollama_base_url(), provider="ollama", free=True)
 
 
+def _anthropic(rest: str) -> Model:
+    """``anthropic:MODEL``: Anthropic's API (``$ANTHROPIC_API_KEY``)."""
+    from tether.models.anthropic import AnthropicModel
+
+    if not rest:
+        raise ConfigError("'anthropic' needs a model name: 'anthropic:claude-sonnet-4-5'")
+    return AnthropicModel(rest)
+
+
 register_model_provider("openai", _openai)
 register_model_provider("ollama", _ollama)
+register_model_provider("anthropic", _anthropic)
