@@ -52,13 +52,17 @@ def resolve_model(spec: Model | str | None) -> Model:
     """The model for an instance, a model string, or ``None``.
 
     With no model given: ``$TETHER_MODEL``, else the embedded local model if it is installed.
+    A model whose profile says it has no native tool calling is wrapped in
+    ``PromptedToolsModel`` (tools described in the prompt, replies parsed leniently).
 
     Raises:
         UnknownModelError: no provider for the string's prefix.
         ConfigError: no model is configured at all.
     """
+    from tether.models.prompted import require_tools
+
     if isinstance(spec, Model):
-        return spec
+        return require_tools(spec)  # a model without native tools gets prompted tool calling
     if spec is None:
         spec = os.environ.get("TETHER_MODEL") or None
         if spec is None and local_model_available():
@@ -73,7 +77,7 @@ def resolve_model(spec: Model | str | None) -> Model:
     factory = _providers.get(prefix)
     if factory is None:
         raise UnknownModelError(spec, known_prefixes())
-    return factory(rest)
+    return require_tools(factory(rest))
 
 
 def _scripted(rest: str) -> Model:
