@@ -14,8 +14,17 @@ from tests.realmodel.conftest import SERVED_NAME
 from tests.realmodel.scenario import GOAL, agent, check
 from tether.errors import ModelError
 from tether.messages import UserMessage
-from tether.models.base import ModelRequest, ModelSettings, ResponseDone, TextDelta
+from tether.models.base import (
+    ModelProfile,
+    ModelRequest,
+    ModelSettings,
+    ResponseDone,
+    TextDelta,
+)
 from tether.models.openai import OpenAIModel
+from tether.models.prompted import PromptedToolsModel
+from tether.models.registry import resolve_model
+from tether.tools.builtin import calculate, days_until
 
 pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
 
@@ -62,3 +71,36 @@ async def test_a_server_that_is_not_there_is_a_transient_error_that_says_so() ->
         await model.request(request)
     await model.aclose()
     assert info.value.transient
+
+
+async def test_prompted_tool_calling_reads_the_calls_a_text_only_model_writes(
+    llama_server: str,
+) -> None:
+    """Without native tools, the model's written call is parsed leniently into a real call.
+
+    (The whole two-tool task does not finish this way with the 1.5B model: prompted mode is the
+    fallback for models that follow it; small ones should use constrained steps.)
+    """
+    text_only = OpenAIModel(
+        SERVED_NAME,
+        base_url=llama_server,
+        free=True,
+        profile=ModelProfile(native_tools=False, parallel_tool_calls=False),
+    )
+    async with text_only:
+        model = resolve_model(text_only)
+        assert isinstance(model, PromptedToolsModel)
+        response = await model.request(
+            ModelRequest(
+                instructions="Use the tools.",
+                messages=(UserMessage(text="How many days until 2027-01-01?"),),
+                tools=(calculate.definition, days_until.definition),
+                tool_choice="required",
+                settings=ModelSettings(temperature=0.0, max_output_tokens=128),
+            )
+        )
+    assert len(response.tool_calls) == 1
+    call = response.tool_calls[0]
+    assert call.parse_error is None
+    assert call.name == "days_until"
+    assert call.arguments["target"] == "2027-01-01"
