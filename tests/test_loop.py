@@ -299,6 +299,17 @@ async def test_unknown_cost_is_reported_as_unknown() -> None:
     assert outcome.status == "finished"
     assert outcome.usage.cost is None
     assert not outcome.usage.cost_known
+    assert outcome.warnings == (
+        "max_cost (1 USD) was not enforced: this run's cost is unknown "
+        "(a model without a known price; pass price=... to its adapter)",
+    )
+
+
+async def test_a_known_cost_within_max_cost_gives_no_warning() -> None:
+    model = ScriptedModel([call("add", a=1, b=1), finish("2")], usage=Usage(cost=0.1))
+    outcome = await Agent(model=model, tools=[add], limits=Limits(max_cost=1.0)).run("x")
+    assert outcome.status == "finished"
+    assert outcome.warnings == ()
 
 
 async def test_max_seconds_stops_the_run() -> None:

@@ -88,6 +88,9 @@ class RunOutcome(Generic[OutputT]):
     """For ``waiting_for_user``: what the agent asks."""
     pending: tuple[PendingCall, ...] = ()
     """For ``waiting_for_approval``: the calls waiting for a decision."""
+    warnings: tuple[str, ...] = ()
+    """What the caller should know although the run went as it did, e.g. that ``max_cost``
+    could not be enforced because a model's price is unknown."""
 
     @property
     def success(self) -> bool:

@@ -22,6 +22,7 @@ from tether.events import (
 )
 from tether.messages import ASK_USER
 from tether.outcome import ErrorInfo, PendingCall, RunOutcome, RunStatus
+from tether.usage import Usage
 
 __all__ = ["Endings", "error_info"]
 
@@ -220,7 +221,17 @@ class Endings(RunBase[OutputT]):
             limit=fin.limit,
             question=fin.question,
             pending=pending,
+            warnings=self._warnings(fin.usage),
         )
+
+    def _warnings(self, usage: Usage) -> tuple[str, ...]:
+        max_cost = self._spec.limits.max_cost
+        if max_cost is not None and usage.cost is None:
+            return (
+                f"max_cost ({max_cost:g} USD) was not enforced: this run's cost is unknown "
+                "(a model without a known price; pass price=... to its adapter)",
+            )
+        return ()
 
 
 def error_info(exc: BaseException, timeout_message: str) -> ErrorInfo:

@@ -110,6 +110,8 @@ def _report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> No
         f"[{color}]{outcome.status}[/]{escape(detail)} · {outcome.steps} steps · {outcome.tool_calls} tool calls · "
         f"{u.input_tokens}+{u.output_tokens} tokens · cost {cost} · {outcome.duration_s:.2f}s"
     )
+    for warning in outcome.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
     if log_dir is not None:
         err.print(f"[dim]log: {log_dir / (outcome.run_id + '.jsonl')}[/]")
 
