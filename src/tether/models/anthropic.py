@@ -160,12 +160,6 @@ class AnthropicModel(Model):
         if client is not None and not self._client_given:
             await client.close()
 
-    async def __aenter__(self) -> AnthropicModel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     # -- requests ---------------------------------------------------------------------
 
     def _call(self, request: ModelRequest) -> _Call:

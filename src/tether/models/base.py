@@ -6,7 +6,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Generator
 from contextlib import contextmanager
-from typing import ClassVar, Literal, TypeAlias
+from typing import ClassVar, Literal, Self, TypeAlias
 
 from tether._internal.frozen import frozen
 from tether.errors import ModelRequestsBlocked
@@ -147,6 +147,16 @@ class Model(ABC):
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Answer one request as a stream; the default yields only the final response."""
         yield ResponseDone(response=await self.request(request))
+
+    async def aclose(self) -> None:
+        """Release what the model holds (HTTP connections); the default holds nothing."""
+        return  # optional to override: most models hold nothing
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 _allowed = os.environ.get("TETHER_BLOCK_MODEL_REQUESTS", "") not in {"1", "true", "yes"}

@@ -143,12 +143,6 @@ class OpenAIModel(Model):
         if client is not None and not self._client_given:
             await client.close()
 
-    async def __aenter__(self) -> OpenAIModel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     # -- requests ---------------------------------------------------------------------
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
