@@ -58,6 +58,13 @@ CREATE TABLE IF NOT EXISTS leases (
     token INTEGER NOT NULL,
     expires_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS kv (
+    namespace TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (namespace, key)
+) WITHOUT ROWID;
 """
 
 

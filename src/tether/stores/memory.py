@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from tether._internal.appendcheck import new_events
 from tether._internal.runindex import index_row
 from tether.events import Event
+from tether.jsontypes import JsonValue
 from tether.stores.base import (
     Lease,
     LeaseHeld,
@@ -17,18 +19,21 @@ from tether.stores.base import (
     RunStore,
     StaleLease,
 )
+from tether.stores.kv import KeyValueStore, KvEntry, check_key, decode_value, encode_value
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(RunStore):
-    """A run store in a dict. Fast, and gone with the process."""
+class MemoryStore(RunStore, KeyValueStore):
+    """A run store (and key-value store) in dicts. Fast, and gone with the process."""
 
     def __init__(self) -> None:
         self._events: dict[str, list[Event]] = {}
         self._index: dict[str, RunInfo] = {}
         self._leases: dict[str, Lease] = {}
         self._tokens: dict[str, int] = {}
+        # values kept as JSON text, so a caller's later edits cannot reach the stored copy
+        self._kv: dict[str, dict[str, tuple[str, datetime]]] = {}
 
     async def append(
         self, run_id: str, events: Sequence[Event], *, lease: Lease | None = None
@@ -95,6 +100,38 @@ class MemoryStore(RunStore):
             self._index.pop(run_id, None)
             self._leases.pop(run_id, None)
         return count
+
+    # -- key-value -------------------------------------------------------------------------
+
+    async def kv_get(self, namespace: str, key: str) -> KvEntry | None:
+        """The entry under ``key``, or ``None``."""
+        check_key(namespace, "namespace")
+        check_key(key)
+        found = self._kv.get(namespace, {}).get(key)
+        if found is None:
+            return None
+        return KvEntry(key=key, value=decode_value(found[0]), updated_at=found[1])
+
+    async def kv_set(self, namespace: str, key: str, value: JsonValue) -> None:
+        """Store ``value`` under ``key``."""
+        check_key(namespace, "namespace")
+        check_key(key)
+        text = encode_value(value)
+        self._kv.setdefault(namespace, {})[key] = (text, datetime.now(UTC))
+
+    async def kv_delete(self, namespace: str, key: str) -> bool:
+        """Remove ``key``; whether it existed."""
+        check_key(namespace, "namespace")
+        check_key(key)
+        return self._kv.get(namespace, {}).pop(key, None) is not None
+
+    async def kv_list(self, namespace: str, prefix: str = "", limit: int = 100) -> list[str]:
+        """Keys starting with ``prefix``, in order."""
+        check_key(namespace, "namespace")
+        if prefix:
+            check_key(prefix, "prefix")
+        keys = sorted(k for k in self._kv.get(namespace, {}) if k.startswith(prefix))
+        return keys[: max(limit, 0)]
 
 
 def _renewed(lease: Lease) -> float:

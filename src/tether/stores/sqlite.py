@@ -27,6 +27,8 @@ from typing import Any, Literal, cast
 from tether._internal.appendcheck import new_events
 from tether.codec import decode_event, encode_event, verify_chain
 from tether.events import Event
+from tether.jsontypes import JsonValue
+from tether.stores import _sqlitekv
 from tether.stores._pendinglog import OtherLog, PendingLog, Record, other_logs, record_line
 from tether.stores._sqliteapply import Applier
 from tether.stores._sqlitetables import (
@@ -49,6 +51,7 @@ from tether.stores.base import (
     StoreConflict,
     StoreWriteError,
 )
+from tether.stores.kv import KeyValueStore, KvEntry
 
 __all__ = ["DEFAULT_PATH", "SqliteStore", "default_store_path"]
 
@@ -68,8 +71,11 @@ def default_store_path() -> Path:
     return Path(os.environ.get("TETHER_DB") or DEFAULT_PATH)
 
 
-class SqliteStore(RunStore):
-    """A run store in one SQLite file, with a pending-records file as its commit point."""
+class SqliteStore(RunStore, KeyValueStore):
+    """A run store in one SQLite file, with a pending-records file as its commit point.
+
+    Its key-value entries live in the file's ``kv`` table, each write its own transaction.
+    """
 
     def __init__(
         self,
@@ -528,6 +534,24 @@ class SqliteStore(RunStore):
                     "UPDATE leases SET owner = NULL, expires_at = 0 WHERE run_id = ?", (run_id,)
                 )
         return count
+
+    # -- key-value entries (not events: no pending file, no lease) ------------------------
+
+    async def kv_get(self, namespace: str, key: str) -> KvEntry | None:
+        """The entry under ``key``, or ``None``."""
+        return _sqlitekv.kv_get(self._db, namespace, key)
+
+    async def kv_set(self, namespace: str, key: str, value: JsonValue) -> None:
+        """Store ``value`` under ``key``, in its own transaction."""
+        _sqlitekv.kv_set(self._db, namespace, key, value)
+
+    async def kv_delete(self, namespace: str, key: str) -> bool:
+        """Remove ``key``; whether it existed."""
+        return _sqlitekv.kv_delete(self._db, namespace, key)
+
+    async def kv_list(self, namespace: str, prefix: str = "", limit: int = 100) -> list[str]:
+        """Keys starting with ``prefix``, in order."""
+        return _sqlitekv.kv_list(self._db, namespace, prefix, limit)
 
     async def close(self) -> None:
         """Apply what is pending, remove this store's pending file, close the connection."""

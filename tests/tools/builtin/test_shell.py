@@ -1,0 +1,395 @@
+"""The sandboxed shell tool: configuration, argv rules, isolation, limits and clean-up."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.corpora.shell import Outcome, call, live_processes, run_corpus
+from tether.content import content_text
+from tether.errors import ConfigError, ModelRetry
+from tether.tools.base import Tool
+from tether.tools.builtin import _sandbox, shell
+from tether.tools.builtin._sandbox import (
+    BwrapStatus,
+    CgroupSupport,
+    Sandbox,
+    probe_bwrap,
+    probe_cgroups,
+    run_sandboxed,
+)
+from tether.tools.builtin.shell import CommandRule, ResourceLimits, shell_tool
+
+BWRAP = probe_bwrap()
+LIMITS = ResourceLimits(cpu_seconds=10, memory_bytes=1024**3, max_processes=64)
+ISOLATIONS = [
+    pytest.param(
+        "bwrap",
+        marks=pytest.mark.skipif(BWRAP.path is None, reason=f"bwrap cannot run: {BWRAP.reason}"),
+    ),
+    "none",
+]
+needs_cgroup = pytest.mark.skipif(
+    probe_cgroups().version is None, reason=f"no writable pids cgroup: {probe_cgroups().reason}"
+)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """A workspace inside ``tmp_path`` (whose other children are 'outside')."""
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+def make(
+    ws: Path, allow: Any, isolation: Literal["auto", "bwrap", "none"] = "auto", **kw: Any
+) -> Tool:
+    return shell_tool(ws, allow=allow, isolation=isolation, limits=LIMITS, **kw)
+
+
+def text(out: Outcome) -> str:
+    assert out.result is not None, out.describe()
+    return content_text(out.result.content)
+
+
+# -- the corpus ------------------------------------------------------------------------------
+
+
+async def test_corpus_every_case_holds(tmp_path: Path) -> None:
+    results = await run_corpus(tmp_path)
+    failing = [f"{r.name}: {r.detail}" for r in results if not r.ok]
+    assert failing == []
+    assert sum(r.attack for r in results) >= 20
+    assert sum(not r.attack for r in results) >= 8
+    assert len({r.name for r in results}) == len(results)
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("allow", "message"),
+    [
+        ([], "explicit allowlist"),
+        ({}, "explicit allowlist"),
+        ("ls", "not one string"),
+        (["/bin/ls"], "bare name"),
+        (["no-such-binary-xyz"], "not on"),
+        ({"ls": CommandRule(allow_options="-l")}, "allow_options"),
+        ({"ls": CommandRule(allow_options=["l"])}, "allow_options"),
+        ({"ls": CommandRule(deny_args=["("])}, "deny_args"),
+        ({"ls": CommandRule(max_args=-1)}, "max_args"),
+    ],
+)
+def test_bad_configuration_is_refused(ws: Path, allow: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make(ws, allow)
+
+
+def test_bad_workspace_env_and_timeout_are_refused(ws: Path) -> None:
+    with pytest.raises(ConfigError, match="not a directory"):
+        make(ws / "missing", ["ls"])
+    with pytest.raises(ConfigError, match="cannot be '/'"):
+        make(Path("/"), ["ls"])
+    with pytest.raises(ConfigError, match="PATH is fixed"):
+        make(ws, ["ls"], env={"PATH": "/tmp"})
+    with pytest.raises(ConfigError, match="invalid variable"):
+        make(ws, ["ls"], env={"A=B": "x"})
+    with pytest.raises(ConfigError, match="positive"):
+        make(ws, ["ls"], timeout=0)
+
+
+def test_bwrap_required_but_unavailable(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shell, "probe_bwrap", lambda: BwrapStatus(path=None, reason="no userns"))
+    with pytest.raises(ConfigError, match="no userns"):
+        make(ws, ["ls"], isolation="bwrap")
+    tool = make(ws, ["ls"], isolation="auto")  # falls back, and says it is open-world
+    assert tool.annotations.open_world is True
+
+
+def test_root_without_cgroup_fails_closed(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shell, "probe_cgroups", lambda: CgroupSupport(reason="read-only"))
+    monkeypatch.setattr(shell.os, "geteuid", lambda: 0)
+    with pytest.raises(ConfigError, match="fork bomb"):
+        make(ws, ["ls"], isolation="none")
+    unbounded = ResourceLimits(max_processes=None)
+    assert shell_tool(ws, allow=["ls"], isolation="none", limits=unbounded).name == "run_command"
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_annotations_are_honest(ws: Path, isolation: Literal["bwrap", "none"]) -> None:
+    hints = make(ws, ["ls"], isolation=isolation).annotations
+    assert (hints.read_only, hints.destructive, hints.idempotent) == (False, True, False)
+    assert hints.open_world is (isolation == "none")
+
+
+# -- argv rules ------------------------------------------------------------------------------
+
+
+_ARG = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=30
+).filter(lambda s: not s.startswith("-"))
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(args=st.lists(_ARG, max_size=5))
+async def test_arguments_arrive_verbatim(ws: Path, args: list[str]) -> None:
+    tool = make(ws, ["printf"], isolation="none")
+    out = await call(tool, ["printf", "%s\\0", *args])
+    assert out.data.get("exit_code") == 0, out.describe()
+    received = out.stdout.split("\0")[:-1] if args else []
+    assert received == args
+
+
+@given(
+    option=st.text(min_size=1, max_size=20).map(lambda s: "-" + s),
+    before=st.lists(st.text(max_size=5).filter(lambda s: not s.startswith("-")), max_size=3),
+)
+def test_any_dash_argument_is_refused_without_options(option: str, before: list[str]) -> None:
+    rule = shell._Rule(  # pyright: ignore[reportPrivateUsage]
+        name="find",
+        path="/usr/bin/find",
+        any_option=False,
+        options=frozenset({"-name"}),
+        max_args=None,
+        deny=(),
+    )
+    if option == "-name":
+        rule.check([*before, option])
+        return
+    with pytest.raises(ModelRetry, match="not allowed"):
+        rule.check([*before, option])
+
+
+async def test_option_rules(ws: Path) -> None:
+    tool = make(
+        ws,
+        {
+            "head": CommandRule(allow_options=["-n", "--lines"], max_args=3),
+            "echo": CommandRule(deny_args=[r"secret"]),
+        },
+    )
+    (ws / "f").write_text("1\n2\n3\n")
+    assert (await call(tool, ["head", "-n", "1", "f"])).stdout == "1\n"
+    assert (await call(tool, ["head", "--lines=2", "f"])).stdout == "1\n2\n"
+    refused = [
+        ["head", "-n1", "f"],  # only the exact option, not glued values
+        ["head", "--lines-x=1", "f"],
+        ["head", "-c", "1", "f"],
+        ["head", "-n", "1", "f", "f"],  # max_args
+        ["echo", "my-secret-value"],
+        ["cat", "f"],
+        ["", "f"],
+        ["echo", "\ud800"],
+    ]
+    for argv in refused:
+        assert (await call(tool, argv)).refused is not None, argv
+
+
+async def test_path_in_the_workspace_cannot_shadow_a_binary(ws: Path) -> None:
+    marker = ws / "shadowed"
+    fake = ws / "echo"
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    fake.chmod(0o755)
+    tool = make(ws, {"echo": CommandRule(), "sh": CommandRule(allow_options=["-c"])})
+    assert (await call(tool, ["echo", "hi"])).stdout == "hi\n"
+    out = await call(tool, ["sh", "-c", "echo $PATH; echo hi"])
+    assert out.stdout == f"{_sandbox.SAFE_PATH}\nhi\n"
+    assert not marker.exists()
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_results_exit_codes_and_streams(
+    ws: Path, isolation: Literal["bwrap", "none"]
+) -> None:
+    tool = make(ws, {"sh": CommandRule(allow_options=["-c"]), "cat": CommandRule()}, isolation)
+    out = await call(tool, ["sh", "-c", "echo out; echo err >&2; printf '\\377'; exit 3"])
+    assert out.result is not None
+    assert not out.result.is_error
+    assert out.data["exit_code"] == 3
+    assert out.stdout == "out\n\ufffd"
+    assert out.data["stderr"] == "err\n"
+    assert out.data["isolation"] == isolation
+    assert out.data["cgroup"] == probe_cgroups().version
+    assert (await call(tool, ["cat"], stdin="über")).stdout == "über"
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_environment_is_scrubbed(
+    ws: Path, isolation: Literal["bwrap", "none"], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-must-not-leak")
+    tool = make(ws, ["env"], isolation, env={"GREETING": "hi there"})
+    lines = set((await call(tool, ["env"])).stdout.splitlines())
+    assert "sk-test-must-not-leak" not in "".join(lines)
+    assert {
+        f"PATH={_sandbox.SAFE_PATH}",
+        f"HOME={ws}",
+        "LANG=C.UTF-8",
+        "GREETING=hi there",
+    } <= lines
+    names = {line.split("=", 1)[0] for line in lines}
+    assert names <= {"PATH", "HOME", "LANG", "TMPDIR", "GREETING", "PWD"}
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_rlimits_are_applied(ws: Path, isolation: Literal["bwrap", "none"]) -> None:
+    limits = ResourceLimits(
+        cpu_seconds=7, memory_bytes=512 * 1024**2, max_file_bytes=1024**2, max_open_files=99
+    )
+    tool = shell_tool(ws, allow={"sh": CommandRule(allow_options=["-c"])}, isolation=isolation,
+                      limits=limits)  # fmt: skip
+    out = await call(tool, ["sh", "-c", "ulimit -t; ulimit -v; ulimit -f; ulimit -n"])
+    assert out.stdout.split() == ["7", str(512 * 1024), str(1024**2 // 512), "99"]
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_timeout_kills_and_reports(ws: Path, isolation: Literal["bwrap", "none"]) -> None:
+    tool = make(ws, {"sh": CommandRule(allow_options=["-c"])}, isolation, timeout=1.0)
+    seconds = f"1000.{secrets.randbelow(10**6):06d}"
+    out = await call(tool, ["sh", "-c", f"echo started; sleep {seconds} & wait"])
+    assert out.result is not None
+    assert out.result.is_error
+    assert "did not finish within 1s and was killed" in text(out)
+    assert out.data["timed_out"] is True
+    assert out.stdout == "started\n"
+    assert out.seconds < 5
+    await asyncio.sleep(0.1)
+    assert live_processes(f"sleep\0{seconds}") == []
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_output_cap_per_stream(ws: Path, isolation: Literal["bwrap", "none"]) -> None:
+    tool = make(ws, {"sh": CommandRule(allow_options=["-c"])}, isolation, max_output_bytes=1000)
+    out = await call(tool, ["sh", "-c", "echo small; head -c 5000 /dev/zero >&2; sleep 5"])
+    assert out.data["stderr_truncated"] is True
+    assert out.data["stdout_truncated"] is False
+    assert len(out.data["stderr"]) == 1000
+    assert out.stdout == "small\n"
+    assert out.seconds < 3  # killed at the cap, not after the sleep
+
+
+async def test_cancellation_kills_the_command(ws: Path) -> None:
+    tool = make(ws, {"sh": CommandRule(allow_options=["-c"])}, timeout=30)
+    seconds = f"1000.{secrets.randbelow(10**6):06d}"
+    task = asyncio.ensure_future(call(tool, ["sh", "-c", f"sleep {seconds} & wait"]))
+    await asyncio.sleep(0.5)
+    assert live_processes(f"sleep\0{seconds}") != []  # the detector sees it while it runs
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.2)
+    assert live_processes(f"sleep\0{seconds}") == []
+
+
+# -- the sandbox directly ------------------------------------------------------------------
+
+
+def _sandbox_for(
+    ws: Path,
+    cgroups: CgroupSupport,
+    isolation: Literal["bwrap", "none"] = "none",
+    limits: ResourceLimits = LIMITS,
+) -> Sandbox:
+    return Sandbox(
+        isolation=isolation,
+        bwrap=BWRAP.path,
+        limits=limits,
+        env={"PATH": _sandbox.SAFE_PATH, "HOME": str(ws)},
+        workspace=str(ws),
+        cgroups=cgroups,
+    )
+
+
+async def test_process_group_kill_without_cgroup(ws: Path) -> None:
+    seconds = f"1000.{secrets.randbelow(10**6):06d}"
+    done = await run_sandboxed(
+        _sandbox_for(ws, CgroupSupport()),
+        ["/bin/sh", "-c", f"sleep {seconds} & echo $$"],
+        cwd=str(ws),
+        stdin=None,
+        timeout=3,
+        max_output_bytes=1000,
+    )
+    assert done.exit_code == 0
+    assert done.cgroup is None
+    await asyncio.sleep(0.1)
+    assert live_processes(f"sleep\0{seconds}") == []  # left behind by sh, killed with its group
+
+
+@needs_cgroup
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_cgroup_bounds_processes_even_for_root(
+    ws: Path, isolation: Literal["bwrap", "none"]
+) -> None:
+    script = "for i in $(seq 60); do sleep 3 & done; wait"
+    sandbox = _sandbox_for(ws, probe_cgroups(), isolation, ResourceLimits(max_processes=20))
+    done = await run_sandboxed(
+        sandbox,
+        ["/bin/sh", "-c", script],
+        cwd=str(ws),
+        stdin=None,
+        timeout=1,
+        max_output_bytes=10_000,
+    )
+    assert done.peak_processes is not None
+    assert done.peak_processes <= 20
+    assert b"fork" in done.stderr.lower()
+    parent = probe_cgroups().pids_parent or "/"
+    assert not [d for d in os.listdir(parent) if d.startswith(f"tether-{os.getpid()}-")]
+
+
+@needs_cgroup
+async def test_setup_failure_fails_closed(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        _sandbox._CommandCgroups,  # pyright: ignore[reportPrivateUsage]
+        "procs_files",
+        property(lambda self: ["/proc/no-such-dir/cgroup.procs"]),
+    )
+    marker = ws / "ran"
+    tool = make(ws, ["touch"], isolation="none")
+    out = await call(tool, ["touch", str(marker)])
+    assert out.result is not None
+    assert out.result.is_error
+    assert "sandbox setup failed" in text(out)
+    assert out.data["exit_code"] is None
+    assert not marker.exists()
+
+
+@pytest.mark.skipif(
+    probe_cgroups().memory_parent is None, reason=f"no memory cgroup: {probe_cgroups().reason}"
+)
+async def test_memory_cgroup_bounds_the_total(ws: Path) -> None:
+    """Three processes each under RLIMIT_AS, together over the cgroup's limit."""
+    limits = ResourceLimits(memory_bytes=256 * 1024**2, max_processes=64)
+    tool = shell_tool(ws, allow={"sh": CommandRule(allow_options=["-c"])}, limits=limits,
+                      isolation="none", timeout=10)  # fmt: skip
+    alloc = "x = b'x' * 120_000_000; import time; time.sleep(1); open('m$i', 'w')"
+    out = await call(tool, ["sh", "-c", f'for i in 1 2 3; do python3 -c "{alloc}" & done; wait'])
+    assert out.data["exit_code"] == 0, out.describe()
+    made = sorted(p.name for p in ws.glob("m*"))
+    assert len(made) < 3, made
+
+
+# -- honesty about what "none" does not stop -------------------------------------------------
+
+
+async def test_without_bwrap_writes_outside_are_not_prevented(tmp_path: Path, ws: Path) -> None:
+    """Documented limitation; also proves the corpus's marker check can see an escape."""
+    marker = tmp_path / "outside-marker"
+    tool = make(ws, ["touch"], isolation="none")
+    await call(tool, ["touch", str(marker)])
+    assert marker.exists()
