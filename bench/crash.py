@@ -50,6 +50,7 @@ from tether.events import (
 )
 from tether.models.function import FunctionModel
 from tether.outcome import TERMINAL_STATUSES
+from tether.policy import RulePolicy, allow
 from tether.stores import RunNotFound
 from tether.stores._pendinglog import PendingLog
 from tether.stores.sqlite import SqliteStore
@@ -218,7 +219,11 @@ def agent_main(args: argparse.Namespace) -> None:  # noqa: C901 - the whole scri
 
     store = KillingStore(args.db)
     agent = Agent(
-        name="crashy", model=FunctionModel(decide), tools=[effect, keyed, peek], store=store
+        name="crashy",
+        model=FunctionModel(decide),
+        tools=[effect, keyed, peek],
+        store=store,
+        policy=RulePolicy(None, allow(["effect", "keyed"], reason="the harness's own effects")),
     )
 
     async def go() -> None:

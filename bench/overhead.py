@@ -33,7 +33,7 @@ K = 10
 STEPS = K + 1  # K tool turns + the finishing turn
 
 
-@tool
+@tool(read_only=True, open_world=False)  # allowed by the default policy, which is measured
 async def add(a: int, b: int) -> int:
     """Add two integers.
 

@@ -46,7 +46,7 @@ async def lookup(key: str) -> str:
     return table[key]
 
 
-@tool(open_world=False)
+@tool(read_only=True, open_world=False)
 async def explode(reason: str) -> str:
     """Always fails.
 

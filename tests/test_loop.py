@@ -25,7 +25,7 @@ from tether.events import (
 )
 from tether.messages import ToolCall, UserMessage
 from tether.models.base import Model
-from tether.policy.base import Policy
+from tether.policy.base import Policy, PolicyContext
 from tether.retry import Backoff
 from tether.testing import FakeClock, FunctionModel, ScriptedModel, call, finish
 from tether.tools.base import Tool, ToolDefinition
@@ -164,7 +164,7 @@ async def test_parallel_calls_are_capped_ordered_and_isolated() -> None:
     gates = [asyncio.Event() for _ in range(5)]
     started: list[int] = []
 
-    @tool(open_world=False)
+    @tool(read_only=True, open_world=False)
     async def work(n: int) -> int:
         """Wait for gate n, then return n.
 
@@ -213,7 +213,7 @@ async def test_intents_are_committed_before_any_tool_runs() -> None:
     seen: list[list[str]] = []
     run_box: list[object] = []
 
-    @tool(open_world=False)
+    @tool(read_only=True, open_world=False)
     async def probe() -> str:
         """Record which events were committed when the tool started."""
         seen.append([e.kind for e in stream.events])
@@ -315,7 +315,7 @@ async def test_a_known_cost_within_max_cost_gives_no_warning() -> None:
 async def test_max_seconds_stops_the_run() -> None:
     clock = FakeClock()
 
-    @tool(open_world=False)
+    @tool(read_only=True, open_world=False)
     async def slow() -> str:
         """Takes eleven (fake) seconds."""
         clock.advance(11)
@@ -330,7 +330,7 @@ async def test_max_seconds_stops_the_run() -> None:
 
 
 async def test_tool_timeout_is_an_error_result() -> None:
-    @tool(open_world=False, timeout=0.05)
+    @tool(read_only=True, open_world=False, timeout=0.05)
     async def hang() -> str:
         """Never returns."""
         await asyncio.Event().wait()
@@ -344,7 +344,7 @@ async def test_tool_timeout_is_an_error_result() -> None:
 
 
 async def test_parallel_tool_timeout_spares_its_siblings() -> None:
-    @tool(open_world=False, timeout=0.05)
+    @tool(read_only=True, open_world=False, timeout=0.05)
     async def hang() -> str:
         """Never returns."""
         await asyncio.Event().wait()
@@ -413,9 +413,7 @@ class DenyLookups(Policy):
         self.stop = stop
         self.approval = approval
 
-    def decide(
-        self, call: ToolCall, tool: ToolDefinition, events: Sequence[Event]
-    ) -> PolicyDecision:
+    def decide(self, call: ToolCall, tool: ToolDefinition, run: PolicyContext) -> PolicyDecision:
         if tool.name != "lookup":
             return PolicyDecision(decision="allow", rule="default", reason="fine")
         if self.approval:
@@ -474,7 +472,7 @@ async def test_cancel_interrupts_a_running_tool() -> None:
     started = asyncio.Event()
     interrupted: list[bool] = []
 
-    @tool(open_world=False)
+    @tool(read_only=True, open_world=False)
     async def wait_forever() -> str:
         """Blocks until cancelled."""
         started.set()
@@ -506,7 +504,7 @@ async def test_cancel_interrupts_a_running_tool() -> None:
 async def test_cancel_between_events_stops_before_tools_run() -> None:
     ran: list[int] = []
 
-    @tool(open_world=False, blocking=False)
+    @tool(read_only=True, open_world=False, blocking=False)
     def side_effect(n: int) -> int:
         """Records that it ran.
 
@@ -530,7 +528,7 @@ async def test_cancel_between_events_stops_before_tools_run() -> None:
 async def test_cancelling_the_task_records_cancelled_and_propagates(tmp_path: Path) -> None:
     started = asyncio.Event()
 
-    @tool(open_world=False)
+    @tool(read_only=True, open_world=False)
     async def wait_forever() -> str:
         """Blocks."""
         started.set()
@@ -656,7 +654,7 @@ async def test_dataclass_and_list_outputs() -> None:
 
 
 async def test_huge_integer_results_do_not_break_the_log() -> None:
-    @tool(open_world=False, blocking=False)
+    @tool(read_only=True, open_world=False, blocking=False)
     def power(exponent: int) -> int:
         """Two to a power.
 
@@ -677,7 +675,7 @@ async def test_huge_integer_results_do_not_break_the_log() -> None:
 async def test_a_policy_that_raises_denies_the_call() -> None:
     class Broken(Policy):
         def decide(
-            self, call: ToolCall, tool: ToolDefinition, events: Sequence[Event]
+            self, call: ToolCall, tool: ToolDefinition, run: PolicyContext
         ) -> PolicyDecision:
             raise RuntimeError("rules file missing")
 

@@ -42,7 +42,7 @@ async def test_an_outer_timeout_racing_the_model_timeout_still_reaches_the_calle
 async def test_cancel_from_inside_the_run_does_not_leak_into_the_caller() -> None:
     box: list[AgentRun[str]] = []
 
-    @tool(open_world=False)
+    @tool(read_only=True, open_world=False)
     async def stop_myself() -> str:
         """Asks the run it belongs to to stop."""
         box[0].cancel("the tool asked to stop")
@@ -64,12 +64,12 @@ async def test_cancel_from_inside_the_run_does_not_leak_into_the_caller() -> Non
 
 @pytest.mark.parametrize("parallel", [False, True])
 async def test_a_tool_raising_cancelled_error_is_a_tool_error(parallel: bool) -> None:
-    @tool(open_world=False)
+    @tool(read_only=True, open_world=False)
     async def flaky() -> str:
         """Raises CancelledError although nobody cancelled anything."""
         raise asyncio.CancelledError
 
-    @tool(open_world=False)
+    @tool(read_only=True, open_world=False)
     async def fine() -> str:
         """Works."""
         return "fine"
@@ -104,14 +104,14 @@ async def test_calls_after_finish_task_do_not_run() -> None:
 async def test_a_cancelled_parallel_turn_keeps_the_results_that_arrived() -> None:
     started = asyncio.Event()
 
-    @tool(open_world=False)
+    @tool(read_only=True, open_world=False)
     async def hang() -> str:
         """Never returns."""
         started.set()
         await asyncio.Event().wait()
         return "never"
 
-    @tool(open_world=False)
+    @tool(read_only=True, open_world=False)
     async def quick() -> str:
         """Returns at once."""
         return "quick done"

@@ -26,7 +26,7 @@ from tether.events import (
 )
 from tether.examples.demo import DEMO_GOAL, demo_agent
 from tether.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
-from tether.policy.base import Policy, PolicyDecision
+from tether.policy.base import Policy, PolicyContext, PolicyDecision
 from tether.replay import first_divergence, load_agent, replay
 from tether.retry import Backoff
 from tether.testing import FakeClock, ReplayModel, ScriptedModel, call, finish
@@ -42,7 +42,7 @@ def counter_tool() -> tuple[Tool, list[int]]:
     """A tool whose result changes on every call, and the list it counts in."""
     calls: list[int] = []
 
-    @tool(open_world=False, blocking=False)
+    @tool(read_only=True, open_world=False, blocking=False)
     def tick() -> int:
         """Count one more call and return the count."""
         calls.append(len(calls) + 1)
@@ -54,9 +54,7 @@ def counter_tool() -> tuple[Tool, list[int]]:
 class DenyAdd(Policy):
     """Denies every call to ``add``."""
 
-    def decide(
-        self, call: ToolCall, tool: ToolDefinition, events: Sequence[Event]
-    ) -> PolicyDecision:
+    def decide(self, call: ToolCall, tool: ToolDefinition, run: PolicyContext) -> PolicyDecision:
         if call.name == "add":
             return PolicyDecision(decision="deny", rule="no_add", reason="adding is not allowed")
         return PolicyDecision(decision="allow", rule="rest", reason="allowed")

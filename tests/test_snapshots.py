@@ -103,8 +103,8 @@ async def test_two_tools() -> None:
                 "call_id": "call_0_0",
                 "tool": "add",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "default:safe",
+                "reason": "read-only or declared harmless, and closed-world: allowed by default",
             },
             {
                 "kind": "tool_call_finished",
@@ -151,8 +151,8 @@ async def test_two_tools() -> None:
                 "call_id": "call_1_0",
                 "tool": "lookup",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "default:safe",
+                "reason": "read-only or declared harmless, and closed-world: allowed by default",
             },
             {
                 "kind": "tool_call_finished",
@@ -199,8 +199,8 @@ async def test_two_tools() -> None:
                 "call_id": "call_2_0",
                 "tool": "finish_task",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "control_tool",
+                "reason": "tether's own control tool",
             },
             {
                 "kind": "tool_call_finished",
@@ -336,8 +336,8 @@ async def test_validation_retry() -> None:
                 "call_id": "call_1_0",
                 "tool": "add",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "default:safe",
+                "reason": "read-only or declared harmless, and closed-world: allowed by default",
             },
             {
                 "kind": "tool_call_finished",
@@ -384,8 +384,8 @@ async def test_validation_retry() -> None:
                 "call_id": "call_2_0",
                 "tool": "finish_task",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "control_tool",
+                "reason": "tether's own control tool",
             },
             {
                 "kind": "tool_call_finished",
@@ -475,8 +475,8 @@ async def test_failing_tool() -> None:
                 "call_id": "call_0_0",
                 "tool": "explode",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "default:safe",
+                "reason": "read-only or declared harmless, and closed-world: allowed by default",
             },
             {
                 "kind": "tool_call_finished",
@@ -523,8 +523,8 @@ async def test_failing_tool() -> None:
                 "call_id": "call_1_0",
                 "tool": "finish_task",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "control_tool",
+                "reason": "tether's own control tool",
             },
             {
                 "kind": "tool_call_finished",
@@ -649,8 +649,8 @@ async def test_parallel_calls() -> None:
                 "call_id": "call_0_0",
                 "tool": "add",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "default:safe",
+                "reason": "read-only or declared harmless, and closed-world: allowed by default",
             },
             {
                 "kind": "policy_decided",
@@ -658,8 +658,8 @@ async def test_parallel_calls() -> None:
                 "call_id": "call_0_1",
                 "tool": "lookup",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "default:safe",
+                "reason": "read-only or declared harmless, and closed-world: allowed by default",
             },
             {
                 "kind": "policy_decided",
@@ -667,8 +667,8 @@ async def test_parallel_calls() -> None:
                 "call_id": "call_0_2",
                 "tool": "add",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "default:safe",
+                "reason": "read-only or declared harmless, and closed-world: allowed by default",
             },
             {
                 "kind": "tool_call_finished",
@@ -739,8 +739,8 @@ async def test_parallel_calls() -> None:
                 "call_id": "call_1_0",
                 "tool": "finish_task",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "control_tool",
+                "reason": "tether's own control tool",
             },
             {
                 "kind": "tool_call_finished",
@@ -833,8 +833,8 @@ async def test_budget_exhaustion() -> None:
                 "call_id": "call_0_0",
                 "tool": "add",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "default:safe",
+                "reason": "read-only or declared harmless, and closed-world: allowed by default",
             },
             {
                 "kind": "tool_call_finished",
@@ -882,8 +882,8 @@ async def test_budget_exhaustion() -> None:
                 "call_id": "call_1_0",
                 "tool": "add",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "default:safe",
+                "reason": "read-only or declared harmless, and closed-world: allowed by default",
             },
             {
                 "kind": "tool_call_finished",
@@ -937,7 +937,7 @@ async def test_budget_exhaustion() -> None:
 async def test_cancellation() -> None:
     started = asyncio.Event()
 
-    @tool(open_world=False)
+    @tool(read_only=True, open_world=False)
     async def wait() -> str:
         """Blocks until cancelled."""
         started.set()
@@ -1009,8 +1009,8 @@ async def test_cancellation() -> None:
                 "call_id": "call_0_0",
                 "tool": "wait",
                 "decision": "allow",
-                "rule": "allow_all",
-                "reason": "no policy configured",
+                "rule": "default:safe",
+                "reason": "read-only or declared harmless, and closed-world: allowed by default",
             },
             {
                 "kind": "tool_call_finished",

@@ -45,6 +45,8 @@ from tether.models.base import (
     check_model_requests_allowed,
 )
 from tether.outcome import ErrorInfo, RunOutcome
+from tether.policy.approvals import Approval
+from tether.policy.base import Policy
 from tether.state import StateBuilder
 from tether.stores.base import (
     Lease,
@@ -99,6 +101,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         owner: str | None = None,
         resume: bool = False,
         answer: str | None = None,
+        approvals: Sequence[Approval] = (),
         max_recoveries: int = 3,
     ) -> None:
         self.run_id = run_id
@@ -136,6 +139,12 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         self._resume = resume
         self._answer = answer
         self._max_recoveries = max_recoveries
+        self._policy_run = None
+        self._approvals = tuple(approvals)
+        self._decided = None
+        self._caps = {}
+        policy = self._spec.policy
+        self._checks_results = type(policy).check_result is not Policy.check_result
         self._gen = self._drive()
 
     # -- public surface ------------------------------------------------------------------
@@ -213,6 +222,13 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                     self._start()
                 for event in await journal.commit():
                     yield event
+                decided = self._decided
+                if decided is not None:  # approvals are committed: now act on them
+                    self._decided = None
+                    await self._execute_inline(decided)
+                    for event in await journal.commit():
+                        yield event
+                    stop = self._after_decided()
                 fast = journal.in_memory  # no sinks: committing is handing events over
                 while True:
                     if stop is None:

@@ -46,7 +46,7 @@ class ErrorInfo:
 
 @frozen
 class PendingCall:
-    """A tool call that waits for a human decision."""
+    """A tool call that waits for a human decision (``Approval.approve(pending)`` answers it)."""
 
     call_id: str
     """The call's id."""
@@ -54,6 +54,14 @@ class PendingCall:
     """The tool's name."""
     arguments: dict[str, object]
     """The exact arguments the approval would bind to."""
+    run_id: str = ""
+    """The run it belongs to (an approval never applies to another run)."""
+    arguments_hash: str = ""
+    """SHA-256 of the canonical arguments: what an approval binds to."""
+    rule: str = ""
+    """The policy rule that asked for approval."""
+    reason: str = ""
+    """Why, in the policy's words."""
 
 
 @frozen

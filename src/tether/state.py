@@ -224,11 +224,20 @@ class StateBuilder:
                     self.messages.append(UserMessage(text=limit_prompt(event.limit)))
             case RunFinished():
                 self.finished = event
+            case ApprovalGiven():
+                call = self.pending.get(event.call_id)
+                # an approved call runs; edited arguments count when the policy allows them
+                if (
+                    event.approved
+                    and event.arguments is None
+                    and call is not None
+                    and call.name not in CONTROL_TOOLS
+                ):
+                    self.tool_calls += 1
             case (
                 RunResumed()
                 | UserReplied()
                 | ApprovalRequested()
-                | ApprovalGiven()
                 | PlanMade()
                 | PlanRevised()
                 | Reflected()

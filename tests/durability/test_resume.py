@@ -19,10 +19,13 @@ from tether.events import (
     ToolCallUnknown,
 )
 from tether.messages import ToolResultMessage
+from tether.policy import RulePolicy, allow
 from tether.stores import LeaseHeld, RunStore, SqliteStore, StaleLease
 from tether.testing import FunctionModel, ScriptedModel, call, finish
 
 effects: list[str] = []
+EFFECTS = RulePolicy(None, allow(["send_email", "charge"], reason="the test's side effects"))
+"""The tests' side effects are allowed explicitly (the default policy denies them)."""
 
 
 @tool(open_world=False)
@@ -64,7 +67,7 @@ def crashed_after_intents(events: Sequence[Event]) -> list[Event]:
 async def record(
     store: RunStore, script: list[object], tools: list[object]
 ) -> tuple[str, list[Event]]:
-    agent = Agent(model=ScriptedModel(script), tools=tools)  # pyright: ignore[reportArgumentType]
+    agent = Agent(model=ScriptedModel(script), tools=tools, policy=EFFECTS)  # pyright: ignore[reportArgumentType]
     outcome = await agent.run("goal")
     partial = crashed_after_intents(outcome.events)
     await store.append(outcome.run_id, partial)

@@ -263,13 +263,16 @@ async def test_the_request_body_alternates_roles_and_groups_tool_results(wire: W
                             "type": "tool_result",
                             "tool_use_id": "toolu_a",
                             "is_error": False,
-                            "content": "a rope",
+                            "content": '<tool_output tool="lookup">\na rope\n</tool_output>',
                         },
                         {
                             "type": "tool_result",
                             "tool_use_id": "toolu_b",
                             "is_error": True,
-                            "content": "unknown key 'agnet'",
+                            "content": (
+                                '<tool_output tool="lookup" status="error">\n'
+                                "unknown key 'agnet'\n</tool_output>"
+                            ),
                         },
                         {"type": "text", "text": "One step left: answer now."},
                     ],
@@ -546,7 +549,9 @@ async def test_an_agent_runs_a_two_turn_task_on_recorded_responses(wire: Wire) -
                     "type": "tool_result",
                     "tool_use_id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
                     "is_error": False,
-                    "content": "a rope that limits movement",
+                    "content": (
+                        '<tool_output tool="lookup">\na rope that limits movement\n</tool_output>'
+                    ),
                 }
             ],
         },

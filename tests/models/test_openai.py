@@ -99,7 +99,11 @@ async def test_parallel_native_tool_calls_and_the_request_body() -> None:
         "name": "calculate",
         "arguments": '{"expression":"1"}',
     }
-    assert body["messages"][3] == {"role": "tool", "tool_call_id": "c1", "content": "1"}
+    assert body["messages"][3] == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": '<tool_output tool="calculate">\n1\n</tool_output>',
+    }
     assert [t["function"]["name"] for t in body["tools"]] == ["calculate", "days_until"]
     assert body["tool_choice"] == "auto"
     assert body["max_completion_tokens"] == 200

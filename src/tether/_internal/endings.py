@@ -17,6 +17,7 @@ from tether.events import (
     Event,
     LimitReached,
     ModelFailed,
+    PolicyDecided,
     RunFinished,
     ToolCallFinished,
 )
@@ -198,11 +199,22 @@ class Endings(RunBase[OutputT]):
         pending: tuple[PendingCall, ...] = ()
         if fin.status == "waiting_for_approval":
             events = self._journal.events
-            approved = {e.call_id for e in events if e.kind == "approval_given"}
+            decided = {e.call_id for e in events if e.kind == "approval_given"}
+            why = {e.call_id: e for e in events if isinstance(e, PolicyDecided)}
             pending = tuple(
-                PendingCall(call_id=e.call_id, tool=e.tool, arguments=dict(e.arguments))
+                PendingCall(
+                    call_id=e.call_id,
+                    tool=e.tool,
+                    arguments=dict(e.arguments),
+                    run_id=self.run_id,
+                    arguments_hash=e.arguments_hash,
+                    rule=why[e.call_id].rule if e.call_id in why else "",
+                    reason=why[e.call_id].reason if e.call_id in why else "",
+                )
                 for e in events
-                if isinstance(e, ApprovalRequested) and e.call_id not in approved
+                if isinstance(e, ApprovalRequested)
+                and e.call_id not in decided
+                and e.call_id in st.pending
             )
         if fin.status == "finished" and self._output is None and fin.output is not None:
             self._output = self._spec.output.load(fin.output)  # a run that had ended before

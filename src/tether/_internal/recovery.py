@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from tether._internal.runbase import OutputT, Planned, RunBase, Stop
+from tether._internal.approving import Approving, denial_text
+from tether._internal.runbase import OutputT, Planned, Stop
 from tether.content import TextBlock
 from tether.errors import ConfigError, UserError
 from tether.events import (
+    ApprovalGiven,
     BudgetWarning,
     Event,
     ModelResponded,
@@ -24,7 +27,7 @@ from tether.outcome import ErrorInfo
 __all__ = ["Recovery"]
 
 
-class Recovery(RunBase[OutputT]):
+class Recovery(Approving[OutputT]):
     """Resume: the log so far is the run; continue it without repeating anything."""
 
     async def _recover(self) -> Stop | None:  # noqa: C901 - one pass over what a stop leaves
@@ -64,10 +67,7 @@ class Recovery(RunBase[OutputT]):
                     )
                 return None
             if finished.status == "waiting_for_approval":
-                raise UserError(
-                    f"run {self.run_id!r} waits for approvals; approving calls is not supported "
-                    "yet (it arrives with the policy gate)"
-                )
+                return self._take_approvals(self._approvals)
             return None  # ended for good: the outcome is in the log
         attempt = 1 + sum(
             1 for e in reversed(events) if isinstance(e, RunResumed) and e.reason == "crash"
@@ -79,9 +79,12 @@ class Recovery(RunBase[OutputT]):
             )
             return Stop("failed", error=ErrorInfo(type="RecoveryFailed", message=message))
         decided = {e.call_id: e for e in events if isinstance(e, PolicyDecided)}
+        given = {e.call_id: e for e in events if isinstance(e, ApprovalGiven)}
         stop: Stop | None = None
+        waiting = False
         for call in list(st.pending.values()):
             decision = decided.get(call.id)
+            approval = given.get(call.id)
             if decision is None:  # never passed the policy, so it never ran
                 self._add(
                     ToolCallFinished,
@@ -97,8 +100,27 @@ class Recovery(RunBase[OutputT]):
                     synthetic=True,
                 )
                 continue
-            if decision.decision != "allow":
-                continue  # a denial already has its result; an approval request waits
+            if decision.decision == "needs_approval" and approval is None:
+                waiting = True  # still waits for a human: nothing ran
+                continue
+            if decision.decision == "deny" or (approval is not None and not approval.approved):
+                text = (
+                    f"denied by policy ({decision.rule}): {decision.reason}"
+                    if approval is None or approval.approved
+                    else denial_text(approval)
+                )
+                self._add(
+                    ToolCallFinished,
+                    call_id=call.id,
+                    tool=call.name,
+                    content=(TextBlock(text=text),),
+                    is_error=True,
+                    error_type="denied",
+                    synthetic=True,
+                )
+                continue
+            if approval is not None and approval.arguments is not None:
+                call = replace(call, arguments=approval.arguments)  # the approved, edited ones
             if call.name == FINISH_TASK:
                 self._output = spec.output.validate(call.arguments)
                 self._add(
@@ -129,6 +151,8 @@ class Recovery(RunBase[OutputT]):
                     "effect. Do not assume either: check before calling it again"
                 ),
             )
+        if stop is None and waiting:
+            stop = Stop("waiting_for_approval")
         if stop is None:
             stop = self._finished_before_crash()
         return stop

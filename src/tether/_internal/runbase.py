@@ -31,6 +31,8 @@ from tether.models.base import (
     ToolChoice,
 )
 from tether.outcome import ErrorInfo, RunOutcome, RunStatus
+from tether.policy.approvals import Approval
+from tether.policy.base import PolicyContext
 from tether.state import StateBuilder
 from tether.stores.base import (
     Lease,
@@ -157,6 +159,11 @@ class RunBase(Generic[OutputT]):
     _resume: bool
     _answer: str | None
     _max_recoveries: int
+    _policy_run: PolicyContext | None
+    _approvals: tuple[Approval, ...]
+    _decided: list[Planned] | None
+    _caps: dict[str, asyncio.Semaphore | None]
+    _checks_results: bool
 
     if TYPE_CHECKING:  # defined by the parts; declared here so each part may call them
 
@@ -195,6 +202,8 @@ class RunBase(Generic[OutputT]):
         def _time_stop(self) -> Stop: ...
 
         def _no_tool_call(self) -> Stop | None: ...
+
+        def _policy_context(self) -> PolicyContext: ...
 
     def _record_response(
         self,

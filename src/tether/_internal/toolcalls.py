@@ -6,12 +6,12 @@ Calls run in parallel up to a cap, and each gets exactly one result, in call ord
 from __future__ import annotations
 
 import asyncio
-import hashlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
 from typing import Any, cast
+from weakref import WeakKeyDictionary
 
+from tether._internal.approving import arguments_hash
 from tether._internal.runbase import Cancelled, OutputT, Planned, RunBase, Stop, ToolRunner
-from tether.codec import canonical_json
 from tether.content import TextBlock, ToolResult
 from tether.errors import ApprovalRequired, ModelRetry
 from tether.events import (
@@ -27,10 +27,10 @@ from tether.models.base import (
     ModelResponse,
 )
 from tether.outcome import ErrorInfo
-from tether.policy.base import PolicyDecision
+from tether.policy.base import Policy, PolicyContext, PolicyDecision
 from tether.tools.base import Tool, ToolContext
 
-__all__ = ["ToolCalls", "ToolRunner", "run_tool", "timed_out", "tool_error"]
+__all__ = ["ToolCalls", "ToolRunner", "run_tool", "slot_for", "timed_out", "tool_error"]
 
 _NO_CONTEXT = ToolContext(run_id="", call_id="", tool="")
 """Passed to handlers that declared they do not read their context."""
@@ -78,6 +78,45 @@ async def run_tool(
             raise  # really cancelled
         return tool_error(tool, RuntimeError(f"raised CancelledError: {exc!r}"), None)
     return result, ("tool_error" if result.is_error else None)
+
+
+async def _capped(
+    slot: asyncio.Semaphore,
+    work: Awaitable[tuple[ToolResult, str | None]],
+    timeout: float | None,
+    tool: Tool,
+) -> tuple[ToolResult, str | None]:
+    """Run ``work`` holding a concurrency slot; waiting for it counts against ``timeout``."""
+    coroutine = cast(Coroutine[Any, Any, tuple[ToolResult, str | None]], work)
+    try:
+        async with asyncio.timeout(timeout):
+            await slot.acquire()
+    except TimeoutError:
+        coroutine.close()
+        return ToolResult.error(
+            f"{tool.name} did not get a turn within {timeout:g}s: the policy caps how many "
+            "calls of it run at once and all were busy"
+        ), "timeout"
+    try:
+        return await coroutine
+    finally:
+        slot.release()
+
+
+_SLOTS: WeakKeyDictionary[
+    Policy, WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
+] = WeakKeyDictionary()
+
+
+def slot_for(policy: Policy, tool: str, cap: int) -> asyncio.Semaphore:
+    """The semaphore capping ``tool``'s concurrent calls under ``policy`` on this event loop."""
+    loop = asyncio.get_running_loop()
+    per_loop = _SLOTS.setdefault(policy, WeakKeyDictionary())
+    slots = per_loop.setdefault(loop, {})
+    semaphore = slots.get(tool)
+    if semaphore is None:
+        semaphore = slots[tool] = asyncio.Semaphore(cap)
+    return semaphore
 
 
 def timed_out(name: str, timeout: float) -> ToolResult:
@@ -175,7 +214,7 @@ class ToolCalls(RunBase[OutputT]):
                 definition = tool.definition
                 item.tool = tool
             try:
-                decision = spec.policy.decide(call, definition, self._journal.events)
+                decision = spec.policy.decide(call, definition, self._policy_context())
             except Exception as exc:  # a policy that cannot decide denies: fail closed
                 decision = PolicyDecision(
                     decision="deny",
@@ -212,10 +251,38 @@ class ToolCalls(RunBase[OutputT]):
                     call_id=call.id,
                     tool=name,
                     arguments=call.arguments,
-                    arguments_hash=hashlib.sha256(canonical_json(call.arguments)).hexdigest(),
+                    arguments_hash=arguments_hash(call.arguments),
                 )
         self._runnable = runnable
         return planned
+
+    def _policy_context(self) -> PolicyContext:
+        """What the policy sees of this run (built once: the log list only grows)."""
+        context = self._policy_run
+        if context is None or context.events is not self._journal.events:
+            context = self._policy_run = PolicyContext(
+                run_id=self.run_id, events=self._journal.events, tools=self._spec.tool_map
+            )
+        return context
+
+    def _checked(
+        self, item: Planned, result: ToolResult, error_type: str | None
+    ) -> tuple[ToolResult, str | None]:
+        """The policy's check of a result before it is recorded (size caps, filters)."""
+        tool = item.tool
+        assert tool is not None
+        try:
+            replacement = self._spec.policy.check_result(
+                item.call, tool.definition, result, self._policy_context()
+            )
+        except Exception as exc:  # a check that cannot decide withholds: fail closed
+            return ToolResult.error(
+                f"the result was withheld: the policy's result check failed "
+                f"({type(exc).__name__}: {exc})"
+            ), "filtered"
+        if replacement is None:
+            return result, error_type
+        return replacement, ("filtered" if replacement.is_error else error_type)
 
     async def _execute_inline(self, planned: list[Planned]) -> None:
         """Record every result of a turn with at most one call to run (the common case)."""
@@ -283,7 +350,7 @@ class ToolCalls(RunBase[OutputT]):
             self._in_flight.discard(item.call.id)
             self._record_result(item, result, error_type, duration)
 
-    async def _run_one(
+    async def _run_one(  # noqa: C901 - two await paths (own task, run's task) side by side
         self, item: Planned, *, child: bool = False
     ) -> tuple[ToolResult, str | None, float]:
         """Run one allowed call; ``child`` when it runs in its own task (parallel calls)."""
@@ -305,18 +372,29 @@ class ToolCalls(RunBase[OutputT]):
         )
         self._in_flight.add(item.call.id)
         runner = self._tool_runner
+        slot = self._slot(tool.name)
         if child:
             try:
-                result, error_type = await runner(tool, item.call, ctx, item.arguments, timeout)
+                if slot is None:
+                    result, error_type = await runner(tool, item.call, ctx, item.arguments, timeout)
+                else:
+                    result, error_type = await _capped(
+                        slot, runner(tool, item.call, ctx, item.arguments, timeout), timeout, tool
+                    )
             except Exception as exc:  # a custom runner failed; the run must not
                 result, error_type = tool_error(tool, exc, None)
         else:  # on the run's task: bounded by the watchdog (see _ask_model)
             watchdog = self._watchdog
             assert watchdog is not None
-            watchdog.arm(timeout)
+            watchdog.arm(timeout)  # also bounds the wait for a concurrency slot
             self._interruptible = True
             try:
-                if runner is run_tool:
+                if slot is not None:
+                    async with slot:
+                        result, error_type = await runner(
+                            tool, item.call, ctx, item.arguments, None
+                        )
+                elif runner is run_tool:
                     result = await tool.handler(ctx, item.arguments)
                     error_type = "tool_error" if result.is_error else None
                 else:
@@ -337,7 +415,18 @@ class ToolCalls(RunBase[OutputT]):
                 self._interruptible = False
                 watchdog.disarm()
         self._in_flight.discard(item.call.id)
+        if self._checks_results:
+            result, error_type = self._checked(item, result, error_type)
         return result, error_type, self._monotonic() - t0
+
+    def _slot(self, tool: str) -> asyncio.Semaphore | None:
+        """The policy's concurrency slot for ``tool`` (shared by the process's runs)."""
+        caps = self._caps
+        if tool not in caps:
+            policy = self._spec.policy
+            cap = policy.concurrency(tool)
+            caps[tool] = None if cap is None else slot_for(policy, tool, cap)
+        return caps[tool]
 
     def _record_result(
         self,

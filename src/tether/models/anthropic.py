@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, cast
 
 import orjson
 
-from tether.content import content_text
 from tether.errors import MissingExtraError, ModelError
 from tether.jsontypes import JsonObject
 from tether.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
@@ -35,6 +34,7 @@ from tether.models.base import (
     TextDelta,
 )
 from tether.models.prices import Price, cost_of
+from tether.policy.untrusted import fence
 from tether.usage import Usage
 
 if TYPE_CHECKING:
@@ -386,7 +386,7 @@ def _turn(message: Message) -> tuple[Literal["user", "assistant"], list[_Block]]
         "tool_use_id": message.call_id,
         "is_error": message.is_error,
     }
-    text_of = content_text(message.content)
+    text_of = fence(message) if message.content else ""
     if text_of:
         result["content"] = text_of
     return "user", [result]

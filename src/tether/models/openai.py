@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import orjson
 
-from tether.content import content_text
 from tether.errors import MissingExtraError, ModelError
 from tether.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from tether.models._constrained import step_body, step_response
@@ -32,6 +31,7 @@ from tether.models.base import (
     TextDelta,
 )
 from tether.models.prices import Price, cost_of
+from tether.policy.untrusted import fence
 from tether.usage import Usage
 
 if TYPE_CHECKING:
@@ -406,7 +406,7 @@ def _message(message: Message) -> dict[str, Any]:
             ]
         return out
     assert isinstance(message, ToolResultMessage)
-    text = content_text(message.content)
+    text = fence(message)
     return {
         "role": "tool",
         "tool_call_id": message.call_id,

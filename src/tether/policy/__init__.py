@@ -1,5 +1,49 @@
-"""Policy: the one gate between a model's tool call and its execution."""
+"""Policy: the one gate between a model's tool call and its execution.
 
-from tether.policy.base import AllowAll, Policy, PolicyDecision
+``RulePolicy`` (the default) evaluates ``Rules``: allow/deny/approval rules by tool name and
+arguments, risk defaults by the tools' annotations, rate limits, concurrency caps, size caps,
+content filters and the provenance rule. ``AllowAll`` turns the gate off.
+"""
 
-__all__ = ["AllowAll", "Policy", "PolicyDecision"]
+from tether.policy.base import AllowAll, Policy, PolicyContext, PolicyDecision
+from tether.policy.config import load_rules, rules_from_mapping
+from tether.policy.gate import RulePolicy, effective_annotations
+from tether.policy.rules import (
+    ArgCondition,
+    Concurrency,
+    ContentFilter,
+    Provenance,
+    RateLimit,
+    RiskDefaults,
+    Rule,
+    Rules,
+    Sizes,
+    Trust,
+    allow,
+    deny,
+    require_approval,
+)
+
+__all__ = [
+    "AllowAll",
+    "ArgCondition",
+    "Concurrency",
+    "ContentFilter",
+    "Policy",
+    "PolicyContext",
+    "PolicyDecision",
+    "Provenance",
+    "RateLimit",
+    "RiskDefaults",
+    "Rule",
+    "RulePolicy",
+    "Rules",
+    "Sizes",
+    "Trust",
+    "allow",
+    "deny",
+    "effective_annotations",
+    "load_rules",
+    "require_approval",
+    "rules_from_mapping",
+]

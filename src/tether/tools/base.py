@@ -109,6 +109,9 @@ class ToolDefinition:
     """JSON Schema of the structured result, if the tool declares one."""
     annotations: ToolAnnotations = ToolAnnotations()
     """Behaviour hints."""
+    origin: str | None = None
+    """Where the definition came from when not from this program's code (e.g. ``mcp:NAME``);
+    the policy then trusts its annotations only to make the tool look riskier."""
 
 
 @frozen
@@ -200,10 +203,13 @@ class Tool:
         annotations: ToolAnnotations = ToolAnnotations(),
         timeout: float | None = None,
         uses_idempotency_key: bool = False,
+        origin: str | None = None,
     ) -> Tool:
         """A tool from a raw JSON Schema (how MCP and config-declared tools arrive).
 
         Arguments are validated against the schema (JSON Schema 2020-12) before the call.
+        ``origin`` names where an outside definition came from (``mcp:NAME``): its
+        annotations can then only tighten the policy.
         """
         if input_schema.get("type", "object") != "object":
             raise ConfigError(f"tool {name!r}: input_schema must describe an object")
@@ -222,6 +228,7 @@ class Tool:
             title=title,
             output_schema=output_schema,
             annotations=annotations,
+            origin=origin,
         )
         return cls(
             definition=definition,

@@ -1,0 +1,203 @@
+"""Continuing a run that waits for approvals: record the humans' decisions, then act on them.
+
+The decisions (``approval_given``) are committed before any approved call runs, so a crash
+while it runs leaves a log that says it was approved and in flight: it is then re-run only
+if that is safe, never approved and run a second time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from tether._internal.runbase import OutputT, Planned, RunBase, Stop
+from tether.codec import canonical_json
+from tether.content import ToolResult
+from tether.errors import ModelRetry, UserError
+from tether.events import ApprovalGiven, ApprovalRequested, PolicyDecided, RunResumed
+from tether.messages import ASK_USER, ToolCall
+from tether.policy.approvals import Approval
+from tether.policy.base import PolicyDecision
+
+__all__ = ["Approving", "arguments_hash", "denial_text"]
+
+
+def arguments_hash(arguments: object) -> str:
+    """What an approval binds to: SHA-256 of the canonical JSON of the arguments."""
+    return hashlib.sha256(canonical_json(arguments)).hexdigest()
+
+
+def denial_text(approval: ApprovalGiven) -> str:
+    """What the model reads when a human denied its call."""
+    who = approval.by or "a human"
+    because = f": {approval.reason}" if approval.reason else ""
+    return f"denied by {who}{because}. Do not try this call again unless the user asks for it"
+
+
+class Approving(RunBase[OutputT]):
+    """Taking a waiting run's approvals."""
+
+    def _waiting_requests(self) -> dict[str, ApprovalRequested]:
+        """The run's approval requests no human has decided yet, in call order."""
+        requested: dict[str, ApprovalRequested] = {}
+        for event in self._journal.events:
+            if isinstance(event, ApprovalRequested):
+                requested[event.call_id] = event
+            elif isinstance(event, ApprovalGiven):
+                requested.pop(event.call_id, None)
+        pending = self._state.pending
+        return {k: v for k, v in requested.items() if k in pending}
+
+    def _take_approvals(self, approvals: tuple[Approval, ...]) -> Stop | None:
+        """Check and record the decisions; plan the decided calls, or keep waiting.
+
+        Raises:
+            UserError: no approvals, or one that does not match a pending request of this
+                run (another run, another call, other arguments, decided twice); nothing
+                is recorded then.
+        """
+        waiting = self._waiting_requests()
+        listing = "; ".join(
+            f"{r.call_id}: {r.tool} {canonical_json(r.arguments).decode()}"
+            for r in waiting.values()
+        )
+        if not approvals:
+            raise UserError(
+                f"run {self.run_id!r} waits for approval of {listing}. Resume it with "
+                "approvals=[Approval.approve(pending) or Approval.deny(pending)] "
+                "(`tether approve RUN CALL` from the command line)"
+            )
+        seen: set[str] = set()
+        for approval in approvals:
+            self._check_approval(approval, waiting, seen, listing)
+        self._add(RunResumed, reason="approvals", attempt=1, owner=self._owner)
+        by_call = {a.call_id: a for a in approvals}
+        for call_id in waiting:
+            approval = by_call.get(call_id)
+            if approval is not None:
+                self._add(
+                    ApprovalGiven,
+                    call_id=call_id,
+                    approved=approval.approved,
+                    arguments=approval.arguments if approval.approved else None,
+                    by=approval.by,
+                    reason=approval.reason,
+                )
+        if len(by_call) < len(waiting):
+            return Stop("waiting_for_approval")
+        self._decided = self._plan_decided()
+        return None
+
+    def _check_approval(
+        self,
+        approval: Approval,
+        waiting: dict[str, ApprovalRequested],
+        seen: set[str],
+        listing: str,
+    ) -> None:
+        call_id = approval.call_id
+        if approval.run_id is not None and approval.run_id != self.run_id:
+            raise UserError(
+                f"the approval of {call_id!r} is for run {approval.run_id!r}, not "
+                f"{self.run_id!r}: an approval never applies to another run"
+            )
+        if call_id in seen:
+            raise UserError(f"two decisions for {call_id!r} in one resume; give one")
+        seen.add(call_id)
+        request = waiting.get(call_id)
+        if request is None:
+            decided = any(
+                isinstance(e, ApprovalGiven) and e.call_id == call_id for e in self._journal.events
+            )
+            why = "was already decided" if decided else "does not wait for approval"
+            raise UserError(
+                f"call {call_id!r} of run {self.run_id!r} {why}; pending: {listing or 'none'}"
+            )
+        if (
+            approval.arguments_hash is not None
+            and approval.arguments_hash != request.arguments_hash
+        ):
+            raise UserError(
+                f"the approval of {call_id!r} was given for other arguments than the pending "
+                f"request ({request.tool} {canonical_json(request.arguments).decode()}); "
+                "look at the request again and approve what it asks"
+            )
+
+    def _plan_decided(self) -> list[Planned]:
+        """Every pending call with a human decision: what happens to it now, in call order."""
+        given: dict[str, ApprovalGiven] = {}
+        for event in self._journal.events:
+            if isinstance(event, ApprovalGiven):
+                given[event.call_id] = event
+        planned: list[Planned] = []
+        for call in list(self._state.pending.values()):
+            approval = given.get(call.id)
+            if approval is None:
+                continue  # ask_user: answered later by the user
+            item = Planned(call)
+            planned.append(item)
+            if not approval.approved:
+                item.synthetic, item.error_type = ToolResult.error(denial_text(approval)), "denied"
+                continue
+            tool = self._spec.registry.get(call.name)
+            if tool is None:
+                item.synthetic = ToolResult.error(
+                    f"not executed: this agent has no tool named {call.name!r} any more"
+                )
+                item.error_type = "unknown_tool"
+                continue
+            arguments = call.arguments if approval.arguments is None else approval.arguments
+            try:
+                item.arguments = tool.validator(arguments)
+            except ModelRetry as exc:
+                item.synthetic, item.error_type = ToolResult.error(exc.message), "invalid_arguments"
+                continue
+            if approval.arguments is not None:
+                decision = self._recheck(
+                    ToolCall(id=call.id, name=call.name, arguments=arguments), approval
+                )
+                if decision.decision == "deny":
+                    item.synthetic = ToolResult.error(
+                        f"denied by policy ({decision.rule}): {decision.reason}"
+                    )
+                    item.error_type = "denied"
+                    continue
+            item.tool = tool
+        return planned
+
+    def _recheck(self, call: ToolCall, approval: ApprovalGiven) -> PolicyDecision:
+        """Edited arguments are a new request: the policy checks them; a deny stands."""
+        spec = self._spec
+        definition = spec.tool_map[call.name]
+        try:
+            decision = spec.policy.decide(call, definition, self._policy_context())
+        except Exception as exc:  # fail closed
+            decision = PolicyDecision(
+                decision="deny",
+                rule="policy_error",
+                reason=f"the policy failed ({type(exc).__name__}: {exc}); the call is denied",
+            )
+        if decision.decision != "deny":
+            who = approval.by or "a human"
+            decision = PolicyDecision(
+                decision="allow",
+                rule="human_approval",
+                reason=(
+                    f"approved by {who} with edited arguments; the policy's own answer was "
+                    f"{decision.decision} ({decision.rule})"
+                ),
+            )
+        self._add(
+            PolicyDecided,
+            call_id=call.id,
+            tool=call.name,
+            decision=decision.decision,
+            rule=decision.rule,
+            reason=decision.reason,
+        )
+        return decision
+
+    def _after_decided(self) -> Stop | None:
+        """After the decided calls ran: a question still open waits for the user."""
+        if any(c.name == ASK_USER for c in self._state.pending.values()):
+            return Stop("waiting_for_user")
+        return None

@@ -1,0 +1,404 @@
+"""``RulePolicy``: the policy gate that evaluates ``Rules`` (see ``tether.policy.rules``).
+
+It is deterministic: a decision depends on the rules, the call, the tool's annotations and
+the run's log (and, for ``scope="process"`` rate limits, on this process's earlier calls).
+What it derives from a run's log (calls made, untrusted sources seen) is folded
+incrementally and checked against the hash chain, so a long run costs O(new events) per
+decision, and a resumed run rebuilds the same facts from its stored log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import orjson
+
+from tether.content import TextBlock, ToolResult, content_text
+from tether.events import (
+    ApprovalGiven,
+    Event,
+    PolicyDecided,
+    ToolCallFinished,
+    ToolCallRequested,
+)
+from tether.messages import CONTROL_TOOLS, ToolCall
+from tether.policy.base import Policy, PolicyContext, PolicyDecision
+from tether.policy.rules import (
+    ContentFilter,
+    RateLimit,
+    Rule,
+    Rules,
+    matches_any,
+)
+from tether.tools.base import ToolAnnotations, ToolDefinition
+
+__all__ = ["RulePolicy", "effective_annotations"]
+
+_UNANNOTATED = ToolAnnotations()
+_CONTROL = PolicyDecision(decision="allow", rule="control_tool", reason="tether's own control tool")
+_SAFE = PolicyDecision(
+    decision="allow",
+    rule="default:safe",
+    reason="read-only or declared harmless, and closed-world: allowed by default",
+)
+_MAX_RUNS = 1024  # runs whose derived facts are kept (a run rebuilds them from its log)
+
+
+def effective_annotations(
+    tool: ToolDefinition, trust: Sequence[tuple[tuple[str, ...], ToolAnnotations]] = ()
+) -> ToolAnnotations:
+    """The annotations the policy believes: the developer's ``Trust``, else the tool's own.
+
+    A definition from outside (``origin`` set) is believed only where it makes the tool
+    look riskier: its claims of safety are ignored.
+    """
+    base: ToolAnnotations | None = None
+    for tools, hints in trust:
+        if matches_any(tool.name, tools):
+            base = hints
+            break
+    if tool.origin is None:
+        return base if base is not None else tool.annotations
+    return (base if base is not None else _UNANNOTATED).tightened(tool.annotations)
+
+
+class _Facts:
+    """What a policy derives from one run's log, folded incrementally."""
+
+    __slots__ = ("calls", "last_hash", "seen", "tainted", "tool_of")
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.last_hash = ""
+        self.tainted: dict[str, None] = {}  # open-world tools whose output is in the context
+        self.calls: dict[str, list[datetime]] = {}  # tool -> when each allowed call was decided
+        self.tool_of: dict[str, str] = {}  # call id -> tool
+
+
+class RulePolicy(Policy):
+    """The policy gate over ``Rules``; ``RulePolicy()`` is tether's safe default.
+
+    The default allows read-only, closed-world tools and denies destructive, open-world and
+    unannotated ones; once untrusted output is in the context, side effects need approval.
+    """
+
+    def __init__(self, rules: Rules | None = None, *more: Rule) -> None:
+        base = rules or Rules()
+        if more:
+            base = base + Rules(rules=more)
+        self.rules = base
+        self._deny = [r for r in base.rules if r.decision == "deny"]
+        self._approve = [r for r in base.rules if r.decision == "needs_approval"]
+        self._allow = [r for r in base.rules if r.decision == "allow"]
+        self._arg_filters = [f for f in base.filters if f.on in ("arguments", "both")]
+        self._result_filters = [f for f in base.filters if f.on in ("results", "both")]
+        self._trust = [(t.tools, t.annotations) for t in base.trust]
+        self._annotations: dict[str, tuple[ToolDefinition, ToolAnnotations]] = {}
+        self._facts: OrderedDict[str, _Facts] = OrderedDict()
+        self._windows: dict[tuple[int, str], deque[float]] = {}
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> RulePolicy:
+        """A policy from a TOML file (see ``tether.policy.config``)."""
+        from tether.policy.config import load_rules
+
+        return cls(load_rules(path))
+
+    def __repr__(self) -> str:
+        return f"RulePolicy({self.rules!r})"
+
+    # -- what a tool is ----------------------------------------------------------------
+
+    def annotations(self, tool: ToolDefinition) -> ToolAnnotations:
+        """The annotations this policy believes for ``tool``."""
+        cached = self._annotations.get(tool.name)
+        if cached is not None and cached[0] is tool:
+            return cached[1]
+        believed = effective_annotations(tool, self._trust)
+        self._annotations[tool.name] = (tool, believed)
+        return believed
+
+    # -- deciding ----------------------------------------------------------------------
+
+    def decide(self, call: ToolCall, tool: ToolDefinition, run: PolicyContext) -> PolicyDecision:
+        """Decide on one call (the order is in ``tether.policy.rules``)."""
+        name = call.name
+        if name in CONTROL_TOOLS:
+            return _CONTROL
+        decision = self._decide(call, tool, run)
+        if decision.decision == "allow":
+            self._count_process_call(name)
+        return decision
+
+    def _decide(  # noqa: C901 - the documented order, one step after the other
+        self, call: ToolCall, tool: ToolDefinition, run: PolicyContext
+    ) -> PolicyDecision:
+        name, arguments = call.name, call.arguments
+        rules = self.rules
+        text: str | None = None
+        cap = rules.sizes.max_argument_bytes
+        if cap is not None or self._arg_filters:
+            raw = orjson.dumps(arguments)
+            if cap is not None and len(raw) > cap:
+                return PolicyDecision(
+                    decision="deny",
+                    rule="max_argument_bytes",
+                    reason=f"the arguments are {len(raw)} bytes; the policy allows {cap}",
+                )
+            text = raw.decode()
+        for flt in self._arg_filters:
+            if text is not None and matches_any(name, flt.tools):
+                found = flt.first_match(text)
+                if found is not None:
+                    return PolicyDecision(
+                        decision=flt.decision,
+                        rule=flt.label,
+                        reason=flt.reason or f"the arguments contain {found}",
+                    )
+        for rule in self._deny:
+            if rule.matches(name, arguments):
+                return PolicyDecision(decision="deny", rule=rule.label, reason=rule.reason)
+        if rules.rate_limits:
+            limited = self._rate_limited(name, run)
+            if limited is not None:
+                return limited
+        for rule in self._approve:
+            if rule.matches(name, arguments):
+                return PolicyDecision(
+                    decision="needs_approval", rule=rule.label, reason=rule.reason
+                )
+        believed = self.annotations(tool)
+        provenance = rules.provenance
+        if (
+            provenance.enabled
+            and not believed.is_read_only
+            and not matches_any(name, provenance.allow)
+        ):
+            tainted = self.facts(run).tainted
+            if tainted:
+                sources = ", ".join(tainted)
+                return PolicyDecision(
+                    decision=provenance.decision,
+                    rule="provenance",
+                    reason=(
+                        f"output of {sources} (open-world, untrusted) is in the context and "
+                        f"{name} is not read-only: a human must confirm this call was asked "
+                        "for by the user, not by that output"
+                    ),
+                )
+        for rule in self._allow:
+            if rule.matches(name, arguments):
+                return PolicyDecision(decision="allow", rule=rule.label, reason=rule.reason)
+        return self._by_risk(name, believed)
+
+    def _by_risk(self, name: str, believed: ToolAnnotations) -> PolicyDecision:
+        risk = self.rules.risk
+        if believed == _UNANNOTATED:
+            return PolicyDecision(
+                decision=risk.unannotated,
+                rule="default:unannotated",
+                reason=(
+                    f"{name} declares no annotations, so it counts as destructive and "
+                    "open-world. Annotate the tool (e.g. @tool(read_only=True, "
+                    f"open_world=False)) or allow it in the policy (allow('{name}'))"
+                ),
+            )
+        if believed.is_destructive:
+            return PolicyDecision(
+                decision=risk.destructive,
+                rule="default:destructive",
+                reason=(
+                    f"{name} may change or destroy data (not declared read_only=True or "
+                    f"destructive=False); allow it in the policy (allow('{name}')) or "
+                    "require approval for it"
+                ),
+            )
+        if believed.is_open_world:
+            return PolicyDecision(
+                decision=risk.open_world,
+                rule="default:open_world",
+                reason=(
+                    f"{name} reaches systems outside the agent's control (not declared "
+                    f"open_world=False); allow it in the policy (allow('{name}'))"
+                ),
+            )
+        return _SAFE
+
+    # -- rate limits -------------------------------------------------------------------
+
+    def _rate_limited(self, name: str, run: PolicyContext) -> PolicyDecision | None:
+        facts: _Facts | None = None
+        for index, limit in enumerate(self.rules.rate_limits):
+            if not matches_any(name, limit.tools):
+                continue
+            if limit.scope == "process":
+                used = self._process_calls(index, limit, name)
+            else:
+                facts = facts or self.facts(run)
+                used = _run_calls(facts, limit, name, run.events)
+            if used >= limit.max_calls:
+                window = f" per {limit.per_seconds:g}s" if limit.per_seconds is not None else ""
+                whose = "this run" if limit.scope == "run" else "this process"
+                what = name if limit.each_tool else f"tools matching {', '.join(limit.tools)}"
+                return PolicyDecision(
+                    decision="deny",
+                    rule="rate_limit",
+                    reason=(
+                        f"rate limit: {what} may be called {limit.max_calls} times{window} in "
+                        f"{whose}, and that is used up"
+                    ),
+                )
+        return None
+
+    def _process_calls(self, index: int, limit: RateLimit, name: str) -> int:
+        key = (index, name if limit.each_tool else "")
+        window = self._windows.get(key)
+        if window is None:
+            return 0
+        if limit.per_seconds is not None:
+            horizon = time.monotonic() - limit.per_seconds
+            while window and window[0] < horizon:
+                window.popleft()
+        return len(window)
+
+    def _count_process_call(self, name: str) -> None:
+        now = time.monotonic()
+        for index, limit in enumerate(self.rules.rate_limits):
+            if limit.scope == "process" and matches_any(name, limit.tools):
+                key = (index, name if limit.each_tool else "")
+                self._windows.setdefault(key, deque()).append(now)
+
+    # -- results -----------------------------------------------------------------------
+
+    def check_result(
+        self, call: ToolCall, tool: ToolDefinition, result: ToolResult, run: PolicyContext
+    ) -> ToolResult | None:
+        """Apply result filters and the result size cap."""
+        name = call.name
+        changed: ToolResult | None = None
+        for flt in self._result_filters:
+            if matches_any(name, flt.tools):
+                current = changed or result
+                updated = _filter_result(flt, current)
+                if updated is not None:
+                    changed = updated
+                    if updated.is_error:
+                        return updated
+        sizes = self.rules.sizes
+        cap = sizes.max_result_bytes
+        if cap is not None:
+            current = changed or result
+            size = _result_size(current)
+            if size > cap:
+                if sizes.large_results == "error":
+                    return ToolResult.error(
+                        f"the result of {name} was {size} bytes; the policy allows {cap}. "
+                        "Ask for less (a narrower query, a range, a smaller page)"
+                    )
+                return _truncate(current, cap, size)
+        return changed
+
+    def concurrency(self, tool: str) -> int | None:
+        """The lowest cap of the ``Concurrency`` rules matching ``tool``."""
+        caps = [c.max for c in self.rules.concurrency if matches_any(tool, c.tools)]
+        return min(caps) if caps else None
+
+    # -- facts folded from the log -------------------------------------------------------
+
+    def facts(self, run: PolicyContext) -> _Facts:
+        """The facts of ``run``'s log, brought up to date."""
+        events = run.events
+        cache = self._facts
+        facts = cache.get(run.run_id)
+        if facts is not None:
+            seen = facts.seen
+            if seen > len(events) or (seen and events[seen - 1].hash != facts.last_hash):
+                facts = None  # another log under the same id: start over
+            else:
+                cache.move_to_end(run.run_id)
+        if facts is None:
+            facts = _Facts()
+            cache[run.run_id] = facts
+            if len(cache) > _MAX_RUNS:
+                cache.popitem(last=False)
+        if facts.seen < len(events):
+            self._fold(facts, events, run)
+        return facts
+
+    def _fold(self, facts: _Facts, events: Sequence[Event], run: PolicyContext) -> None:
+        for index in range(facts.seen, len(events)):
+            event = events[index]
+            match event:
+                case ToolCallRequested():
+                    facts.tool_of[event.call_id] = event.tool
+                case PolicyDecided() if (
+                    event.decision == "allow" and event.tool not in CONTROL_TOOLS
+                ):
+                    facts.calls.setdefault(event.tool, []).append(event.at)
+                case ApprovalGiven() if event.approved and event.arguments is None:
+                    tool = facts.tool_of.get(event.call_id)
+                    if tool is not None:
+                        facts.calls.setdefault(tool, []).append(event.at)
+                case ToolCallFinished() if not event.synthetic:
+                    definition = run.tools.get(event.tool)
+                    if definition is None or self.annotations(definition).is_open_world:
+                        facts.tainted[event.tool] = None
+                case _:
+                    pass
+        facts.seen = len(events)
+        facts.last_hash = events[-1].hash
+
+
+def _run_calls(facts: _Facts, limit: RateLimit, name: str, events: Sequence[Event]) -> int:
+    tools = [name] if limit.each_tool else [t for t in facts.calls if matches_any(t, limit.tools)]
+    if limit.per_seconds is None:
+        return sum(len(facts.calls.get(t, ())) for t in tools)
+    horizon = events[-1].at - timedelta(seconds=limit.per_seconds)
+    return sum(1 for t in tools for at in facts.calls.get(t, ()) if at > horizon)
+
+
+def _result_size(result: ToolResult) -> int:
+    size = sum(len(b.text.encode()) for b in result.content if isinstance(b, TextBlock))
+    if result.structured is not None:
+        size += len(orjson.dumps(result.structured))
+    return size
+
+
+def _truncate(result: ToolResult, cap: int, size: int) -> ToolResult:
+    budget = cap
+    blocks: list[TextBlock] = []
+    for block in result.content:
+        if not isinstance(block, TextBlock) or budget <= 0:
+            continue
+        data = block.text.encode()
+        blocks.append(TextBlock(text=data[:budget].decode(errors="ignore")))
+        budget -= len(data)
+    note = (
+        f"[truncated by the policy: the result was {size} bytes, the limit is {cap}; "
+        "ask for a smaller part if you need more]"
+    )
+    blocks.append(TextBlock(text=note))
+    return replace(result, content=tuple(blocks), structured=None)
+
+
+def _filter_result(flt: ContentFilter, result: ToolResult) -> ToolResult | None:
+    text = content_text(result.content)
+    if result.structured is not None:
+        text += "\n" + orjson.dumps(result.structured).decode()
+    found = flt.first_match(text)
+    if found is None:
+        return None
+    regex = flt.regex
+    if flt.result_action == "redact" and regex is not None and not flt.checks:
+        blocks = tuple(
+            TextBlock(text=regex.sub("[FILTERED]", b.text)) if isinstance(b, TextBlock) else b
+            for b in result.content
+        )
+        return replace(result, content=blocks, structured=None)
+    reason = flt.reason or f"it contains {found}"
+    return ToolResult.error(f"the result was withheld by the policy ({flt.label}): {reason}")
