@@ -11,6 +11,7 @@ from tether import Event, ModelRetry, tool
 from tether.codec import compute_hash
 from tether.events import (
     GENESIS_HASH,
+    ApprovalGiven,
     ModelResponded,
     PolicyDecided,
     RunFinished,
@@ -73,6 +74,9 @@ def assert_protocol_valid(events: Sequence[Event]) -> None:
                 assert event.call_id in requested, f"decision before intent for {event.call_id}"
                 if event.decision == "allow":
                     allowed.add(event.call_id)
+            case ApprovalGiven():
+                if event.approved and event.arguments is None:
+                    allowed.add(event.call_id)  # a human's approval is the allow
             case ToolCallFinished() | ToolCallUnknown():
                 results[event.call_id] += 1
                 if isinstance(event, ToolCallFinished) and not event.synthetic:

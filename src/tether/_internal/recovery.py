@@ -45,6 +45,12 @@ class Recovery(Approving[OutputT]):
             raise ConfigError(f"run {self.run_id!r} has no run_started event to resume from")
         self._restart_clock(events)
         finished = st.finished
+        if self._approvals and (finished is None or finished.status != "waiting_for_approval"):
+            where = "has not stopped" if finished is None else f"ended {finished.status}"
+            raise UserError(
+                f"run {self.run_id!r} does not wait for approvals (it {where}); approvals "
+                "apply only to the calls a waiting run lists (resume it without approvals)"
+            )
         if finished is not None:
             if finished.status == "waiting_for_user":
                 if self._answer is None:
