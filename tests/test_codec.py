@@ -136,7 +136,7 @@ async def test_jsonl_files_round_trip_and_name_the_bad_line(tmp_path: Path) -> N
 
 
 def test_event_kinds_are_unique_and_complete() -> None:
-    assert len(EVENT_TYPES) == 21
+    assert len(EVENT_TYPES) == 22
     for kind, cls in EVENT_TYPES.items():
         assert cls.__dataclass_fields__["kind"].default == kind
         names = [f.name for f in dataclasses.fields(cls)]

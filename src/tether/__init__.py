@@ -25,7 +25,11 @@ from tether.loop import AgentRun
 from tether.messages import ToolCall
 from tether.models.base import Model, ModelRequest, ModelResponse, ModelSettings
 from tether.outcome import RunOutcome, RunStatus
-from tether.policy.base import Policy, PolicyDecision
+from tether.policy.approvals import Approval
+from tether.policy.base import AllowAll, Policy, PolicyDecision
+from tether.policy.gate import RulePolicy
+from tether.policy.redaction import Redactor
+from tether.policy.rules import Rules, allow, deny, require_approval
 from tether.state import RunState, fold
 from tether.tools.base import Tool, ToolAnnotations, ToolContext, ToolDefinition
 from tether.tools.function import tool
@@ -36,6 +40,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentRun",
+    "AllowAll",
+    "Approval",
     "ApprovalRequired",
     "ConfigError",
     "ContentBlock",
@@ -52,7 +58,10 @@ __all__ = [
     "ModelSettings",
     "Policy",
     "PolicyDecision",
+    "Redactor",
     "ResourceBlock",
+    "RulePolicy",
+    "Rules",
     "RunError",
     "RunOutcome",
     "RunState",
@@ -68,6 +77,9 @@ __all__ = [
     "Usage",
     "UserError",
     "__version__",
+    "allow",
+    "deny",
     "fold",
+    "require_approval",
     "tool",
 ]

@@ -26,6 +26,7 @@ from tether.outcome import RunOutcome
 from tether.policy.approvals import Approval
 from tether.policy.base import Policy
 from tether.policy.gate import RulePolicy
+from tether.policy.redaction import Redactor
 from tether.retry import Backoff
 from tether.stores.base import RunStore
 from tether.tools.base import Tool, ToolDefinition
@@ -120,6 +121,10 @@ class Agent(Generic[OutputT]):
     """Where runs are durable: every commit is appended under a lease; ``resume`` reads here."""
     max_recoveries: int = 3
     """Crash recoveries of one run before it is parked as ``failed``."""
+    redactor: Redactor | None = field(default_factory=Redactor)
+    """Removes secrets (and, if configured, personal data) from every event before it is
+    recorded; ``Redactor(personal=True)`` adds emails, card and phone numbers. ``None``
+    turns redaction off."""
     backoff: Backoff = field(default_factory=Backoff)
     """Back-off between retries of transient model failures."""
     spec: AgentSpec[OutputT] = field(init=False, repr=False, compare=False)

@@ -43,6 +43,7 @@ __all__ = [
     "PlanMade",
     "PlanRevised",
     "PolicyDecided",
+    "Redacted",
     "Reflected",
     "RetryPrompted",
     "RunFinished",
@@ -409,6 +410,23 @@ class UserReplied(EventBase):
 
 
 @frozen(slots=False)
+class Redacted(EventBase):
+    """Secrets or personal data were removed from an event before it was recorded."""
+
+    kind: Literal["redacted"] = "redacted"
+    """Discriminator."""
+    of_seq: int
+    """The event that was redacted: the one just before this one (for ``run_finished``,
+    which stays the last event, the one just after)."""
+    fields: tuple[str, ...]
+    """Where: the paths of the fields that changed, e.g. ``tool_calls[0].arguments.key``."""
+    kinds: tuple[str, ...]
+    """What kinds of data, e.g. ``openai_key``, ``email`` (never the data itself)."""
+    count: int
+    """How many matches were replaced."""
+
+
+@frozen(slots=False)
 class RunFinished(EventBase):
     """The run ended; this is always the last event of an ended run."""
 
@@ -455,6 +473,7 @@ Event: TypeAlias = (
     | LimitReached
     | RunResumed
     | UserReplied
+    | Redacted
     | RunFinished
 )
 """Any event."""
@@ -482,6 +501,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         LimitReached,
         RunResumed,
         UserReplied,
+        Redacted,
         RunFinished,
     )
 }

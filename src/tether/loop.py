@@ -111,7 +111,9 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         self._model = model
         self._clock = clock
         self._state = StateBuilder()
-        self._journal = Journal(run_id, clock=clock, sinks=sinks, on_event=self._state.apply)
+        self._journal = Journal(
+            run_id, clock=clock, sinks=sinks, on_event=self._state.apply, redactor=agent.redactor
+        )
         self._add = self._journal.add
         self._agent_ref = agent_ref
         self._tags = tuple(tags)

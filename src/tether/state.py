@@ -28,6 +28,7 @@ from tether.events import (
     PlanMade,
     PlanRevised,
     PolicyDecided,
+    Redacted,
     Reflected,
     RetryPrompted,
     RunFinished,
@@ -237,6 +238,7 @@ class StateBuilder:
             case (
                 RunResumed()
                 | UserReplied()
+                | Redacted()
                 | ApprovalRequested()
                 | PlanMade()
                 | PlanRevised()

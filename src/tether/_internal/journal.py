@@ -15,7 +15,8 @@ from tether._internal.clock import Clock, now_of
 from tether._internal.sealed import remember as _remember
 from tether.codec import _hashed_fields as _getters  # pyright: ignore[reportPrivateUsage]
 from tether.codec import hashed_fields
-from tether.events import GENESIS_HASH, Event
+from tether.events import GENESIS_HASH, Event, Redacted, RunFinished
+from tether.policy.redaction import Redaction, Redactor
 
 if TYPE_CHECKING:
     from tether.stores.base import Lease, RunStore
@@ -23,6 +24,24 @@ if TYPE_CHECKING:
 __all__ = ["EventSink", "Journal", "JsonlSink", "StoreSink"]
 
 E = TypeVar("E", bound=Event)
+
+_NOT_REDACTED = frozenset(
+    {
+        "kind",
+        "run_id",
+        "seq",
+        "at",
+        "prev_hash",
+        "hash",
+        "call_id",
+        "request_digest",
+        "spec_digest",
+        "arguments_hash",
+        "of_seq",
+    }
+)
+"""Fields that hold only tether's own identifiers, times and hashes."""
+_BASE_FIELDS = frozenset({"kind", "run_id", "seq", "at", "prev_hash", "hash"})
 
 _dumps = orjson.dumps
 _sha256 = hashlib.sha256
@@ -85,6 +104,7 @@ class Journal:
         "_now",
         "_on_event",
         "_pending",
+        "_redactor",
         "clock",
         "events",
         "prev_hash",
@@ -101,8 +121,10 @@ class Journal:
         sinks: Sequence[EventSink] = (),
         prefix: Sequence[Event] = (),
         on_event: Callable[[Event], None] | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.run_id = run_id
+        self._redactor = redactor if redactor is not None and redactor.active else None
         self.clock = clock
         self._now = now_of(clock)
         self.sinks = tuple(sinks)
@@ -123,7 +145,20 @@ class Journal:
             at = self._batch_at = self._now()
         event = cls(run_id=self.run_id, seq=self.seq, at=at, prev_hash=self.prev_hash, **fields)
         getter = _getters.get(cls) or hashed_fields(cls)
-        digest = _sha256(_dumps(getter(event))).hexdigest()
+        payload = _dumps(getter(event))
+        redactor = self._redactor
+        found: Redaction | None = None
+        if redactor is not None and redactor.might_match(payload):
+            found = redactor.redact_event_fields(event, _NOT_REDACTED)
+            if found is not None and cls is RunFinished:  # the outcome stays the last event
+                kept = {k: v for k, v in event.__dict__.items() if k not in _BASE_FIELDS}
+                self._record_redaction(found, self.seq + 1)
+                event = cls(
+                    run_id=self.run_id, seq=self.seq, at=at, prev_hash=self.prev_hash, **kept
+                )
+                found = None
+            payload = _dumps(getter(event))
+        digest = _sha256(payload).hexdigest()
         _seal(event, "hash", digest)  # sealed before anyone else sees it
         _remember(event)
         self.seq += 1
@@ -132,7 +167,26 @@ class Journal:
         self._pending.append(event)
         if self._on_event is not None:
             self._on_event(event)
+        if found is not None:
+            self._record_redaction(found, event.seq)
         return event
+
+    def _record_redaction(self, found: Redaction, of_seq: int) -> None:
+        """Record what was redacted and where, never the data.
+
+        It goes right after the redacted event, or, for the run's outcome, right before it.
+        """
+        redactor, self._redactor = self._redactor, None
+        try:
+            self.add(
+                Redacted,
+                of_seq=of_seq,
+                fields=tuple(found.fields),
+                kinds=tuple(found.kinds),
+                count=found.count,
+            )
+        finally:
+            self._redactor = redactor
 
     @property
     def has_pending(self) -> bool:

@@ -21,6 +21,7 @@ from tether.events import (
     PlanMade,
     PlanRevised,
     PolicyDecided,
+    Redacted,
     Reflected,
     RetryPrompted,
     RunFinished,
@@ -103,6 +104,11 @@ def describe(event: Event) -> str:  # noqa: C901 - one case per event kind
             return f"[bold]run resumed[/] after {event.reason}{attempt} by {event.owner}"
         case UserReplied():
             return f"user replied {short(event.text)!r}"
+        case Redacted():
+            where = ", ".join(event.fields)
+            return (
+                f"[magenta]redacted[/] {', '.join(event.kinds)} in event {event.of_seq} ({where})"
+            )
         case RunFinished():
             color = (
                 "green"

@@ -5,9 +5,11 @@ arguments, risk defaults by the tools' annotations, rate limits, concurrency cap
 content filters and the provenance rule. ``AllowAll`` turns the gate off.
 """
 
+from tether.policy.approvals import Approval
 from tether.policy.base import AllowAll, Policy, PolicyContext, PolicyDecision
 from tether.policy.config import load_rules, rules_from_mapping
 from tether.policy.gate import RulePolicy, effective_annotations
+from tether.policy.redaction import Redactor
 from tether.policy.rules import (
     ArgCondition,
     Concurrency,
@@ -26,6 +28,7 @@ from tether.policy.rules import (
 
 __all__ = [
     "AllowAll",
+    "Approval",
     "ArgCondition",
     "Concurrency",
     "ContentFilter",
@@ -34,6 +37,7 @@ __all__ = [
     "PolicyDecision",
     "Provenance",
     "RateLimit",
+    "Redactor",
     "RiskDefaults",
     "Rule",
     "RulePolicy",

@@ -1,0 +1,224 @@
+"""Redaction: secrets (and, when enabled, personal data) never reach the log.
+
+Every event passes the run's ``Redactor`` before it is sealed, so nothing written from it —
+the store, a JSONL log or export, the console, a trace — ever holds the secret; what the
+model sees next is folded from the same redacted events. Each redaction is recorded as a
+``redacted`` event naming the event, the fields and the kinds of data (never the data).
+
+The check is cheap when there is nothing to find: one regex search over the JSON the
+journal encodes anyway for the hash; only a hit walks the event's fields.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import fields, is_dataclass, replace
+from typing import Any, cast
+
+from tether.errors import ConfigError
+
+__all__ = ["PERSONAL_PATTERNS", "SECRET_PATTERNS", "Redaction", "Redactor"]
+
+SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
+    (
+        "private_key",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[\s\S]*)",
+    ),
+    ("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
+    ("openai_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
+    ("aws_access_key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
+    ("slack_token", r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
+    ("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}"),
+    ("stripe_key", r"\b[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"),
+    ("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    ("bearer_token", r"(?i)(?<=bearer )[A-Za-z0-9._~+/-]{16,}=*"),
+    # the password of user:password@host in any URL (the user and host stay readable)
+    ("url_password", r"(?i)(?<=://)(?:[^/\s:@\"]+):([^/\s@\"]+)(?=@)"),
+    (
+        "password",
+        r"(?i)(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)"
+        r"[\"']?\s*[=:]\s*"
+        r"(?:\"([^\"\n]{1,200})\"|'([^'\n]{1,200})'|(?!\[REDACTED)([^\s\"'&,;]{4,}))",
+    ),
+)
+"""Secrets redacted by default: ``(kind, regex)``; a regex with groups redacts only the group
+that matched (the value, not the name before it)."""
+
+PERSONAL_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
+    ("card_number", r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])"),
+    ("phone", r"(?<![\w+])\+?(?:\d[\s.()-]{0,2}){8,14}\d(?!\w)"),
+)
+"""Personal data, redacted when ``Redactor(personal=True)``."""
+
+
+def _luhn(digits: str) -> bool:
+    total, parity = 0, len(digits) % 2
+    for index, char in enumerate(digits):
+        number = int(char)
+        if index % 2 == parity:
+            number *= 2
+            if number > 9:
+                number -= 9
+        total += number
+    return total % 10 == 0
+
+
+def _accept(kind: str, text: str) -> bool:
+    """Second checks a regex cannot do (so that 16 random digits are not a card)."""
+    if kind == "card_number":
+        digits = re.sub(r"\D", "", text)
+        return 13 <= len(digits) <= 19 and _luhn(digits)
+    if kind == "phone":
+        return 9 <= sum(c.isdigit() for c in text) <= 15
+    return True
+
+
+class Redaction:
+    """What one event's redaction found: the fields (paths) and the kinds, never the data."""
+
+    __slots__ = ("count", "fields", "kinds")
+
+    def __init__(self) -> None:
+        self.fields: list[str] = []
+        self.kinds: dict[str, None] = {}
+        self.count = 0
+
+
+class Redactor:
+    """Finds secrets (and optionally personal data) in text and replaces them with markers.
+
+    Args:
+        secrets: Redact ``SECRET_PATTERNS`` (API keys, tokens, private keys, URL passwords).
+        personal: Also redact ``PERSONAL_PATTERNS`` (emails, card numbers, phone numbers).
+        patterns: More ``(kind, regex)`` pairs; a regex with a group redacts only group 1.
+        callables: Functions ``text -> text`` that return the text with their own redactions
+            (a changed result counts as kind ``custom:<function name>``).
+    """
+
+    def __init__(
+        self,
+        *,
+        secrets: bool = True,
+        personal: bool = False,
+        patterns: Sequence[tuple[str, str]] = (),
+        callables: Sequence[Callable[[str], str]] = (),
+    ) -> None:
+        chosen = [*(SECRET_PATTERNS if secrets else ()), *(PERSONAL_PATTERNS if personal else ())]
+        chosen.extend(patterns)
+        compiled: list[tuple[str, re.Pattern[str]]] = []
+        for kind, pattern in chosen:
+            try:
+                compiled.append((kind, re.compile(pattern)))
+            except re.error as exc:
+                raise ConfigError(
+                    f"redaction pattern {kind!r} is not a valid regex: {exc}"
+                ) from None
+        self._patterns = tuple(compiled)
+        self._callables = tuple(callables)
+        # One search over an event's JSON bytes finds out whether any field needs a look.
+        # It is looser than the patterns (JSON escapes may sit inside a match), never stricter.
+        self._probe = (
+            re.compile("|".join(_loosen(p) for _, p in chosen).encode())
+            if chosen
+            else None
+        )
+        self.active = bool(chosen or callables)
+
+    def __repr__(self) -> str:
+        kinds = ", ".join(k for k, _ in self._patterns)
+        return f"Redactor({kinds}; {len(self._callables)} callables)"
+
+    def might_match(self, encoded: bytes) -> bool:
+        """Whether ``encoded`` (an event's JSON) may hold something to redact."""
+        if self._callables:
+            return True
+        probe = self._probe
+        return probe is not None and probe.search(encoded) is not None
+
+    def redact_text(self, text: str, found: Redaction | None = None) -> str:
+        """``text`` with every match replaced by ``[REDACTED:kind]``."""
+        for kind, regex in self._patterns:
+            text = regex.sub(lambda m, k=kind: self._replace(m, k, found), text)
+        for function in self._callables:
+            changed = function(text)
+            if changed != text:
+                if found is not None:
+                    found.kinds[f"custom:{getattr(function, '__name__', 'callable')}"] = None
+                    found.count += 1
+                text = changed
+        return text
+
+    def _replace(self, match: re.Match[str], kind: str, found: Redaction | None) -> str:
+        whole = match.group(0)
+        if not _accept(kind, whole):
+            return whole
+        if found is not None:
+            found.kinds[kind] = None
+            found.count += 1
+        marker = f"[REDACTED:{kind}]"
+        group = match.lastindex  # a pattern with groups redacts only the one that matched
+        if group is None:
+            return marker
+        if match.group(group).startswith("[REDACTED:"):
+            return whole
+        start, end = match.span(group)
+        offset = match.start(0)
+        return whole[: start - offset] + marker + whole[end - offset :]
+
+    def redact_event_fields(self, event: object, skip: frozenset[str]) -> Redaction | None:
+        """Redact a freshly built (not yet shared) event in place; ``None`` if nothing was found.
+
+        ``skip`` names fields that hold only tether's own identifiers and hashes.
+        """
+        found = Redaction()
+        for spec in fields(cast(Any, event)):
+            if spec.name in skip:
+                continue
+            current = getattr(event, spec.name)
+            new = self.redact_value(current, spec.name, found)
+            if new is not current and new != current:
+                object.__setattr__(event, spec.name, new)
+        return found if found.count else None
+
+    def redact_value(self, value: Any, path: str, found: Redaction) -> Any:
+        """``value`` with its strings redacted (dataclasses, dicts, lists and tuples walked)."""
+        if isinstance(value, str):
+            before = found.count
+            text = self.redact_text(value, found)
+            if found.count != before:
+                found.fields.append(path)
+            return text
+        if isinstance(value, Mapping):
+            items = cast(Mapping[str, Any], value)
+            return {k: self.redact_value(v, f"{path}.{k}", found) for k, v in items.items()}
+        if isinstance(value, list | tuple):
+            items = cast(Iterable[Any], value)
+            out = [self.redact_value(v, f"{path}[{i}]", found) for i, v in enumerate(items)]
+            return tuple(out) if isinstance(value, tuple) else out
+        if is_dataclass(value) and not isinstance(value, type):
+            changes: dict[str, Any] = {}
+            for spec in fields(value):
+                current = getattr(value, spec.name)
+                new = self.redact_value(
+                    current, f"{path}.{spec.name}" if path else spec.name, found
+                )
+                if new is not current and new != current:
+                    changes[spec.name] = new
+            return replace(value, **changes) if changes else value
+        return value
+
+
+def _loosen(pattern: str) -> str:
+    """A pattern for JSON bytes: a lookbehind becomes plain text (a negative one is dropped).
+
+    JSON escapes cannot hide a match from it: the characters the patterns match are never
+    escaped by JSON, and the dropped assertions only make it match more.
+    """
+    pattern = re.sub(r"\(\?<=([^)]*)\)", r"(?:\1)", pattern)
+    pattern = re.sub(r"\(\?<![^)]*\)", "", pattern)
+    if pattern.startswith("(?i)"):  # a global flag must become a scoped one inside "|"
+        return f"(?i:{pattern[4:]})"
+    return f"(?:{pattern})"

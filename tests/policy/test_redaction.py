@@ -1,0 +1,223 @@
+"""Redaction: secrets never reach the log, a JSONL file, the store, an export or the console."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from tether import Agent, tool
+from tether.cli.app import app
+from tether.codec import encode_event, read_jsonl
+from tether.errors import ConfigError
+from tether.events import Redacted
+from tether.outcome import RunOutcome
+from tether.policy.redaction import Redactor
+from tether.replay import replay
+from tether.stores import SqliteStore
+from tether.testing import ScriptedModel, call, finish
+
+SECRETS = {
+    "openai_key": "sk-proj-Abcdefghijklmnopqrstuvwxyz012345",
+    "anthropic_key": "sk-ant-api03-abcdefghijklmnopqrstuvwxyz",
+    "aws_access_key": "AKIAIOSFODNN7EXAMPLE",
+    "github_token": "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "slack_token": "xoxb-1234567890-abcdefghij",
+    "google_api_key": "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+    "stripe_key": "sk_live_abcdefghijklmnop1234",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTYifQ.abcdefghijklmnopqrstuv",
+}
+
+
+@pytest.mark.parametrize(("kind", "secret"), sorted(SECRETS.items()))
+def test_each_kind_of_secret_is_replaced_by_a_marker(kind: str, secret: str) -> None:
+    text = f"here it is: {secret} (keep it safe)"
+    out = Redactor().redact_text(text)
+    assert secret not in out
+    assert out == f"here it is: [REDACTED:{kind}] (keep it safe)"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "postgres://app:hunter22@db:5432/x",
+            "postgres://app:[REDACTED:url_password]@db:5432/x",
+        ),
+        ("password = 'correct horse'", "password = '[REDACTED:password]'"),
+        ('PASSWD: "a b c" and more', 'PASSWD: "[REDACTED:password]" and more'),
+        ('{"api_key": "s3cr3t-value"}', '{"api_key": "[REDACTED:password]"}'),
+        (
+            "Authorization: Bearer abcdefghijklmnop.qrstu",
+            "Authorization: Bearer [REDACTED:bearer_token]",
+        ),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\nafter",
+            "[REDACTED:private_key]\nafter",
+        ),
+        ("-----BEGIN OPENSSH PRIVATE KEY-----\ncut off here", "[REDACTED:private_key]"),
+    ],
+)
+def test_passwords_tokens_and_keys_in_context(text: str, expected: str) -> None:
+    assert Redactor().redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the password is required",  # the word alone
+        "sha256 " + "ab12" * 16,  # hashes and ids stay readable
+        "run 01JD3K9ZQ4W5X6Y7Z8A9B0C1D2 call call_0_1",
+        "https://example.com/path?q=1",
+        "mail bob@example.com, call +1 415 555 2671, card 4111 1111 1111 1111",  # personal: off
+    ],
+)
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert Redactor().redact_text(text) == text
+
+
+def test_personal_data_is_redacted_when_enabled() -> None:
+    redactor = Redactor(personal=True)
+    text = "mail bob@example.com, call +1 415 555 2671, card 4111 1111 1111 1111, order 1234567812345678"
+    assert redactor.redact_text(text) == (
+        "mail [REDACTED:email], call [REDACTED:phone], card [REDACTED:card_number], "
+        "order 1234567812345678"  # 16 digits that fail the Luhn check are not a card
+    )
+
+
+def test_custom_patterns_and_callables() -> None:
+    def employee_ids(text: str) -> str:
+        return re.sub(r"EMP-\d+", "EMP-***", text)
+
+    redactor = Redactor(patterns=[("ticket", r"TKT-\d{4}")], callables=[employee_ids])
+    assert redactor.redact_text("TKT-1234 for EMP-77") == "[REDACTED:ticket] for EMP-***"
+    with pytest.raises(ConfigError, match="not a valid regex"):
+        Redactor(patterns=[("bad", "(")])
+
+
+_SECRET_TEXT = st.sampled_from(sorted(SECRETS.values()))
+_NOISE = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+
+
+@settings(max_examples=300)
+@given(before=_NOISE, secret=_SECRET_TEXT, after=_NOISE)
+def test_an_embedded_secret_never_survives_and_the_json_probe_sees_it(
+    before: str, secret: str, after: str
+) -> None:
+    redactor = Redactor()
+    text = f"{before} {secret} {after}"
+    out = redactor.redact_text(text)
+    assert secret not in out
+    assert redactor.might_match(orjson.dumps({"text": text}))  # the fast path never skips it
+    assert redactor.redact_text(out) == out  # redacting twice changes nothing more
+
+
+@settings(max_examples=300)
+@given(text=_NOISE)
+def test_the_probe_is_never_stricter_than_the_patterns(text: str) -> None:
+    redactor = Redactor(personal=True)
+    if redactor.redact_text(text) != text:
+        assert redactor.might_match(orjson.dumps([text]))
+
+
+KEY = SECRETS["openai_key"]
+TOKEN = SECRETS["github_token"]
+
+
+@tool(read_only=True, open_world=False)
+def read_env(name: str) -> str:
+    """Reads a setting.
+
+    Args:
+        name: Which setting.
+    """
+    return f"{name}={KEY} and db postgres://app:hunter22@db/x"
+
+
+def leaky_agent(tmp_path: Path, store: SqliteStore | None = None) -> Agent:
+    return Agent(
+        name="leaky",
+        model=ScriptedModel([call("read_env", name=f"token {TOKEN}"), finish(f"the key is {KEY}")]),
+        tools=[read_env],
+        log_dir=tmp_path / "runs",
+        store=store,
+    )
+
+
+def test_secrets_reach_neither_the_log_the_store_the_export_nor_the_console(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "t.db"
+
+    async def go() -> RunOutcome[str]:
+        store = SqliteStore(db)
+        try:
+            return await leaky_agent(tmp_path, store).run(f"use {TOKEN} to read OPENAI_API_KEY")
+        finally:
+            await store.close()
+
+    outcome = asyncio.run(go())
+    assert outcome.status == "finished"
+    assert outcome.answer == "the key is [REDACTED:openai_key]"
+    everything = b"\n".join(encode_event(e) for e in outcome.events)
+    log = (tmp_path / "runs" / f"{outcome.run_id}.jsonl").read_bytes()
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("t.db*") if p.is_file())
+    runner = CliRunner()
+    shown = runner.invoke(app, ["show", outcome.run_id, "--db", str(db)])
+    exported = runner.invoke(app, ["export", outcome.run_id, "--db", str(db)])
+    assert shown.exit_code == 0, shown.output
+    assert exported.exit_code == 0, exported.output
+    for where in (everything, log, stored, shown.output.encode(), exported.output.encode()):
+        for secret in (KEY, TOKEN, "hunter22"):
+            assert secret.encode() not in where
+    marks = [e for e in outcome.events if isinstance(e, Redacted)]
+    assert [(m.of_seq, m.fields, m.kinds) for m in marks] == [
+        (0, ("goal",), ("github_token",)),
+        (2, ("tool_calls[0].arguments.name",), ("github_token",)),
+        (4, ("arguments.name",), ("github_token",)),
+        (7, ("content[0].text",), ("openai_key", "github_token", "url_password")),
+        (9, ("tool_calls[0].arguments.answer",), ("openai_key",)),
+        (11, ("arguments.answer",), ("openai_key",)),
+        (16, ("output", "answer"), ("openai_key",)),
+    ]
+    assert outcome.events[-1].kind == "run_finished"
+    assert "[REDACTED:" in shown.output
+
+
+async def test_the_tool_still_gets_the_real_arguments(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    @tool(read_only=True, open_world=False)
+    def echo(text: str) -> str:
+        """Echoes.
+
+        Args:
+            text: The text.
+        """
+        seen.append(text)
+        return "ok"
+
+    agent = Agent(model=ScriptedModel([call("echo", text=KEY), finish("done")]), tools=[echo])
+    outcome = await agent.run("echo it")
+    assert seen == [KEY]  # redaction guards what is written, not what the tool receives
+    assert KEY.encode() not in b"".join(encode_event(e) for e in outcome.events)
+
+
+async def test_a_redacted_log_replays_without_divergence(tmp_path: Path) -> None:
+    outcome = await leaky_agent(tmp_path).run(f"use {TOKEN}")
+    events = read_jsonl(tmp_path / "runs" / f"{outcome.run_id}.jsonl")
+    report = await replay(events, agent=leaky_agent(tmp_path / "again"))
+    assert report.ok, report.divergence
+
+
+async def test_redaction_can_be_turned_off(tmp_path: Path) -> None:
+    agent = Agent(model=ScriptedModel([finish(f"the key is {KEY}")]), redactor=None)
+    outcome = await agent.run("go")
+    assert outcome.answer == f"the key is {KEY}"
+    assert not any(isinstance(e, Redacted) for e in outcome.events)
