@@ -5,21 +5,19 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from tether.cli.driving import drive, report
 from tether.cli.model_commands import model_app
-from tether.cli.render import describe
+from tether.cli.safety_commands import safety_app
 from tether.cli.store_commands import store_app
 from tether.codec import read_jsonl
-from tether.errors import ConfigError, TetherError
-from tether.events import Event, ModelResponded, RunFinished, RunStarted, ToolCallRequested
+from tether.errors import TetherError
 from tether.limits import Limits
-from tether.loop import AgentRun
-from tether.outcome import RunOutcome
 
 __all__ = ["app", "main"]
 
@@ -31,6 +29,7 @@ app = typer.Typer(
 )
 app.add_typer(store_app)  # runs, show, export, import, prune (tether.cli.store_commands)
 app.add_typer(model_app)  # models (tether.cli.model_commands)
+app.add_typer(safety_app)  # approve, audit (tether.cli.safety_commands)
 out = Console()
 err = Console(stderr=True)
 
@@ -42,78 +41,6 @@ def _log_dir(option: Path | None, disabled: bool) -> Path | None:
     if disabled:
         return None
     return option or Path(os.environ.get("TETHER_LOG_DIR") or DEFAULT_LOG_DIR)
-
-
-class _Status:
-    """The live status line: step k/N, phase, tool, tokens."""
-
-    def __init__(self, max_steps: int) -> None:
-        self.max_steps = max_steps
-        self.step = 0
-        self.tokens = 0
-        self.phase = "starting"
-
-    def update(self, event: Event) -> str:
-        if isinstance(event, ModelResponded):
-            self.step = event.step
-            self.tokens += event.usage.input_tokens + event.usage.output_tokens
-            self.phase = "answering" if event.final else "model answered"
-        elif isinstance(event, ToolCallRequested):
-            self.phase = f"tool {event.tool}"
-        elif isinstance(event, RunStarted):
-            self.phase = "thinking"
-        elif isinstance(event, RunFinished):
-            self.phase = event.status
-        else:
-            self.phase = event.kind.replace("_", " ")
-        return f"step {self.step}/{self.max_steps} · {self.phase} · {self.tokens} tokens"
-
-
-async def _drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutcome[Any]:
-    status = _Status(max_steps)
-    with err.status("starting…", spinner="dots") as live:
-        async for event in run:
-            live.update(escape(status.update(event)))
-            if verbose:
-                err.print(f"[dim]{event.seq:>3}[/] {describe(event)}")
-    return run.outcome
-
-
-def _report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> None:
-    if as_json:
-        import orjson
-
-        out.print_json(
-            orjson.dumps(
-                {
-                    "run_id": outcome.run_id,
-                    "status": outcome.status,
-                    "answer": outcome.answer,
-                    "steps": outcome.steps,
-                    "tool_calls": outcome.tool_calls,
-                    "usage": outcome.usage,
-                    "error": outcome.error,
-                    "limit": outcome.limit,
-                }
-            ).decode()
-        )
-        return
-    if outcome.answer:
-        out.print(escape(outcome.answer), soft_wrap=True)
-    color = "green" if outcome.success else "red"
-    detail = f" ({outcome.limit})" if outcome.limit else ""
-    if outcome.error is not None:
-        detail += f": {outcome.error.type}: {outcome.error.message}"
-    u = outcome.usage
-    cost = "unknown" if u.cost is None else f"${u.cost:.4f}"
-    err.print(
-        f"[{color}]{outcome.status}[/]{escape(detail)} · {outcome.steps} steps · {outcome.tool_calls} tool calls · "
-        f"{u.input_tokens}+{u.output_tokens} tokens · cost {cost} · {outcome.duration_s:.2f}s"
-    )
-    for warning in outcome.warnings:
-        err.print(f"[yellow]warning:[/] {escape(warning)}")
-    if log_dir is not None:
-        err.print(f"[dim]log: {log_dir / (outcome.run_id + '.jsonl')}[/]")
 
 
 def _fail(exc: TetherError) -> typer.Exit:
@@ -148,6 +75,13 @@ def _run(
     no_store: Annotated[
         bool, typer.Option("--no-store", help="Do not make the run durable (no resume).")
     ] = False,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            help="A policy TOML file (default: the agent's own policy, else tether's safe default).",
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Run an agent on a goal, with a live status line; exit 0 only if it finished.
 
@@ -170,15 +104,19 @@ def _run(
         agent = replace(
             agent, model=model or agent.model, limits=limits, log_dir=directory, store=store
         )
+        if policy is not None:
+            from tether.policy.gate import RulePolicy
+
+            agent = replace(agent, policy=RulePolicy.from_toml(policy))
         stream = agent.stream(goal, agent_ref=agent_ref)
-        outcome = asyncio.run(_drive(stream, verbose=verbose, max_steps=limits.max_steps))
+        outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=limits.max_steps))
     except TetherError as exc:
         raise _fail(exc) from None
     finally:
         if store is not None:
             asyncio.run(store.close())
-    _report(outcome, directory, as_json)
-    if store is not None and not outcome.success and outcome.status != "failed":
+    report(outcome, directory, as_json)
+    if store is not None and outcome.status in ("waiting_for_user", "cancelled"):
         err.print(f"[dim]continue it with: tether resume {outcome.run_id}[/]")
     raise typer.Exit(0 if outcome.success else 1)
 
@@ -203,47 +141,31 @@ def _resume(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Print every new event as it is committed.")
     ] = False,
+    policy: Annotated[
+        Path | None,
+        typer.Option(help="A policy TOML file (default: the agent's own policy).", dir_okay=False),
+    ] = None,
 ) -> None:
     """Continue a stored run: after a crash, or with the answer it waits for.
 
     Completed model turns and tool calls are never repeated; a side-effecting call that was
     in flight at a crash is re-run only if that is safe, else recorded as unknown.
     """
-    from dataclasses import replace
+    from tether.cli.continuing import continue_run
 
-    from tether.cli.store_commands import open_store, resolve_run_id
-    from tether.events import RunStarted
-    from tether.models.registry import resolve_model
-    from tether.replay import load_agent
-
-    store = None
     try:
-        store = open_store(db)
-        run_id = asyncio.run(resolve_run_id(store, run))
-        started = asyncio.run(store.read(run_id))[0]
-        if not isinstance(started, RunStarted):
-            raise ConfigError(f"run {run_id!r} does not begin with run_started")
-        ref = agent_ref or started.agent_ref
-        if ref is None:
-            raise ConfigError(
-                "the run does not record which agent ran it: pass --agent package.module:attr"
-            )
-        agent = replace(load_agent(ref), store=store, limits=started.limits)
-        chosen = model
-        if chosen is None:
-            try:
-                resolve_model(started.model)
-                chosen = started.model
-            except TetherError:
-                chosen = None  # fall back to the agent's own model
-        stream = agent.resume_stream(run_id, answer=answer, model=chosen)
-        outcome = asyncio.run(_drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
+        outcome = continue_run(
+            run,
+            db=db,
+            agent_ref=agent_ref,
+            model=model,
+            policy=policy,
+            verbose=verbose,
+            answer=answer,
+        )
     except TetherError as exc:
         raise _fail(exc) from None
-    finally:
-        if store is not None:
-            asyncio.run(store.close())
-    _report(outcome, None, False)
+    report(outcome, None, False)
     raise typer.Exit(0 if outcome.success else 1)
 
 
@@ -265,8 +187,8 @@ def _demo(
         f"[dim]goal:[/] {DEMO_GOAL}\n[dim]model: a scripted stand-in (deterministic, not a language model)[/]"
     )
     stream = agent.stream(DEMO_GOAL, agent_ref="tether.examples.demo:demo_agent")
-    outcome = asyncio.run(_drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
-    _report(outcome, directory, False)
+    outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
+    report(outcome, directory, False)
     raise typer.Exit(0 if outcome.success else 1)
 
 

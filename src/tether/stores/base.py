@@ -189,6 +189,16 @@ class RunStore(ABC):
     async def delete(self, run_ids: Sequence[str]) -> int:
         """Delete runs and their logs; returns how many existed."""
 
+    async def read_encoded(self, run_id: str) -> list[bytes]:
+        """A run's events as stored (their JSON), unchecked: what an audit verifies.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        from tether.codec import encode_event
+
+        return [encode_event(e) for e in await self.read(run_id)]
+
     async def info(self, run_id: str) -> RunInfo:
         """The index row of one run.
 

@@ -1,0 +1,70 @@
+"""Continuing a stored run from the command line (``tether resume``, ``tether approve``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tether.cli.driving import drive
+from tether.errors import ConfigError, TetherError
+from tether.events import Event, RunStarted
+from tether.outcome import RunOutcome
+from tether.policy.approvals import Approval
+
+__all__ = ["continue_run"]
+
+Decide = Callable[[str, list[Event]], Sequence[Approval]]
+"""Given the run id and its log, the approvals to resume with."""
+
+
+def continue_run(
+    run: str,
+    *,
+    db: Path | None,
+    agent_ref: str | None,
+    model: str | None,
+    policy: Path | None,
+    verbose: bool,
+    answer: str | None = None,
+    decide: Decide | None = None,
+) -> RunOutcome[Any]:
+    """Resume a stored run with the agent that ran it; ``TetherError`` for the caller to show.
+
+    The agent is the one the run recorded (``--agent`` overrides), with the run's limits;
+    the model is the recorded one when it still resolves, else the agent's own.
+    """
+    from tether.cli.store_commands import open_store, resolve_run_id
+    from tether.models.registry import resolve_model
+    from tether.policy.gate import RulePolicy
+    from tether.replay import load_agent
+
+    store = open_store(db)
+    try:
+        run_id = asyncio.run(resolve_run_id(store, run))
+        events = asyncio.run(store.read(run_id))
+        started = events[0]
+        if not isinstance(started, RunStarted):
+            raise ConfigError(f"run {run_id!r} does not begin with run_started")
+        ref = agent_ref or started.agent_ref
+        if ref is None:
+            raise ConfigError(
+                "the run does not record which agent ran it: pass --agent package.module:attr"
+            )
+        agent = replace(load_agent(ref), store=store, limits=started.limits)
+        if policy is not None:
+            agent = replace(agent, policy=RulePolicy.from_toml(policy))
+        chosen = model
+        if chosen is None:
+            try:
+                resolve_model(started.model)
+                chosen = started.model
+            except TetherError:
+                chosen = None  # fall back to the agent's own model
+        approvals = decide(run_id, events) if decide is not None else ()
+        stream = agent.resume_stream(run_id, answer=answer, approvals=approvals, model=chosen)
+        return asyncio.run(drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
+    finally:
+        asyncio.run(store.close())

@@ -1,0 +1,103 @@
+"""Driving a run from the command line: the live status line and the closing report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.markup import escape
+
+from tether.cli.render import describe
+from tether.events import Event, ModelResponded, RunFinished, RunStarted, ToolCallRequested
+from tether.loop import AgentRun
+from tether.outcome import RunOutcome
+
+__all__ = ["drive", "report"]
+
+out = Console()
+err = Console(stderr=True)
+
+
+class _Status:
+    """The live status line: step k/N, phase, tool, tokens."""
+
+    def __init__(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+        self.step = 0
+        self.tokens = 0
+        self.phase = "starting"
+
+    def update(self, event: Event) -> str:
+        if isinstance(event, ModelResponded):
+            self.step = event.step
+            self.tokens += event.usage.input_tokens + event.usage.output_tokens
+            self.phase = "answering" if event.final else "model answered"
+        elif isinstance(event, ToolCallRequested):
+            self.phase = f"tool {event.tool}"
+        elif isinstance(event, RunStarted):
+            self.phase = "thinking"
+        elif isinstance(event, RunFinished):
+            self.phase = event.status
+        else:
+            self.phase = event.kind.replace("_", " ")
+        return f"step {self.step}/{self.max_steps} · {self.phase} · {self.tokens} tokens"
+
+
+async def drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutcome[Any]:
+    """Consume a run with a live status line (and every event, when ``verbose``)."""
+    status = _Status(max_steps)
+    with err.status("starting…", spinner="dots") as live:
+        async for event in run:
+            live.update(escape(status.update(event)))
+            if verbose:
+                err.print(f"[dim]{event.seq:>3}[/] {describe(event)}")
+    return run.outcome
+
+
+def report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> None:
+    """The answer on stdout; status, usage, pending approvals and warnings on stderr."""
+    if as_json:
+        out.print_json(
+            orjson.dumps(
+                {
+                    "run_id": outcome.run_id,
+                    "status": outcome.status,
+                    "answer": outcome.answer,
+                    "steps": outcome.steps,
+                    "tool_calls": outcome.tool_calls,
+                    "usage": outcome.usage,
+                    "error": outcome.error,
+                    "limit": outcome.limit,
+                }
+            ).decode()
+        )
+        return
+    if outcome.answer:
+        out.print(escape(outcome.answer), soft_wrap=True)
+    color = "green" if outcome.success else "red"
+    detail = f" ({outcome.limit})" if outcome.limit else ""
+    if outcome.error is not None:
+        detail += f": {outcome.error.type}: {outcome.error.message}"
+    u = outcome.usage
+    cost = "unknown" if u.cost is None else f"${u.cost:.4f}"
+    err.print(
+        f"[{color}]{outcome.status}[/]{escape(detail)} · {outcome.steps} steps · {outcome.tool_calls} tool calls · "
+        f"{u.input_tokens}+{u.output_tokens} tokens · cost {cost} · {outcome.duration_s:.2f}s"
+    )
+    for pending in outcome.pending:
+        shown = orjson.dumps(pending.arguments).decode()
+        err.print(
+            f"[yellow]waiting for approval[/] {pending.call_id}: {escape(pending.tool)} "
+            f"{escape(shown)} [dim]({escape(pending.rule)}: {escape(pending.reason)})[/]"
+        )
+    if outcome.pending:
+        err.print(
+            f"[dim]decide with: tether approve {outcome.run_id} CALL [--deny --reason ...] "
+            "(or --all)[/]"
+        )
+    for warning in outcome.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
+    if log_dir is not None:
+        err.print(f"[dim]log: {log_dir / (outcome.run_id + '.jsonl')}[/]")

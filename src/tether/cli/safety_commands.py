@@ -1,0 +1,217 @@
+"""``tether approve`` and ``tether audit``: humans in the loop, and checking a log's integrity."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, cast
+
+import orjson
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tether.errors import TetherError, UserError
+from tether.events import ApprovalGiven, ApprovalRequested, Event
+from tether.jsontypes import JsonObject
+from tether.policy.approvals import Approval
+from tether.policy.audit import AuditReport, audit_encoded
+
+__all__ = ["safety_app"]
+
+safety_app = typer.Typer()
+"""The commands of this module; ``tether.cli.app`` merges them into ``tether``."""
+out = Console()
+err = Console(stderr=True)
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--db",
+        help="The run store's SQLite file (default: $TETHER_DB, else .tether/tether.db).",
+        dir_okay=False,
+    ),
+]
+
+
+def _waiting(events: list[Event]) -> dict[str, ApprovalRequested]:
+    requested: dict[str, ApprovalRequested] = {}
+    for event in events:
+        if isinstance(event, ApprovalRequested):
+            requested[event.call_id] = event
+        elif isinstance(event, ApprovalGiven):
+            requested.pop(event.call_id, None)
+    return requested
+
+
+@safety_app.command("approve")
+def _approve(
+    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix of it).")],
+    calls: Annotated[
+        list[str] | None,
+        typer.Argument(help="The pending calls to decide (ids; see `tether show RUN`)."),
+    ] = None,
+    all_calls: Annotated[
+        bool, typer.Option("--all", help="Decide every call the run waits for.")
+    ] = False,
+    deny: Annotated[bool, typer.Option("--deny", help="Deny instead of approving.")] = False,
+    reason: Annotated[str, typer.Option(help="Why (the model reads it for a denial).")] = "",
+    args: Annotated[
+        str | None,
+        typer.Option(
+            "--args",
+            help="Edited arguments as a JSON object (one call only); the policy checks them again.",
+        ),
+    ] = None,
+    by: Annotated[str, typer.Option(help="Who decides (recorded in the log).")] = "",
+    db: DbOption = None,
+    agent_ref: Annotated[
+        str | None,
+        typer.Option("--agent", help="module:attribute of the Agent (default: the recorded one)."),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model string (default: the recorded model, if it resolves).")
+    ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(help="A policy TOML file (default: the agent's own policy).", dir_okay=False),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Print every new event as it is committed.")
+    ] = False,
+) -> None:
+    """Approve (or --deny) calls a run waits for, then continue the run.
+
+    Each decision binds to the run, the call and the exact arguments the log shows (their
+    hash). Calls left undecided keep the run waiting; decide them in a later `approve`.
+    """
+    from tether.cli.continuing import continue_run
+    from tether.cli.driving import report
+
+    edited: JsonObject | None = None
+    if args is not None:
+        try:
+            parsed = orjson.loads(args)
+        except orjson.JSONDecodeError as exc:
+            raise _fail(UserError(f"--args is not valid JSON: {exc}")) from None
+        if not isinstance(parsed, dict):
+            raise _fail(UserError("--args must be a JSON object of the tool's arguments"))
+        if deny:
+            raise _fail(UserError("--args edits what is approved; it cannot go with --deny"))
+        edited = cast(JsonObject, parsed)
+
+    def decide(run_id: str, events: list[Event]) -> list[Approval]:
+        waiting = _waiting(events)
+        chosen = list(waiting) if all_calls else list(calls or [])
+        if not chosen:
+            listing = ", ".join(f"{c} ({r.tool})" for c, r in waiting.items()) or "none"
+            raise UserError(f"name the calls to decide, or --all; pending: {listing}")
+        if edited is not None and len(chosen) != 1:
+            raise UserError("--args edits one call: name exactly one")
+        decisions: list[Approval] = []
+        for call_id in chosen:
+            request = waiting.get(call_id)
+            decisions.append(
+                Approval(
+                    call_id=call_id,
+                    approved=not deny,
+                    run_id=run_id,
+                    arguments_hash=request.arguments_hash if request is not None else None,
+                    arguments=edited,
+                    by=by,
+                    reason=reason,
+                )
+            )
+            if request is not None:
+                verb = "deny" if deny else "approve"
+                shown = orjson.dumps(edited if edited is not None else request.arguments).decode()
+                err.print(f"[dim]{verb} {call_id}: {request.tool} {escape(shown)}[/]")
+        return decisions
+
+    try:
+        outcome = continue_run(
+            run,
+            db=db,
+            agent_ref=agent_ref,
+            model=model,
+            policy=policy,
+            verbose=verbose,
+            decide=decide,
+        )
+    except TetherError as exc:
+        raise _fail(exc) from None
+    report(outcome, None, False)
+    raise typer.Exit(0 if outcome.success else 1)
+
+
+@safety_app.command("audit")
+def _audit(
+    run: Annotated[
+        str, typer.Argument(help="A run id (or unique prefix) in the store, or a .jsonl log.")
+    ],
+    db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Verify a run's hash chain and list every policy decision and approval.
+
+    Exits 0 when the chain verifies, 1 naming the first bad event when the log was edited,
+    reordered or cut (a cut at the very end shows only against the store's index).
+    """
+    try:
+        result = _audit_report(run, db)
+    except TetherError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        out.print_json(orjson.dumps(result).decode())
+    else:
+        _print_report(result)
+    raise typer.Exit(0 if result.ok else 1)
+
+
+def _audit_report(run: str, db: Path | None) -> AuditReport:
+    path = Path(run)
+    if path.suffix == ".jsonl" and path.is_file():
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+        return audit_encoded(lines)
+    from tether.cli.store_commands import open_store, resolve_run_id
+
+    async def go() -> AuditReport:
+        store = open_store(db)
+        try:
+            run_id = await resolve_run_id(store, run)
+            lines = await store.read_encoded(run_id)
+            expected = (await store.info(run_id)).events
+            return audit_encoded(lines, expected_events=expected)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def _print_report(result: AuditReport) -> None:
+    table = Table(title=f"decisions in run {result.run_id}", show_lines=False)
+    for column in ("seq", "event", "call", "tool", "decision", "why / who"):
+        table.add_column(column)
+    for entry in result.entries:
+        table.add_row(
+            str(entry.seq),
+            entry.kind,
+            entry.call_id,
+            entry.tool,
+            entry.decision,
+            escape(entry.detail),
+        )
+    out.print(table)
+    if result.ok:
+        err.print(f"[green]chain verified[/]: {result.events} events; last hash {result.last_hash}")
+    else:
+        err.print(
+            f"[red]tampered[/]: first bad event at seq {result.bad_seq}: "
+            f"{escape(result.problem or '')}"
+        )
+
+
+def _fail(exc: TetherError) -> typer.Exit:
+    err.print(f"[red]error:[/] {escape(str(exc))}")
+    return typer.Exit(2)
