@@ -46,6 +46,44 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
 """Secrets redacted by default: ``(kind, regex)``; a regex with groups redacts only the group
 that matched (the value, not the name before it)."""
 
+_SECRET_WORDS = tuple(
+    word.encode()
+    for word in (
+        "private key",
+        "sk-",
+        "akia",
+        "asia",
+        "ghp_",
+        "gho_",
+        "ghu_",
+        "ghs_",
+        "ghr_",
+        "github_pat_",
+        "xox",
+        "aiza",
+        "k_live_",
+        "k_test_",
+        "eyj",
+        "bearer ",
+        "://",
+        "password",
+        "passwd",
+        "pwd",
+        "secret",
+        "api_key",
+        "api-key",
+        "apikey",
+        "access_token",
+        "access-token",
+        "accesstoken",
+        "auth_token",
+        "auth-token",
+        "authtoken",
+    )
+)
+"""Lower-case literals one of which every match of ``SECRET_PATTERNS`` contains."""
+_SECRET_WORD = re.compile(b"|".join(re.escape(word) for word in _SECRET_WORDS))
+
 PERSONAL_PATTERNS: tuple[tuple[str, str], ...] = (
     ("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
     ("card_number", r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])"),
@@ -118,12 +156,19 @@ class Redactor:
                 ) from None
         self._patterns = tuple(compiled)
         self._callables = tuple(callables)
-        # One search over an event's JSON bytes finds out whether any field needs a look.
-        # It is looser than the patterns (JSON escapes may sit inside a match), never stricter.
-        self._probe = (
-            re.compile("|".join(_loosen(p) for _, p in chosen).encode())
-            if chosen
+        # Whether an event needs a look is decided on its JSON bytes, which the journal
+        # encodes anyway. Every built-in secret contains one of a few literals, so a handful
+        # of substring checks settle the common case; only a hit pays for the regexes. The
+        # probes are looser than the patterns (JSON escapes may sit inside a match), never
+        # stricter.
+        others = [*(PERSONAL_PATTERNS if personal else ()), *patterns]
+        self._secret_probe = (
+            re.compile("|".join(_loosen(p) for _, p in SECRET_PATTERNS).encode())
+            if secrets
             else None
+        )
+        self._other_probe = (
+            re.compile("|".join(_loosen(p) for _, p in others).encode()) if others else None
         )
         self.active = bool(chosen or callables)
 
@@ -135,8 +180,15 @@ class Redactor:
         """Whether ``encoded`` (an event's JSON) may hold something to redact."""
         if self._callables:
             return True
-        probe = self._probe
-        return probe is not None and probe.search(encoded) is not None
+        other = self._other_probe
+        if other is not None and other.search(encoded) is not None:
+            return True
+        probe = self._secret_probe
+        if probe is None:
+            return False
+        return (
+            _SECRET_WORD.search(encoded.lower()) is not None and probe.search(encoded) is not None
+        )
 
     def redact_text(self, text: str, found: Redaction | None = None) -> str:
         """``text`` with every match replaced by ``[REDACTED:kind]``."""
