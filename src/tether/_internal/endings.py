@@ -237,13 +237,30 @@ class Endings(RunBase[OutputT]):
         )
 
     def _warnings(self, usage: Usage) -> tuple[str, ...]:
+        warnings: list[str] = []
         max_cost = self._spec.limits.max_cost
         if max_cost is not None and usage.cost is None:
-            return (
+            warnings.append(
                 f"max_cost ({max_cost:g} USD) was not enforced: this run's cost is unknown "
-                "(a model without a known price; pass price=... to its adapter)",
+                "(a model without a known price; pass price=... to its adapter)"
             )
-        return ()
+        defaulted = sorted(
+            {
+                e.tool
+                for e in self._journal.events
+                if isinstance(e, PolicyDecided)
+                and e.decision == "deny"
+                and e.rule.startswith("default:")
+            }
+        )
+        if defaulted:
+            warnings.append(
+                f"the default policy denied calls to {', '.join(defaulted)}: tools that are "
+                "unannotated, destructive or open-world are denied unless allowed. Annotate "
+                "them (@tool(read_only=True, open_world=False)) or allow them: "
+                "Agent(policy=RulePolicy(None, allow([...])))"
+            )
+        return tuple(warnings)
 
 
 def error_info(exc: BaseException, timeout_message: str) -> ErrorInfo:
