@@ -6,7 +6,8 @@ Calls run in parallel up to a cap, and each gets exactly one result, in call ord
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, cast
 from weakref import WeakKeyDictionary
 
@@ -82,23 +83,26 @@ async def run_tool(
 
 async def _capped(
     slot: asyncio.Semaphore,
-    work: Awaitable[tuple[ToolResult, str | None]],
+    work: Callable[[float | None], Awaitable[tuple[ToolResult, str | None]]],
     timeout: float | None,
     tool: Tool,
 ) -> tuple[ToolResult, str | None]:
-    """Run ``work`` holding a concurrency slot; waiting for it counts against ``timeout``."""
-    coroutine = cast(Coroutine[Any, Any, tuple[ToolResult, str | None]], work)
+    """Run ``work`` holding a concurrency slot; waiting for it counts against ``timeout``.
+
+    ``work`` gets what is left of ``timeout`` once the slot is held.
+    """
+    started = time.monotonic()
     try:
         async with asyncio.timeout(timeout):
             await slot.acquire()
     except TimeoutError:
-        coroutine.close()
         return ToolResult.error(
             f"{tool.name} did not get a turn within {timeout:g}s: the policy caps how many "
             "calls of it run at once and all were busy"
         ), "timeout"
     try:
-        return await coroutine
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        return await work(left)
     finally:
         slot.release()
 
@@ -282,7 +286,9 @@ class ToolCalls(RunBase[OutputT]):
             ), "filtered"
         if replacement is None:
             return result, error_type
-        return replacement, ("filtered" if replacement.is_error else error_type)
+        # a result the policy withheld is "filtered"; a trimmed one keeps its own error type
+        withheld = replacement.is_error and not result.is_error
+        return replacement, ("filtered" if withheld else error_type)
 
     async def _execute_inline(self, planned: list[Planned]) -> None:
         """Record every result of a turn with at most one call to run (the common case)."""
@@ -378,8 +384,12 @@ class ToolCalls(RunBase[OutputT]):
                 if slot is None:
                     result, error_type = await runner(tool, item.call, ctx, item.arguments, timeout)
                 else:
+                    arguments = item.arguments
                     result, error_type = await _capped(
-                        slot, runner(tool, item.call, ctx, item.arguments, timeout), timeout, tool
+                        slot,
+                        lambda left: runner(tool, item.call, ctx, arguments, left),
+                        timeout,
+                        tool,
                     )
             except Exception as exc:  # a custom runner failed; the run must not
                 result, error_type = tool_error(tool, exc, None)

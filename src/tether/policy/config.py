@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable, Mapping
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -102,6 +103,8 @@ def load_rules(path: str | Path) -> Rules:
         raise ConfigError(f"no policy file at {file}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file} is not valid TOML: {exc}") from None
+    except OSError as exc:  # a directory, no permission, ...
+        raise ConfigError(f"cannot read the policy file {file}: {exc}") from None
     return rules_from_mapping(data, source=str(file))
 
 
@@ -306,6 +309,13 @@ def _build(
             values[key] = schema[key](raw)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {key} {exc}") from None
+    missing = sorted(
+        f.name
+        for f in fields(cast(Any, cls))
+        if f.default is MISSING and f.default_factory is MISSING and f.name not in values
+    )
+    if missing:
+        raise ConfigError(f"{where}: {', '.join(missing)} is required")
     try:
         return cls(**values)
     except ConfigError as exc:
@@ -328,29 +338,31 @@ def _rules(data: Mapping[str, Any], key: str, make: Callable[..., Rule], source:
             raise ConfigError(f"{where}: when must be an array of inline tables")
         conditions: list[ArgCondition] = []
         for j, raw in enumerate(cast(list[object], when_raw)):
-            cond = _table(raw, f"{where}: when[{j}]")
-            _known(cond, _CONDITION, f"{where}: when[{j}]")
+            at = f"{where}: when[{j}]"
+            cond = _table(raw, at)
+            _known(cond, _CONDITION, at)
             if "arg" not in cond:
-                raise ConfigError(f"{where}: when[{j}]: arg is required (the argument's path)")
+                raise ConfigError(f"{at}: arg is required (the argument's path)")
+            path = _checked(_text, cond["arg"], at, "arg")
+            op = _checked(_text, cond.get("op", "eq"), at, "op")
             try:
-                conditions.append(
-                    ArgCondition(
-                        path=_text(cond["arg"]),
-                        op=cond.get("op", "eq"),
-                        value=cond.get("value"),
-                    )
-                )
+                conditions.append(ArgCondition(path=path, op=op, value=cond.get("value")))  # pyright: ignore[reportArgumentType]
             except ConfigError as exc:
-                raise ConfigError(f"{where}: when[{j}]: {exc}") from None
-        out.append(
-            make(
-                tools,
-                when=conditions,
-                reason=_text(table.get("reason", "")),
-                name=_text(table.get("name", "")),
-            )
-        )
+                raise ConfigError(f"{at}: op/value: {exc}") from None
+        reason = _checked(_text, table.get("reason", ""), where, "reason")
+        name = _checked(_text, table.get("name", ""), where, "name")
+        try:
+            out.append(make(tools, when=conditions, reason=reason, name=name))
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: tools: {exc}") from None
     return out
+
+
+def _checked(check: Callable[[object], T], value: object, where: str, key: str) -> T:
+    try:
+        return check(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {key} {exc}") from None
 
 
 def _trust(table: Mapping[str, Any], where: str) -> Trust:
@@ -364,4 +376,5 @@ def _trust(table: Mapping[str, Any], where: str) -> Trust:
                 hints[hint] = _boolean(table[hint])
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {hint} {exc}") from None
-    return Trust(tools=_globs(table["tools"]), annotations=ToolAnnotations(**hints))
+    tools = _checked(_globs, table["tools"], where, "tools")
+    return Trust(tools=tools, annotations=ToolAnnotations(**hints))

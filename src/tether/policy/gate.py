@@ -18,9 +18,10 @@ from pathlib import Path
 
 import orjson
 
-from tether.content import TextBlock, ToolResult, content_text
+from tether.content import ContentBlock, ResourceBlock, TextBlock, ToolResult, content_text
 from tether.events import (
     ApprovalGiven,
+    Decision,
     Event,
     PolicyDecided,
     ToolCallFinished,
@@ -47,6 +48,18 @@ _SAFE = PolicyDecision(
     reason="read-only or declared harmless, and closed-world: allowed by default",
 )
 _MAX_RUNS = 1024  # runs whose derived facts are kept (a run rebuilds them from its log)
+_STRICTNESS: dict[Decision, int] = {"allow": 0, "needs_approval": 1, "deny": 2}
+
+
+def _outside(base: bool | None, claim: bool | None, danger: bool) -> bool | None:
+    """One hint of an outside tool: the baseline, changed only by a claim of ``danger``.
+
+    Silence (``None``) from outside is no claim: the baseline stands. An unknown baseline
+    stays unknown (the worst case).
+    """
+    if base is None or claim is None:
+        return base
+    return claim if claim is danger else base
 
 
 def effective_annotations(
@@ -64,7 +77,15 @@ def effective_annotations(
             break
     if tool.origin is None:
         return base if base is not None else tool.annotations
-    return (base if base is not None else _UNANNOTATED).tightened(tool.annotations)
+    if base is None:
+        return _UNANNOTATED  # the worst case already: no outside claim makes it worse
+    claimed = tool.annotations
+    return ToolAnnotations(
+        read_only=_outside(base.read_only, claimed.read_only, danger=False),
+        destructive=_outside(base.destructive, claimed.destructive, danger=True),
+        idempotent=_outside(base.idempotent, claimed.idempotent, danger=False),
+        open_world=_outside(base.open_world, claimed.open_world, danger=True),
+    )
 
 
 class _Facts:
@@ -87,7 +108,9 @@ class RulePolicy(Policy):
     unannotated ones; once untrusted output is in the context, side effects need approval.
     """
 
-    def __init__(self, rules: Rules | None = None, *more: Rule) -> None:
+    def __init__(self, rules: Rules | Rule | None = None, *more: Rule) -> None:
+        if isinstance(rules, Rule):  # RulePolicy(deny("x"), allow("y"))
+            rules, more = None, (rules, *more)
         base = rules or Rules()
         if more:
             base = base + Rules(rules=more)
@@ -98,7 +121,8 @@ class RulePolicy(Policy):
         self._arg_filters = [f for f in base.filters if f.on in ("arguments", "both")]
         self._result_filters = [f for f in base.filters if f.on in ("results", "both")]
         self._trust = [(t.tools, t.annotations) for t in base.trust]
-        self._annotations: dict[str, tuple[ToolDefinition, ToolAnnotations]] = {}
+        self._process_limits = any(r.scope == "process" for r in base.rate_limits)
+        self._annotations: dict[str, tuple[ToolDefinition, ToolAnnotations, PolicyDecision]] = {}
         self._facts: OrderedDict[str, _Facts] = OrderedDict()
         self._windows: dict[tuple[int, str], deque[float]] = {}
 
@@ -116,12 +140,19 @@ class RulePolicy(Policy):
 
     def annotations(self, tool: ToolDefinition) -> ToolAnnotations:
         """The annotations this policy believes for ``tool``."""
+        return self._believed(tool)[1]
+
+    def _believed(
+        self, tool: ToolDefinition
+    ) -> tuple[ToolDefinition, ToolAnnotations, PolicyDecision]:
+        """The tool, its believed annotations and its risk default (cached per definition)."""
         cached = self._annotations.get(tool.name)
         if cached is not None and cached[0] is tool:
-            return cached[1]
+            return cached
         believed = effective_annotations(tool, self._trust)
-        self._annotations[tool.name] = (tool, believed)
-        return believed
+        entry = (tool, believed, self._by_risk(tool.name, believed))
+        self._annotations[tool.name] = entry
+        return entry
 
     # -- deciding ----------------------------------------------------------------------
 
@@ -131,7 +162,7 @@ class RulePolicy(Policy):
         if name in CONTROL_TOOLS:
             return _CONTROL
         decision = self._decide(call, tool, run)
-        if decision.decision == "allow":
+        if self._process_limits and decision.decision == "allow":
             self._count_process_call(name)
         return decision
 
@@ -150,7 +181,8 @@ class RulePolicy(Policy):
                     rule="max_argument_bytes",
                     reason=f"the arguments are {len(raw)} bytes; the policy allows {cap}",
                 )
-            text = raw.decode()
+            if self._arg_filters:
+                text = raw.decode()
         for flt in self._arg_filters:
             if text is not None and matches_any(name, flt.tools):
                 found = flt.first_match(text)
@@ -172,32 +204,44 @@ class RulePolicy(Policy):
                 return PolicyDecision(
                     decision="needs_approval", rule=rule.label, reason=rule.reason
                 )
-        believed = self.annotations(tool)
+        _, believed, by_risk = self._believed(tool)
         provenance = rules.provenance
+        tainted: PolicyDecision | None = None
         if (
             provenance.enabled
             and not believed.is_read_only
             and not matches_any(name, provenance.allow)
         ):
-            tainted = self.facts(run).tainted
-            if tainted:
-                sources = ", ".join(tainted)
-                return PolicyDecision(
+            sources = self.facts(run).tainted
+            if sources:
+                tainted = PolicyDecision(
                     decision=provenance.decision,
                     rule="provenance",
                     reason=(
-                        f"output of {sources} (open-world, untrusted) is in the context and "
-                        f"{name} is not read-only: a human must confirm this call was asked "
-                        "for by the user, not by that output"
+                        f"output of {', '.join(sources)} (open-world, untrusted) is in the "
+                        f"context and {name} is not read-only: a human must confirm this call "
+                        "was asked for by the user, not by that output"
                     ),
                 )
         for rule in self._allow:
             if rule.matches(name, arguments):
+                if tainted is not None:
+                    return tainted
                 return PolicyDecision(decision="allow", rule=rule.label, reason=rule.reason)
-        return self._by_risk(name, believed)
+        if tainted is not None and (_STRICTNESS[by_risk.decision] <= _STRICTNESS[tainted.decision]):
+            return tainted  # provenance tightens the risk default, never loosens it
+        return by_risk
 
     def _by_risk(self, name: str, believed: ToolAnnotations) -> PolicyDecision:
         risk = self.rules.risk
+        destructive, open_world = believed.is_destructive, believed.is_open_world
+        if (
+            believed != _UNANNOTATED
+            and destructive
+            and open_world
+            and _STRICTNESS[risk.open_world] > _STRICTNESS[risk.destructive]
+        ):
+            destructive = False  # both apply: the stricter default decides
         if believed == _UNANNOTATED:
             return PolicyDecision(
                 decision=risk.unannotated,
@@ -208,7 +252,7 @@ class RulePolicy(Policy):
                     f"open_world=False)) or allow it in the policy (allow('{name}'))"
                 ),
             )
-        if believed.is_destructive:
+        if destructive:
             return PolicyDecision(
                 decision=risk.destructive,
                 rule="default:destructive",
@@ -218,7 +262,7 @@ class RulePolicy(Policy):
                     "require approval for it"
                 ),
             )
-        if believed.is_open_world:
+        if open_world:
             return PolicyDecision(
                 decision=risk.open_world,
                 rule="default:open_world",
@@ -283,7 +327,7 @@ class RulePolicy(Policy):
         changed: ToolResult | None = None
         for flt in self._result_filters:
             if matches_any(name, flt.tools):
-                current = changed or result
+                current = result if changed is None else changed
                 updated = _filter_result(flt, current)
                 if updated is not None:
                     changed = updated
@@ -292,8 +336,8 @@ class RulePolicy(Policy):
         sizes = self.rules.sizes
         cap = sizes.max_result_bytes
         if cap is not None:
-            current = changed or result
-            size = _result_size(current)
+            current = result if changed is None else changed
+            size = _result_size(current, cap)
             if size > cap:
                 if sizes.large_results == "error":
                     return ToolResult.error(
@@ -358,25 +402,54 @@ def _run_calls(facts: _Facts, limit: RateLimit, name: str, events: Sequence[Even
     tools = [name] if limit.each_tool else [t for t in facts.calls if matches_any(t, limit.tools)]
     if limit.per_seconds is None:
         return sum(len(facts.calls.get(t, ())) for t in tools)
+    if not events:
+        return 0
     horizon = events[-1].at - timedelta(seconds=limit.per_seconds)
     return sum(1 for t in tools for at in facts.calls.get(t, ()) if at > horizon)
 
 
-def _result_size(result: ToolResult) -> int:
-    size = sum(len(b.text.encode()) for b in result.content if isinstance(b, TextBlock))
-    if result.structured is not None:
-        size += len(orjson.dumps(result.structured))
+def _text_of(block: ContentBlock) -> str | None:
+    """The text a block carries (a text block's, a resource's), or None (images)."""
+    if type(block) is TextBlock or isinstance(block, TextBlock):
+        return block.text
+    if isinstance(block, ResourceBlock):
+        return block.text
+    return None
+
+
+def _result_size(result: ToolResult, cap: int) -> int:
+    """The result's size in bytes: exact when it may be over ``cap``, else an upper bound."""
+    chars = 0
+    for block in result.content:
+        text = _text_of(block)
+        if text is not None:
+            chars += len(text)
+    structured = result.structured
+    size = 0 if structured is None else len(orjson.dumps(structured))
+    if 4 * chars + size <= cap:  # UTF-8: at most 4 bytes a character; no need to encode
+        return 4 * chars + size
+    for block in result.content:
+        text = _text_of(block)
+        if text is not None:
+            size += len(text.encode())
     return size
 
 
 def _truncate(result: ToolResult, cap: int, size: int) -> ToolResult:
     budget = cap
-    blocks: list[TextBlock] = []
+    blocks: list[ContentBlock] = []
     for block in result.content:
-        if not isinstance(block, TextBlock) or budget <= 0:
+        text = _text_of(block)
+        if text is None:
+            blocks.append(block)  # images and links are not text: kept, not counted
             continue
-        data = block.text.encode()
-        blocks.append(TextBlock(text=data[:budget].decode(errors="ignore")))
+        if budget <= 0:
+            continue
+        data = text.encode()
+        cut = data[:budget].decode(errors="ignore")
+        blocks.append(
+            replace(block, text=cut) if isinstance(block, ResourceBlock) else TextBlock(text=cut)
+        )
         budget -= len(data)
     note = (
         f"[truncated by the policy: the result was {size} bytes, the limit is {cap}; "
@@ -393,12 +466,26 @@ def _filter_result(flt: ContentFilter, result: ToolResult) -> ToolResult | None:
     found = flt.first_match(text)
     if found is None:
         return None
-    regex = flt.regex
-    if flt.result_action == "redact" and regex is not None and not flt.checks:
-        blocks = tuple(
-            TextBlock(text=regex.sub("[FILTERED]", b.text)) if isinstance(b, TextBlock) else b
-            for b in result.content
+    if flt.result_action == "redact" and flt.regexes and not flt.checks:
+        redacted = replace(
+            result, content=tuple(_redact(flt, b) for b in result.content), structured=None
         )
-        return replace(result, content=blocks, structured=None)
+        if flt.first_match(content_text(redacted.content)) is None:
+            return redacted
+        # a match left over (across blocks, or in the marker itself): withhold it all
     reason = flt.reason or f"it contains {found}"
     return ToolResult.error(f"the result was withheld by the policy ({flt.label}): {reason}")
+
+
+def _redact(flt: ContentFilter, block: ContentBlock) -> ContentBlock:
+    if isinstance(block, TextBlock):
+        return TextBlock(text=_sub_all(flt, block.text))
+    if isinstance(block, ResourceBlock) and block.text is not None:
+        return replace(block, text=_sub_all(flt, block.text))
+    return block
+
+
+def _sub_all(flt: ContentFilter, text: str) -> str:
+    for regex in flt.regexes:
+        text = regex.sub("[FILTERED]", text)
+    return text

@@ -12,10 +12,11 @@ How a call is decided, first match wins (the strictest outcome comes first):
 4. a rate limit is reached -> deny
 5. a ``require_approval`` rule matches -> needs_approval
 6. provenance: untrusted (open-world) output is in the context and the tool is not
-   read-only -> needs_approval (unless ``Provenance.allow`` names the tool)
+   read-only -> needs_approval (unless ``Provenance.allow`` names the tool); it never
+   loosens: a call that no allow rule matches and the risk defaults deny stays denied
 7. an ``allow`` rule matches -> allow
-8. the tool's risk (``RiskDefaults``): destructive, open-world or unannotated -> the
-   configured default (deny unless changed)
+8. the tool's risk (``RiskDefaults``): unannotated -> its default; else destructive and
+   open-world -> the stricter of the two defaults that apply (deny unless changed)
 9. otherwise (read-only or declared harmless, closed-world) -> allow
 """
 
@@ -23,10 +24,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from fnmatch import fnmatchcase
 from functools import cached_property
-from typing import Literal, TypeAlias, cast
+from typing import Literal, TypeAlias, TypeVar, cast
 
 from tether.errors import ConfigError
 from tether.events import Decision
@@ -70,7 +71,10 @@ ArgOp: TypeAlias = Literal[
 """How an argument is compared with a rule's value."""
 
 _OPS: frozenset[str] = frozenset(ArgOp.__args__)  # pyright: ignore[reportAttributeAccessIssue]
+_TEXT_OPS = frozenset({"glob", "regex", "startswith"})
+_NUMBER_OPS = frozenset({"lt", "le", "gt", "ge"})
 _MISSING = object()
+_INDEX = re.compile(r"-?[0-9]+")
 
 
 def matches_any(name: str, patterns: Sequence[str]) -> bool:
@@ -84,7 +88,7 @@ def _lookup(arguments: Mapping[str, JsonValue], path: str) -> object:
     for part in path.split("."):
         if isinstance(value, Mapping):
             value = cast(Mapping[str, object], value).get(part, _MISSING)
-        elif isinstance(value, list | tuple) and part.lstrip("-").isdigit():
+        elif isinstance(value, list | tuple) and _INDEX.fullmatch(part):
             items = cast(Sequence[object], value)
             index = int(part)
             value = items[index] if -len(items) <= index < len(items) else _MISSING
@@ -97,6 +101,35 @@ def _lookup(arguments: Mapping[str, JsonValue], path: str) -> object:
 
 def _as_text(value: object) -> str:
     return value if isinstance(value, str) else repr(value)
+
+
+def _same(a: object, b: object) -> bool:
+    """JSON equality: ``true`` is not ``1`` (Python's ``True == 1`` would let it match)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        xs, ys = cast(Sequence[object], a), cast(Sequence[object], b)
+        return len(xs) == len(ys) and all(_same(x, y) for x, y in zip(xs, ys, strict=True))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        ma, mb = cast(Mapping[object, object], a), cast(Mapping[object, object], b)
+        return ma.keys() == mb.keys() and all(_same(ma[k], mb[k]) for k in ma)
+    return a == b
+
+
+def _member(item: object, items: object) -> bool:
+    return any(_same(item, x) for x in cast(Sequence[object], items))
+
+
+def _globs(value: str | Sequence[str]) -> tuple[str, ...]:
+    """Globs as a tuple: a lone string is one glob (not one glob per character)."""
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _normalize(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, tuple):
+            object.__setattr__(obj, name, _globs(cast(Sequence[str], value)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,15 +147,29 @@ class ArgCondition:
     value: JsonValue = None
     """What to compare with (a list for ``in``/``not_in``, a pattern for ``glob``/``regex``)."""
     test: Callable[[object], bool] | None = None
-    """A predicate on the value (missing values are never passed to it)."""
+    """A predicate on the value (missing values are never passed to it: they fail it)."""
 
     def __post_init__(self) -> None:
         if self.op not in _OPS:
             raise ConfigError(
                 f"unknown argument operator {self.op!r}; use one of {', '.join(sorted(_OPS))}"
             )
+        if self.test is not None:
+            return  # the callable replaces op and value
         if self.op in ("in", "not_in") and not isinstance(self.value, list):
             raise ConfigError(f"argument condition on {self.path!r}: {self.op} needs a list")
+        if self.op in _TEXT_OPS and not isinstance(self.value, str):
+            raise ConfigError(
+                f"argument condition on {self.path!r}: {self.op} needs a string value, "
+                f"not {self.value!r}"
+            )
+        if self.op in _NUMBER_OPS and (
+            isinstance(self.value, bool) or not isinstance(self.value, int | float)
+        ):
+            raise ConfigError(
+                f"argument condition on {self.path!r}: {self.op} needs a number value, "
+                f"not {self.value!r}"
+            )
         if self.op == "regex":
             try:
                 re.compile(str(self.value))
@@ -136,37 +183,41 @@ class ArgCondition:
         return re.compile(str(self.value))
 
     def holds(self, arguments: Mapping[str, JsonValue]) -> bool:  # noqa: C901 - one flat table
-        """Whether the condition holds for these arguments."""
+        """Whether the condition holds for these arguments.
+
+        A missing value fails every comparison except the negations (``ne``, ``not_in``):
+        a value that is not there is not equal to anything and in no list.
+        """
         found = _lookup(arguments, self.path)
         op = self.op
+        if self.test is not None:
+            return found is not _MISSING and bool(self.test(found))
         if op == "exists":
             return found is not _MISSING
         if op == "missing":
             return found is _MISSING
         if found is _MISSING:
-            return False
-        if self.test is not None:
-            return bool(self.test(found))
+            return op in ("ne", "not_in")
         value = self.value
         match op:
             case "eq":
-                return found == value
+                return _same(found, value)
             case "ne":
-                return found != value
+                return not _same(found, value)
             case "in":
-                return found in cast(list[object], value)
+                return _member(found, value)
             case "not_in":
-                return found not in cast(list[object], value)
+                return not _member(found, value)
             case "glob":
                 return fnmatchcase(_as_text(found), str(value))
             case "regex":
                 return self._regex.search(_as_text(found)) is not None
             case "contains":
                 if isinstance(found, str):
-                    return str(value) in found
-                return isinstance(found, list | tuple | dict) and value in cast(
-                    "list[object]", found
-                )
+                    return isinstance(value, str) and value in found
+                if isinstance(found, dict):
+                    return isinstance(value, str) and value in found
+                return isinstance(found, list | tuple) and _member(value, cast(object, found))
             case "startswith":
                 return isinstance(found, str) and found.startswith(str(value))
             case _:  # lt, le, gt, ge
@@ -200,6 +251,11 @@ class Rule:
     """Why, in words (shown to the model and in the audit)."""
     name: str = ""
     """The rule's name in ``policy_decided`` (default: ``DECISION:TOOLS``)."""
+
+    def __post_init__(self) -> None:
+        _normalize(self, "tools")
+        if not isinstance(self.when, tuple):  # pyright: ignore[reportUnnecessaryIsInstance]
+            object.__setattr__(self, "when", tuple(self.when))
 
     @property
     def label(self) -> str:
@@ -278,6 +334,7 @@ class RateLimit:
     """Count each tool separately (a per-tool limit) or all matching tools together."""
 
     def __post_init__(self) -> None:
+        _normalize(self, "tools")
         if self.max_calls < 0:
             raise ConfigError("RateLimit.max_calls must be >= 0")
         if self.per_seconds is not None and self.per_seconds <= 0:
@@ -294,6 +351,7 @@ class Concurrency:
     """Concurrent executions per tool."""
 
     def __post_init__(self) -> None:
+        _normalize(self, "tools")
         if self.max < 1:
             raise ConfigError("Concurrency.max must be >= 1")
 
@@ -308,6 +366,12 @@ class Sizes:
     """Larger results are truncated (or refused, see ``large_results``)."""
     large_results: Literal["truncate", "error"] = "truncate"
     """What happens to a result over the cap."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_argument_bytes", "max_result_bytes"):
+            cap = getattr(self, name)
+            if cap is not None and cap < 0:
+                raise ConfigError(f"Sizes.{name} must be >= 0 (or None for no cap)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -336,20 +400,25 @@ class ContentFilter:
     """Why, in words."""
 
     def __post_init__(self) -> None:
+        _normalize(self, "patterns", "tools")
+        if not isinstance(self.checks, tuple):  # pyright: ignore[reportUnnecessaryIsInstance]
+            object.__setattr__(self, "checks", tuple(self.checks))
         if not self.patterns and not self.checks:
             raise ConfigError("a ContentFilter needs patterns or checks")
         for pattern in self.patterns:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise ConfigError(f"content filter pattern {pattern!r}: {exc}") from None
+                raise ConfigError(f"patterns: {pattern!r} is not a valid regex: {exc}") from None
 
     @cached_property
-    def regex(self) -> re.Pattern[str] | None:
-        """The patterns as one regex (``None`` when there are only callables)."""
-        if not self.patterns:
-            return None
-        return re.compile("|".join(f"(?:{p})" for p in self.patterns))
+    def regexes(self) -> tuple[re.Pattern[str], ...]:
+        """The patterns, compiled one by one.
+
+        Not joined into one alternation: a pattern with global flags (``(?i)...``, as in
+        the TOML example) is an error anywhere but at the start of a regex.
+        """
+        return tuple(re.compile(p) for p in self.patterns)
 
     @property
     def label(self) -> str:
@@ -358,9 +427,9 @@ class ContentFilter:
 
     def first_match(self, text: str) -> str | None:
         """A description of the first match in ``text`` (never the matched text), or None."""
-        regex = self.regex
-        if regex is not None and regex.search(text) is not None:
-            return "a filtered pattern"
+        for regex in self.regexes:
+            if regex.search(text) is not None:
+                return "a filtered pattern"
         for check in self.checks:
             if check(text):
                 return f"the check {getattr(check, '__name__', 'check')}"
@@ -395,6 +464,9 @@ class Provenance:
     allow: tuple[str, ...] = ()
     """Tools explicitly allowed to act after untrusted output (globs)."""
 
+    def __post_init__(self) -> None:
+        _normalize(self, "allow")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Trust:
@@ -409,9 +481,25 @@ class Trust:
     annotations: ToolAnnotations
     """What the tools do."""
 
+    def __post_init__(self) -> None:
+        _normalize(self, "tools")
+
 
 def _join(a: tuple[object, ...], b: tuple[object, ...]) -> tuple[object, ...]:
     return (*a, *b)
+
+
+_S = TypeVar("_S", Sizes, RiskDefaults, Provenance)
+
+
+def _merge(left: _S, right: _S, default: _S) -> _S:
+    """``left`` with every field ``right`` changed from its default (field by field)."""
+    changed = {
+        f.name: getattr(right, f.name)
+        for f in fields(right)
+        if getattr(right, f.name) != getattr(default, f.name)
+    }
+    return replace(left, **changed) if changed else left
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -436,18 +524,26 @@ class Rules:
     """The developer's annotations of tools."""
 
     def __add__(self, other: Rules) -> Rules:
-        """Both rule sets; where both changed a setting (sizes, risk, provenance), ``other``'s."""
+        """Both rule sets: lists joined, ``other``'s changed settings winning.
+
+        A field of sizes, risk or provenance that ``other`` changed from its default
+        replaces ``self``'s; a field ``other`` left at its default keeps ``self``'s.
+        """
         if not isinstance(other, Rules):  # pyright: ignore[reportUnnecessaryIsInstance]
             return NotImplemented
-        base = Rules()
         return replace(
             self,
             rules=cast(tuple[Rule, ...], _join(self.rules, other.rules)),
             rate_limits=cast(tuple[RateLimit, ...], _join(self.rate_limits, other.rate_limits)),
             concurrency=cast(tuple[Concurrency, ...], _join(self.concurrency, other.concurrency)),
             filters=cast(tuple[ContentFilter, ...], _join(self.filters, other.filters)),
-            sizes=other.sizes if other.sizes != base.sizes else self.sizes,
-            risk=other.risk if other.risk != base.risk else self.risk,
-            provenance=other.provenance if other.provenance != base.provenance else self.provenance,
+            sizes=_merge(self.sizes, other.sizes, _DEFAULT_SIZES),
+            risk=_merge(self.risk, other.risk, _DEFAULT_RISK),
+            provenance=_merge(self.provenance, other.provenance, _DEFAULT_PROVENANCE),
             trust=cast(tuple[Trust, ...], _join(self.trust, other.trust)),
         )
+
+
+_DEFAULT_SIZES = Sizes()
+_DEFAULT_RISK = RiskDefaults()
+_DEFAULT_PROVENANCE = Provenance()
