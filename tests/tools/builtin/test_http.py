@@ -18,14 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.corpora.http import (
-    PUBLIC_IP,
-    ConnectSpy,
-    FakeResolver,
-    RecordingServer,
-    call,
-    run_corpus,
-)
+from tests.corpora._loopback import ConnectSpy, FakeResolver, RecordingServer
+from tests.corpora.http import PUBLIC_IP, call, run_corpus
 from tether.content import ToolResult, content_text
 from tether.errors import ConfigError, MissingExtraError
 from tether.jsontypes import JsonValue

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import os
 import secrets
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +19,7 @@ from tests.corpora.shell import Outcome, call, live_processes, run_corpus
 from tether.content import content_text
 from tether.errors import ConfigError, ModelRetry
 from tether.tools.base import Tool
-from tether.tools.builtin import _sandbox, shell
+from tether.tools.builtin import _cgroups, _sandbox, shell
 from tether.tools.builtin._sandbox import (
     BwrapStatus,
     CgroupSupport,
@@ -208,6 +211,85 @@ async def test_path_in_the_workspace_cannot_shadow_a_binary(ws: Path) -> None:
     assert not marker.exists()
 
 
+# -- the working directory -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_cwd_through_a_symlink_out_of_the_workspace_is_refused(
+    tmp_path: Path, ws: Path, isolation: Literal["bwrap", "none"]
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (ws / "sub").mkdir()
+    (ws / "out").symlink_to(outside)
+    (ws / "sub" / "up").symlink_to("../../outside")
+    (ws / "alias").symlink_to(ws / "sub")  # a link that stays inside is followed
+    tool = make(ws, {"pwd": CommandRule(allow_options=["-P"]), "touch": CommandRule()}, isolation)
+    for cwd in ["out", "sub/up", "out/.", "alias/up"]:
+        out = await call(tool, ["touch", "ran"], cwd=cwd)
+        assert out.refused is not None, (cwd, out.describe())
+    assert list(outside.iterdir()) == []
+    assert (await call(tool, ["pwd", "-P"], cwd="alias")).stdout == f"{ws / 'sub'}\n"
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two names in one step (``renameat2(RENAME_EXCHANGE)``), or fail with ``OSError``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), rename_exchange) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+async def test_cwd_swapped_for_a_symlink_never_runs_outside(tmp_path: Path, ws: Path) -> None:
+    """A directory and a link out of the workspace trade places while commands start in it.
+
+    Without bwrap the command starts in the directory the confinement walk opened (by its
+    descriptor), so wherever the name points a moment later, it runs inside the workspace.
+    """
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    sub, link = ws / "sub", ws / "link"
+    sub.mkdir()
+    link.symlink_to(outside)
+    try:
+        _exchange(sub, link)
+        _exchange(sub, link)
+        atomic = True
+    except (OSError, AttributeError):  # no renameat2 here: the name is missing at moments
+        atomic = False
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                if atomic:
+                    _exchange(sub, link)
+                else:
+                    os.rename(sub, ws / "real")
+                    os.symlink(outside, sub)
+                    os.unlink(sub)
+                    os.rename(ws / "real", sub)
+
+    tool = make(ws, {"pwd": CommandRule(allow_options=["-P"])}, isolation="none")
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    ran: list[str] = []
+    try:
+        for _ in range(10):
+            outs = await asyncio.gather(*(call(tool, ["pwd", "-P"], cwd="sub") for _ in range(8)))
+            for out in outs:
+                if out.refused is None:
+                    assert out.data["exit_code"] == 0, out.describe()
+                    ran.append(out.stdout.strip())
+    finally:
+        stop.set()
+        swapper.join()
+    outside_runs = [p for p in ran if not Path(p).is_relative_to(ws)]
+    assert outside_runs == []
+    assert ran, "no command ran: the race was never exercised"
+
+
 # -- results ---------------------------------------------------------------------------------
 
 
@@ -355,7 +437,7 @@ async def test_cgroup_bounds_processes_even_for_root(
 @needs_cgroup
 async def test_setup_failure_fails_closed(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        _sandbox._CommandCgroups,  # pyright: ignore[reportPrivateUsage]
+        _cgroups.CommandCgroups,
         "procs_files",
         property(lambda self: ["/proc/no-such-dir/cgroup.procs"]),
     )

@@ -2,8 +2,9 @@
 
 A command runs as ``python -I -S -c TRAMPOLINE SPEC``, spawned with ``start_new_session``
 (``setsid`` done by ``_posixsubprocess`` in C, not a ``preexec_fn``, so threads in the host are
-safe). The trampoline joins the command's fresh cgroups, lowers its rlimits and ``execv``s
-either ``bwrap`` (which then runs the command) or the command itself. A status pipe (closed on
+safe). The trampoline moves into the working directory by descriptor (without bwrap), joins
+the command's fresh cgroups, lowers its rlimits and ``execv``s either ``bwrap`` (which then
+runs the command) or the command itself. A status pipe (closed on
 exec) tells the parent whether that setup succeeded: if joining a cgroup fails, the command
 never runs. At the end, whatever happened, the process group and every process in the
 command's cgroups get ``SIGKILL`` and the cgroups are removed.
@@ -21,13 +22,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Mapping, Sequence
-from pathlib import Path
 from typing import Literal, cast
 
 from tether._internal.frozen import frozen
+from tether.tools.builtin._cgroups import CgroupSupport, CommandCgroups, probe_cgroups
 
 __all__ = [
     "BwrapStatus",
@@ -153,214 +153,6 @@ def _bwrap_argv(
     return [*argv, "--", *command]
 
 
-# -- cgroups ---------------------------------------------------------------------------------
-
-
-@frozen
-class CgroupSupport:
-    """Where per-command cgroups can be made (the parents), if anywhere."""
-
-    version: Literal["v1", "v2"] | None = None
-    """The cgroup version used, or ``None`` when no writable ``pids`` controller exists."""
-    pids_parent: str | None = None
-    """The directory new ``pids`` cgroups are made in."""
-    memory_parent: str | None = None
-    """The directory new ``memory`` cgroups are made in (v1; v2 uses ``pids_parent``)."""
-    reason: str = ""
-    """Why cgroups (or the memory controller) are not used."""
-
-
-def _own_cgroups() -> dict[str, str]:
-    """Controller (``""`` for v2) to this process's cgroup path."""
-    own: dict[str, str] = {}
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        for name in controllers.split(",") if controllers else [""]:
-            own[name] = path
-    return own
-
-
-def _cgroup_mounts() -> dict[str, tuple[str, str]]:
-    """Controller (``""`` for v2) to ``(mount point, mount root)``."""
-    mounts: dict[str, tuple[str, str]] = {}
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fields, extra = left.split(), right.split()
-        if len(fields) < 5 or len(extra) < 3:
-            continue
-        root, point = fields[3], fields[4]
-        if extra[0] == "cgroup2":
-            mounts.setdefault("", (point, root))
-        elif extra[0] == "cgroup":
-            for option in extra[2].split(","):
-                mounts.setdefault(option, (point, root))
-    return mounts
-
-
-def _cgroup_dir(controller: str) -> str | None:
-    try:
-        own, mounts = _own_cgroups(), _cgroup_mounts()
-    except (OSError, ValueError):
-        return None
-    if controller not in own or controller not in mounts:
-        return None
-    point, root = mounts[controller]
-    path = own[controller]
-    if root != "/" and path.startswith(root):
-        path = path[len(root) :]
-    candidate = os.path.join(point, path.lstrip("/"))
-    return candidate if os.path.isdir(candidate) else None
-
-
-def _try_child(parent: str, files: Sequence[tuple[str, str]]) -> str | None:
-    """Make a child cgroup, write ``files`` into it, remove it; the error, or ``None``."""
-    probe = os.path.join(parent, f"tether-probe-{uuid.uuid4().hex[:12]}")
-    try:
-        os.mkdir(probe)
-    except OSError as exc:
-        return f"cannot create a cgroup in {parent}: {exc.strerror}"
-    try:
-        for name, value in files:
-            try:
-                Path(probe, name).write_text(value)
-            except OSError as exc:
-                return f"cannot set {name} in {parent}: {exc.strerror}"
-    finally:
-        with contextlib.suppress(OSError):
-            os.rmdir(probe)
-    return None
-
-
-@functools.cache
-def probe_cgroups() -> CgroupSupport:
-    """Find a writable ``pids`` controller (and ``memory`` if possible); cached per process."""
-    v1_pids = _cgroup_dir("pids")
-    if v1_pids is not None:
-        error = _try_child(v1_pids, [("pids.max", "64")])
-        if error is None:
-            memory = _cgroup_dir("memory")
-            mem_error = (
-                _try_child(memory, [("memory.limit_in_bytes", str(2**30))])
-                if memory
-                else "no memory controller"
-            )
-            return CgroupSupport(
-                version="v1",
-                pids_parent=v1_pids,
-                memory_parent=memory if mem_error is None else None,
-                reason=mem_error or "",
-            )
-        return CgroupSupport(reason=error)
-    v2 = _cgroup_dir("")
-    if v2 is None:
-        return CgroupSupport(reason="no cgroup pids controller is mounted")
-    enabled = _read(os.path.join(v2, "cgroup.subtree_control")).split()
-    if "pids" not in enabled:
-        # only possible where this process's cgroup has no processes of its own (v2 rule)
-        with contextlib.suppress(OSError):
-            Path(v2, "cgroup.subtree_control").write_text("+pids +memory")
-        enabled = _read(os.path.join(v2, "cgroup.subtree_control")).split()
-    if "pids" not in enabled:
-        return CgroupSupport(reason=f"the pids controller is not delegated to {v2}")
-    error = _try_child(v2, [("pids.max", "64")])
-    if error is not None:
-        return CgroupSupport(reason=error)
-    has_memory = "memory" in enabled and _try_child(v2, [("memory.max", str(2**30))]) is None
-    return CgroupSupport(
-        version="v2",
-        pids_parent=v2,
-        memory_parent=v2 if has_memory else None,
-        reason="" if has_memory else "the memory controller is not writable",
-    )
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
-class _CommandCgroups:
-    """The fresh cgroups (one per v1 controller, one in v2) a single command runs in."""
-
-    def __init__(self, support: CgroupSupport, limits: ResourceLimits) -> None:
-        name = f"tether-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self.dirs: list[str] = []
-        self.version = support.version
-        assert support.pids_parent is not None
-        try:
-            pids = os.path.join(support.pids_parent, name)
-            os.mkdir(pids)
-            self.dirs.append(pids)
-            self.pids_dir = pids
-            if limits.max_processes is not None:
-                Path(pids, "pids.max").write_text(str(limits.max_processes))
-            if support.memory_parent is not None and limits.memory_bytes is not None:
-                if support.version == "v1":
-                    memory = os.path.join(support.memory_parent, name)
-                    os.mkdir(memory)
-                    self.dirs.append(memory)
-                    Path(memory, "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
-                else:
-                    Path(pids, "memory.max").write_text(str(limits.memory_bytes))
-        except OSError:
-            self.remove_now()
-            raise
-
-    @property
-    def procs_files(self) -> list[str]:
-        """The ``cgroup.procs`` files the trampoline writes its pid to."""
-        return [os.path.join(d, "cgroup.procs") for d in self.dirs]
-
-    def pids(self) -> list[int]:
-        """Processes still in the command's cgroups."""
-        found: set[int] = set()
-        for procs in self.procs_files:
-            found.update(int(p) for p in _read(procs).split())
-        return sorted(found)
-
-    def peak(self) -> int | None:
-        """The most processes (and threads) that were ever in the cgroup, if the kernel says."""
-        text = _read(os.path.join(self.pids_dir, "pids.peak")).strip()
-        return int(text) if text.isdigit() else None
-
-    def kill_all(self) -> None:
-        """SIGKILL everything in the cgroups, again until nothing is left to fork."""
-        if self.version == "v2":
-            with contextlib.suppress(OSError):
-                Path(self.pids_dir, "cgroup.kill").write_text("1")
-        for _ in range(1000):  # each round kills all seen; pids.max bounds new arrivals
-            pids = self.pids()
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.001)
-
-    async def remove(self) -> None:
-        """Kill what is left in the cgroups and remove them."""
-        for d in reversed(self.dirs):
-            for _ in range(400):  # dying processes leave the cgroup a moment after SIGKILL
-                try:
-                    os.rmdir(d)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    self.kill_all()
-                    await asyncio.sleep(0.005)
-        self.dirs = []
-
-    def remove_now(self) -> None:
-        """Remove the cgroups if they are already empty (after a failed setup)."""
-        for d in reversed(self.dirs):
-            with contextlib.suppress(OSError):
-                os.rmdir(d)
-        self.dirs = []
-
-
 # -- running ---------------------------------------------------------------------------------
 
 _TRAMPOLINE = """
@@ -368,6 +160,9 @@ import json, os, resource, sys
 status = int(sys.argv[1])
 try:
     spec = json.loads(sys.argv[2])
+    if spec["cwd_fd"] is not None:
+        os.fchdir(spec["cwd_fd"])
+        os.close(spec["cwd_fd"])
     for path in spec["cgroups"]:
         with open(path, "w") as f:
             f.write(str(os.getpid()))
@@ -459,7 +254,7 @@ class _Collector(asyncio.SubprocessProtocol):
         self.exited.set()
 
 
-def _kill(pgid: int, cgroups: _CommandCgroups | None) -> None:
+def _kill(pgid: int, cgroups: CommandCgroups | None) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
     if cgroups is not None:
@@ -471,25 +266,39 @@ async def run_sandboxed(
     command: Sequence[str],
     *,
     cwd: str,
+    cwd_fd: int | None = None,
     stdin: bytes | None,
     timeout: float,
     max_output_bytes: int,
 ) -> Completed:
-    """Run ``command`` (``command[0]`` an absolute path) in the sandbox and clean up after it."""
+    """Run ``command`` (``command[0]`` an absolute path) in the sandbox and clean up after it.
+
+    ``cwd_fd``, an open descriptor on ``cwd`` (the caller closes it), makes the command start
+    in that very directory without bwrap, whatever ``cwd`` names by the time it starts.
+    """
     start = time.monotonic()
     loop = asyncio.get_running_loop()
-    cgroups: _CommandCgroups | None = None
+    cgroups: CommandCgroups | None = None
     if sandbox.cgroups.version is not None:
         try:
-            cgroups = _CommandCgroups(sandbox.cgroups, sandbox.limits)
+            cgroups = CommandCgroups(
+                sandbox.cgroups,
+                max_processes=sandbox.limits.max_processes,
+                memory_bytes=sandbox.limits.memory_bytes,
+            )
         except OSError as exc:
             return _failed(sandbox, start, f"cannot create the command's cgroup: {exc}")
     if sandbox.isolation == "bwrap":
         assert sandbox.bwrap is not None
         argv = _bwrap_argv(sandbox.bwrap, sandbox.workspace, cwd, sandbox.env, command)
+        # bwrap's --chdir takes a path, and the descriptor must not reach the sandbox: a
+        # directory opened in the host's mount namespace would let the command walk out of
+        # its read-only view with openat(fd, "..").
+        cwd_fd = None
     else:
         argv = list(command)
     spec = {
+        "cwd_fd": cwd_fd,
         "cgroups": cgroups.procs_files if cgroups else [],
         "rlimits": sandbox.limits.rlimits(),
         "argv": argv,
@@ -510,10 +319,11 @@ async def run_sandboxed(
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=cwd,
+            # with a descriptor, the trampoline's fchdir picks the directory, not this path
+            cwd=cwd if cwd_fd is None else "/",
             env=dict(sandbox.env),
             start_new_session=True,
-            pass_fds=(status_w,),
+            pass_fds=(status_w,) if cwd_fd is None else (status_w, cwd_fd),
         )
     except OSError as exc:
         os.close(status_r)

@@ -59,6 +59,7 @@ from tether._internal.frozen import frozen
 from tether.content import ToolResult
 from tether.errors import ConfigError, ModelRetry
 from tether.tools.base import Tool, ToolAnnotations, ToolContext
+from tether.tools.builtin._confine import Root, fd_path, is_beneath, open_beneath
 from tether.tools.builtin._sandbox import (
     SAFE_PATH,
     CgroupSupport,
@@ -232,22 +233,31 @@ def _plain(arg: str) -> bool:
     return True
 
 
-def _resolve_cwd(workspace: str, cwd: str | None) -> str:
-    if not cwd:
-        return workspace
-    if "\0" in cwd or os.path.isabs(cwd):
+def _open_cwd(root: Root, cwd: str | None) -> tuple[int, str]:
+    """The command's directory, opened by the confinement walk, and its path now.
+
+    The walk opens one component at a time beneath the workspace and refuses a link out of
+    it, so the descriptor stays on the directory it found there, whatever the name points to
+    a moment later; without bwrap the command starts in it by descriptor. The path is what
+    the kernel says the descriptor is, checked again here, for bwrap's ``--chdir``.
+    """
+    if cwd and ("\0" in cwd or os.path.isabs(cwd)):
         raise ModelRetry(f"cwd {cwd!r} must be a path relative to the workspace, e.g. 'src'")
-    # TODO(_confine): move to tether.tools.builtin._confine.open_beneath when it lands; a
-    # directory swapped for a symlink between this check and the exec is not caught here.
-    resolved = os.path.realpath(os.path.join(workspace, cwd))
-    if not Path(resolved).is_relative_to(workspace):
+    try:
+        fd = open_beneath(root, cwd or "", kind="directory", follow_symlinks=True)
+    except ModelRetry as exc:
+        raise ModelRetry(f"cwd {cwd!r} cannot be used: {exc.message}") from None
+    path = fd_path(fd)
+    if path is None:  # no /proc: only the workspace itself has a path known for sure
+        st = os.fstat(fd)
+        path = root.path if (st.st_dev, st.st_ino) == (root.dev, root.ino) else None
+    if path is None or not is_beneath(path, root.path):
+        os.close(fd)
         raise ModelRetry(
-            f"cwd {cwd!r} leaves the workspace (directly or through a symlink); use a "
-            "directory inside it"
+            f"cwd {cwd!r} leaves the workspace (directly or through a symlink), or where it "
+            "leads cannot be told; use a directory inside it"
         )
-    if not os.path.isdir(resolved):
-        raise ModelRetry(f"cwd {cwd!r} is not a directory in the workspace")
-    return resolved
+    return fd, path
 
 
 def shell_tool(
@@ -256,7 +266,7 @@ def shell_tool(
     allow: Mapping[str, CommandRule] | Sequence[str],
     timeout: float = 30.0,
     max_output_bytes: int = 100_000,
-    limits: ResourceLimits = ResourceLimits(),  # noqa: B008 - frozen, shared safely
+    limits: ResourceLimits = ResourceLimits(),
     isolation: Literal["auto", "bwrap", "none"] = "auto",
     env: Mapping[str, str] | None = None,
 ) -> Tool:
@@ -285,6 +295,7 @@ def shell_tool(
     if timeout <= 0 or max_output_bytes <= 0:
         raise ConfigError("timeout and max_output_bytes must be positive")
     rules = _compile_rules(allow, ws)
+    root = Root.at(ws)
     level, bwrap, why_not = _choose_isolation(isolation)
     cgroups = probe_cgroups()
     _check_process_limit(limits, cgroups)
@@ -308,31 +319,42 @@ def shell_tool(
         if rule is None:
             raise ModelRetry(f"command {name!r} is not allowed; allowed: {names}")
         rule.check(argv[1:])
-        cwd = _resolve_cwd(ws, arguments.get("cwd"))
-        stdin_text: str | None = arguments.get("stdin")
-        stdin = stdin_text.encode() if stdin_text is not None else None
-        if stdin is not None and len(stdin) > MAX_STDIN_BYTES:
-            raise ModelRetry(f"stdin is over {MAX_STDIN_BYTES} bytes; write it to a file instead")
-        tmp = tempfile.mkdtemp(prefix="tether-shell-") if level == "none" else "/tmp"
-        sandbox = Sandbox(
-            isolation=level,
-            bwrap=bwrap,
-            limits=limits,
-            env=_environment(ws, env, tmp),
-            workspace=ws,
-            cgroups=cgroups,
-        )
+        cwd_fd, cwd = _open_cwd(root, arguments.get("cwd"))
+        tmp: str | None = None
         try:
+            stdin_text: str | None = arguments.get("stdin")
+            stdin = stdin_text.encode() if stdin_text is not None else None
+            if stdin is not None and len(stdin) > MAX_STDIN_BYTES:
+                raise ModelRetry(
+                    f"stdin is over {MAX_STDIN_BYTES} bytes; write it to a file instead"
+                )
+            if level == "none":
+                tmp = tempfile.mkdtemp(prefix="tether-shell-")
+            sandbox = Sandbox(
+                isolation=level,
+                bwrap=bwrap,
+                limits=limits,
+                env=_environment(ws, env, tmp or "/tmp"),
+                workspace=ws,
+                cgroups=cgroups,
+            )
+            # Under bwrap the command starts in ``cwd`` by path, so a component swapped for a
+            # link between _open_cwd's check and bwrap's chdir still moves it. What holds: the
+            # link is followed inside the sandbox, where all but the workspace is read-only
+            # and /tmp is private, so the command only starts somewhere it could ``cd`` to by
+            # itself, never with more write access than it had.
             done = await run_sandboxed(
                 sandbox,
                 [rule.path, *argv[1:]],
                 cwd=cwd,
+                cwd_fd=cwd_fd,
                 stdin=stdin,
                 timeout=timeout,
                 max_output_bytes=max_output_bytes,
             )
         finally:
-            if level == "none":
+            os.close(cwd_fd)
+            if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
         return _result(done, timeout, why_not)
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
 from datetime import time as time_of_day
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, LiteralString, cast
+from typing import TYPE_CHECKING, Any, LiteralString, cast
 
 import orjson
 
@@ -39,13 +39,12 @@ from tether.content import JsonObject
 from tether.errors import ConfigError, MissingExtraError, ModelRetry
 from tether.jsontypes import JsonValue
 from tether.tools.base import Tool, ToolAnnotations, ToolContext
+from tether.tools.builtin._sqltext import Backend, first_keyword, split_statements
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["MAX_CELL_CHARS", "MAX_RESULT_CHARS", "split_statements", "sql_tool"]
-
-Backend = Literal["sqlite", "postgres"]
 
 MAX_CELL_CHARS = 2_000
 """Longer text in one cell is cut to this many characters (blobs become a summary)."""
@@ -69,114 +68,9 @@ _NEVER: dict[Backend, frozenset[str]] = {
     ),
 }
 _CONNINFO = re.compile(r"^\s*(postgres(ql)?://|[a-z_]+\s*=)", re.IGNORECASE)
-_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\u0080-\uffff][A-Za-z0-9_\u0080-\uffff]*)?\$")
 
 
-# -- the SQL text: statements and their first keyword ------------------------------------------
-
-
-def _ident_char(ch: str) -> bool:
-    return ch.isalnum() or ch in "_$" or ord(ch) > 127
-
-
-def _skip_comment(sql: str, i: int, nested: bool) -> int:
-    """The index after the comment starting at ``i`` (``--`` or ``/*``)."""
-    if sql.startswith("--", i):
-        end = sql.find("\n", i)
-        return len(sql) if end < 0 else end + 1
-    depth, j = 1, i + 2
-    while j < len(sql):
-        if sql.startswith("*/", j):
-            depth -= 1
-            j += 2
-            if depth == 0:
-                return j
-        elif nested and sql.startswith("/*", j):  # PostgreSQL nests block comments
-            depth += 1
-            j += 2
-        else:
-            j += 1
-    raise ValueError("unterminated /* comment")
-
-
-def _skip_quoted(sql: str, i: int, close: str, backslashes: bool = False) -> int:
-    """The index after the quoted text opening at ``i`` (a doubled ``close`` is escaped)."""
-    j = i + 1
-    while j < len(sql):
-        ch = sql[j]
-        if backslashes and ch == "\\":
-            j += 2
-        elif ch == close:
-            if close != "]" and sql.startswith(close, j + 1):
-                j += 2
-            else:
-                return j + 1
-        else:
-            j += 1
-    raise ValueError(f"unterminated {sql[i]}…{close} literal or identifier")
-
-
-def split_statements(sql: str, backend: Backend) -> list[str]:
-    """The statements in ``sql``, split on ``;`` outside literals, identifiers and comments.
-
-    Statements holding only comments or whitespace are dropped. ``backend`` picks the
-    dialect: PostgreSQL's ``E'…'`` escapes, dollar quoting and nested comments; SQLite's
-    backquoted and bracketed identifiers.
-
-    Raises:
-        ValueError: a literal, quoted identifier or comment is not closed.
-    """
-    pg = backend == "postgres"
-    statements: list[str] = []
-    start = i = 0
-    seen = False  # the current statement has more than whitespace and comments
-    while i < len(sql):
-        ch = sql[i]
-        if ch == "'":
-            escapes = pg and i > 0 and sql[i - 1] in "eE" and (i < 2 or not _ident_char(sql[i - 2]))
-            i = _skip_quoted(sql, i, "'", escapes)
-        elif ch == '"' or (not pg and ch == "`"):
-            i = _skip_quoted(sql, i, ch)
-        elif ch == "[" and not pg:
-            i = _skip_quoted(sql, i, "]")
-        elif sql.startswith(("--", "/*"), i):
-            i = _skip_comment(sql, i, nested=pg)
-            continue
-        elif pg and ch == "$" and (i == 0 or not _ident_char(sql[i - 1])):
-            tag = _DOLLAR_TAG.match(sql, i)
-            if tag is None:
-                i += 1  # $1, a parameter
-            else:
-                end = sql.find(tag.group(), tag.end())
-                if end < 0:
-                    raise ValueError(f"unterminated {tag.group()} quoted string")
-                i = end + len(tag.group())
-        elif ch == ";":
-            if seen:
-                statements.append(sql[start:i].strip())
-            start, seen, i = i + 1, False, i + 1
-            continue
-        else:
-            i += 1
-            seen = seen or not ch.isspace()
-            continue
-        seen = True
-    if seen:
-        statements.append(sql[start:].strip())
-    return statements
-
-
-def _first_keyword(statement: str, backend: Backend) -> str:
-    i = 0
-    while i < len(statement):
-        if statement[i].isspace() or statement[i] == "(":
-            i += 1
-        elif statement.startswith(("--", "/*"), i):
-            i = _skip_comment(statement, i, nested=backend == "postgres")
-        else:
-            break
-    word = re.match(r"[A-Za-z]+", statement[i:])
-    return word.group().upper() if word else ""
+# -- which statements may run ------------------------------------------------------------------
 
 
 def _one_statement(sql: str, backend: Backend, read_only: bool) -> str:
@@ -190,7 +84,7 @@ def _one_statement(sql: str, backend: Backend, read_only: bool) -> str:
             f"send exactly one SQL statement per call, not {len(statements)}: "
             "make one call per statement"
         )
-    keyword = _first_keyword(statements[0], backend)
+    keyword = first_keyword(statements[0], backend)
     if keyword in _NEVER[backend]:
         raise ModelRetry(f"{keyword} is not supported by this tool")
     if read_only and keyword not in _READ_KEYWORDS[backend]:
@@ -413,7 +307,7 @@ async def _postgres_statement(
         [ms, ms, ms, "on" if cfg.read_only else "off"],
     )
     await conn.set_read_only(cfg.read_only)
-    keyword = _first_keyword(sql, "postgres")
+    keyword = first_keyword(sql, "postgres")
     # A query runs in a server-side cursor, so that only the rows shown cross the wire.
     # WITH does not (DECLARE would reject a data-modifying one with a syntax error, where
     # the read-only transaction says what is wrong).
