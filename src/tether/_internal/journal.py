@@ -38,9 +38,48 @@ _NOT_REDACTED = frozenset(
         "spec_digest",
         "arguments_hash",
         "of_seq",
+        "step",
+        "usage",
+        "latency_s",
+        "final",
+        "duration_s",
+        "is_error",
+        "synthetic",
+        "decision",
+        "approved",
+        "attempt",
+        "will_retry",
+        "transient",
+        "retry_in_s",
+        "limits",
+        "steps",
+        "used",
+        "maximum",
+        "ask_for_answer",
+        "tokens_before",
+        "tokens_after",
+        "count",
+        "fields",
+        "kinds",
     }
 )
-"""Fields that hold only tether's own identifiers, times and hashes."""
+"""Fields that hold only tether's own identifiers, numbers, times and hashes: never scanned."""
+_scanned: dict[type[Any], Callable[[Any], Any] | None] = {}
+
+
+def _scan_getter(cls: type[Any]) -> Callable[[Any], Any] | None:
+    """The getter of the fields of ``cls`` that may hold outside text (``None``: none)."""
+    if cls in _scanned:
+        return _scanned[cls]
+    from dataclasses import fields as dataclass_fields
+    from operator import attrgetter
+
+    names = [f.name for f in dataclass_fields(cls) if f.name not in _NOT_REDACTED]
+    getter = attrgetter(*names) if names else None
+    _scanned[cls] = getter
+    return getter
+
+
 _BASE_FIELDS = frozenset({"kind", "run_id", "seq", "at", "prev_hash", "hash"})
 
 _dumps = orjson.dumps
@@ -148,7 +187,8 @@ class Journal:
         payload = _dumps(getter(event))
         redactor = self._redactor
         found: Redaction | None = None
-        if redactor is not None and redactor.might_match(payload):
+        scan = None if redactor is None else _scan_getter(cls)
+        if scan is not None and redactor is not None and redactor.might_match(_dumps(scan(event))):
             found = redactor.redact_event_fields(event, _NOT_REDACTED)
             if found is not None and cls is RunFinished:  # the outcome stays the last event
                 kept = {k: v for k, v in event.__dict__.items() if k not in _BASE_FIELDS}

@@ -82,7 +82,34 @@ _SECRET_WORDS = tuple(
     )
 )
 """Lower-case literals one of which every match of ``SECRET_PATTERNS`` contains."""
-_SECRET_WORD = re.compile(b"|".join(re.escape(word) for word in _SECRET_WORDS))
+
+
+def _trie(words: Sequence[bytes]) -> bytes:
+    """One regex for a set of literals, shaped as a trie (several times faster than a|b|c)."""
+    root: dict[int, Any] = {}
+    for word in words:
+        node = root
+        for char in word:
+            node = node.setdefault(char, {})
+        node[-1] = {}
+
+    def emit(node: dict[int, Any]) -> bytes:
+        branches = [
+            re.escape(bytes([c])) + emit(child) for c, child in sorted(node.items()) if c >= 0
+        ]
+        if not branches:
+            return b""
+        body = (
+            branches[0]
+            if len(branches) == 1 and -1 not in node
+            else b"(?:" + b"|".join(branches) + b")"
+        )
+        return body + b"?" if -1 in node else body
+
+    return emit(root)
+
+
+_SECRET_WORD = re.compile(_trie(_SECRET_WORDS))
 
 PERSONAL_PATTERNS: tuple[tuple[str, str], ...] = (
     ("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
