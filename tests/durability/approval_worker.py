@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from tether import Agent, tool
+from tether.events import ApprovalRequested
 from tether.messages import ToolCall, ToolResultMessage
 from tether.models.base import ModelRequest, ModelResponse
 from tether.policy import RulePolicy, require_approval
@@ -66,7 +67,16 @@ async def main() -> None:
         print(outcome.status, flush=True)
         await asyncio.Event().wait()  # the test kills this process with SIGKILL
     agent = build(db, marker, die_in_tool=True)
-    await agent.resume(run_id, approvals=[Approval(call_id=sys.argv[4], run_id=run_id)])
+    assert agent.store is not None
+    requested = [
+        e
+        for e in await agent.store.read(run_id)
+        if isinstance(e, ApprovalRequested) and e.call_id == sys.argv[4]
+    ]
+    approval = Approval(
+        call_id=sys.argv[4], run_id=run_id, arguments_hash=requested[0].arguments_hash
+    )
+    await agent.resume(run_id, approvals=[approval])
 
 
 if __name__ == "__main__":

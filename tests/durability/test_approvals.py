@@ -150,7 +150,15 @@ async def test_an_approval_binds_to_its_run_call_and_arguments(store: RunStore) 
             approvals=[Approval(call_id="a", run_id=first.run_id, arguments_hash="0" * 64)],
         )
     with pytest.raises(UserError, match="does not wait for approval"):
-        await agent(store).resume(first.run_id, approvals=[Approval(call_id="zzz")])
+        await agent(store).resume(
+            first.run_id, approvals=[Approval(call_id="zzz", run_id=first.run_id)]
+        )
+    with pytest.raises(UserError, match="does not name its run"):
+        await agent(store).resume(first.run_id, approvals=[Approval(call_id="a")])
+    with pytest.raises(UserError, match="does not say which arguments"):
+        await agent(store).resume(
+            first.run_id, approvals=[Approval(call_id="a", run_id=first.run_id)]
+        )
     with pytest.raises(UserError, match="waits for approval of a: send"):
         await agent(store).resume(first.run_id)
     assert await store.read(second.run_id) == before  # a refused resume writes nothing
@@ -231,7 +239,7 @@ async def test_pending_approvals_survive_kill_9_and_an_approved_call_runs_at_mos
         assert [e.call_id for e in unknown] == ["c1"]  # not run again: it may have paid
         with pytest.raises(UserError):
             await Agent(model=FunctionModel(pay_then_finish), store=store).resume(
-                "run1", approvals=[Approval(call_id="c1", run_id="run1")]
+                "run1", approvals=[Approval(call_id="c1", run_id="run1", arguments_hash="0" * 64)]
             )
         assert_protocol_valid(resumed.events)
     finally:

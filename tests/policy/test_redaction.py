@@ -101,17 +101,46 @@ def test_custom_patterns_and_callables() -> None:
         Redactor(patterns=[("bad", "(")])
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"OPENAI_API_KEY follows\n{SECRETS['openai_key']}\n",
+        f"key:\t{SECRETS['aws_access_key']}",
+        f'{{"token": "{SECRETS["github_token"]}"}}',
+        '{"password": "hunter2hunter2"}',
+        "db:\n  password: 'hunter2hunter2'\n",
+    ],
+)
+def test_secrets_behind_json_escapes_are_probed_and_redacted(text: str) -> None:
+    redactor = Redactor()
+    assert redactor.might_match(orjson.dumps({"content": text}))
+    out = redactor.redact_text(text)
+    assert "[REDACTED:" in out
+    for secret in (*SECRETS.values(), "hunter2hunter2"):
+        assert secret not in out
+
+
+def test_keys_of_objects_are_redacted_too() -> None:
+    from tether.policy.redaction import Redaction
+
+    found = Redaction()
+    out = Redactor().redact_value({SECRETS["anthropic_key"]: 1, "ok": "fine"}, "arguments", found)
+    assert out == {"[REDACTED:anthropic_key]": 1, "ok": "fine"}
+    assert found.fields == ["arguments.[REDACTED:anthropic_key]"]
+
+
 _SECRET_TEXT = st.sampled_from(sorted(SECRETS.values()))
+_SEPARATOR = st.sampled_from([" ", "\n", "\t", "\r\n", '"', "'", "=", ": ", "\\", "/", "\x00", "é"])
 _NOISE = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 
 
-@settings(max_examples=300)
-@given(before=_NOISE, secret=_SECRET_TEXT, after=_NOISE)
+@settings(max_examples=500)
+@given(before=_NOISE, left=_SEPARATOR, secret=_SECRET_TEXT, right=_SEPARATOR, after=_NOISE)
 def test_an_embedded_secret_never_survives_and_the_json_probe_sees_it(
-    before: str, secret: str, after: str
+    before: str, left: str, secret: str, right: str, after: str
 ) -> None:
     redactor = Redactor()
-    text = f"{before} {secret} {after}"
+    text = f"{before}{left}{secret}{right}{after}"
     out = redactor.redact_text(text)
     assert secret not in out
     assert redactor.might_match(orjson.dumps({"text": text}))  # the fast path never skips it

@@ -8,6 +8,8 @@ if that is safe, never approved and run a second time.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import Any
 
 from tether._internal.runbase import OutputT, Planned, RunBase, Stop
 from tether.codec import canonical_json
@@ -18,7 +20,12 @@ from tether.messages import ASK_USER, ToolCall
 from tether.policy.approvals import Approval
 from tether.policy.base import PolicyDecision
 
-__all__ = ["Approving", "arguments_hash", "denial_text"]
+__all__ = ["Approving", "arguments_hash", "denial_text", "has_redaction"]
+
+
+def has_redaction(arguments: object) -> bool:
+    """Whether recorded arguments hold a redaction marker where a secret was."""
+    return b"[REDACTED:" in canonical_json(arguments)
 
 
 def arguments_hash(arguments: object) -> str:
@@ -95,7 +102,12 @@ class Approving(RunBase[OutputT]):
         listing: str,
     ) -> None:
         call_id = approval.call_id
-        if approval.run_id is not None and approval.run_id != self.run_id:
+        if approval.run_id is None:
+            raise UserError(
+                f"the approval of {call_id!r} does not name its run: build it from the pending "
+                "call (Approval.approve(outcome.pending[i])) or pass run_id="
+            )
+        if approval.run_id != self.run_id:
             raise UserError(
                 f"the approval of {call_id!r} is for run {approval.run_id!r}, not "
                 f"{self.run_id!r}: an approval never applies to another run"
@@ -112,10 +124,13 @@ class Approving(RunBase[OutputT]):
             raise UserError(
                 f"call {call_id!r} of run {self.run_id!r} {why}; pending: {listing or 'none'}"
             )
-        if (
-            approval.arguments_hash is not None
-            and approval.arguments_hash != request.arguments_hash
-        ):
+        if approval.arguments_hash is None:
+            raise UserError(
+                f"the approval of {call_id!r} does not say which arguments it approves: build "
+                "it from the pending call (Approval.approve(outcome.pending[i])) or pass "
+                f"arguments_hash= (pending: {listing})"
+            )
+        if approval.arguments_hash != request.arguments_hash:
             raise UserError(
                 f"the approval of {call_id!r} was given for other arguments than the pending "
                 f"request ({request.tool} {canonical_json(request.arguments).decode()}); "
@@ -146,14 +161,29 @@ class Approving(RunBase[OutputT]):
                 item.error_type = "unknown_tool"
                 continue
             arguments = call.arguments if approval.arguments is None else approval.arguments
+            if has_redaction(arguments):
+                item.synthetic = ToolResult.error(
+                    "not executed: its arguments held a secret, which is never stored, and an "
+                    "approved call runs from the stored log; call it without secrets"
+                )
+                item.error_type = "redacted_arguments"
+                continue
             try:
                 item.arguments = tool.validator(arguments)
             except ModelRetry as exc:
                 item.synthetic, item.error_type = ToolResult.error(exc.message), "invalid_arguments"
                 continue
+            except Exception as exc:  # a broken validator is the tool's fault, not the run's
+                item.synthetic = ToolResult.error(
+                    f"{tool.name} failed: {type(exc).__name__}: {exc}"
+                )
+                item.error_type = "exception"
+                continue
             if approval.arguments is not None:
                 decision = self._recheck(
-                    ToolCall(id=call.id, name=call.name, arguments=arguments), approval
+                    ToolCall(id=call.id, name=call.name, arguments=arguments),
+                    item.arguments,
+                    approval,
                 )
                 if decision.decision == "deny":
                     item.synthetic = ToolResult.error(
@@ -164,18 +194,11 @@ class Approving(RunBase[OutputT]):
             item.tool = tool
         return planned
 
-    def _recheck(self, call: ToolCall, approval: ApprovalGiven) -> PolicyDecision:
+    def _recheck(
+        self, call: ToolCall, validated: Mapping[str, Any], approval: ApprovalGiven
+    ) -> PolicyDecision:
         """Edited arguments are a new request: the policy checks them; a deny stands."""
-        spec = self._spec
-        definition = spec.tool_map[call.name]
-        try:
-            decision = spec.policy.decide(call, definition, self._policy_context())
-        except Exception as exc:  # fail closed
-            decision = PolicyDecision(
-                decision="deny",
-                rule="policy_error",
-                reason=f"the policy failed ({type(exc).__name__}: {exc}); the call is denied",
-            )
+        decision = self._decide(call, validated, self._spec.tool_map[call.name])
         if decision.decision != "deny":
             who = approval.by or "a human"
             decision = PolicyDecision(

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import cast
 
+from tether._internal.approving import has_redaction
 from tether._internal.runbase import Cancelled, OutputT, RunBase, Stop
 from tether.content import TextBlock
 from tether.events import (
@@ -218,6 +219,17 @@ class Endings(RunBase[OutputT]):
             )
         if fin.status == "finished" and self._output is None and fin.output is not None:
             self._output = self._spec.output.load(fin.output)  # a run that had ended before
+        elif (
+            fin.status == "finished"
+            and self._output is not None
+            and has_redaction(fin.output)
+            and self._spec.output.dump(self._output) != fin.output
+        ):
+            # the output held a secret: the caller gets what the log holds, never more
+            try:
+                self._output = self._spec.output.load(fin.output)
+            except Exception:  # the redacted output no longer fits its type
+                self._output = None
         self._outcome = RunOutcome(
             run_id=self.run_id,
             status=fin.status,

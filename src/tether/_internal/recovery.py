@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from tether._internal.approving import Approving, denial_text
+from tether._internal.approving import Approving, denial_text, has_redaction
 from tether._internal.runbase import OutputT, Planned, Stop
 from tether.content import TextBlock
 from tether.errors import ConfigError, UserError
@@ -109,7 +109,8 @@ class Recovery(Approving[OutputT]):
             if decision.decision == "needs_approval" and approval is None:
                 waiting = True  # still waits for a human: nothing ran
                 continue
-            if decision.decision == "deny" or (approval is not None and not approval.approved):
+            allowed = decision.decision == "allow" or (approval is not None and approval.approved)
+            if not allowed or (approval is not None and not approval.approved):
                 text = (
                     f"denied by policy ({decision.rule}): {decision.reason}"
                     if approval is None or approval.approved
@@ -141,7 +142,7 @@ class Recovery(Approving[OutputT]):
                 stop = Stop("waiting_for_user")
                 continue
             tool = spec.registry.get(call.name)
-            if tool is not None and tool.safe_to_retry:
+            if tool is not None and tool.safe_to_retry and not has_redaction(call.arguments):
                 item = Planned(call)
                 item.tool = tool
                 item.arguments = tool.validator(call.arguments)

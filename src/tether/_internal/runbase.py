@@ -32,13 +32,13 @@ from tether.models.base import (
 )
 from tether.outcome import ErrorInfo, RunOutcome, RunStatus
 from tether.policy.approvals import Approval
-from tether.policy.base import PolicyContext
+from tether.policy.base import PolicyContext, PolicyDecision
 from tether.state import StateBuilder
 from tether.stores.base import (
     Lease,
     RunStore,
 )
-from tether.tools.base import Tool, ToolContext
+from tether.tools.base import Tool, ToolContext, ToolDefinition
 
 if TYPE_CHECKING:
     from tether.agent import Agent, AgentSpec
@@ -204,6 +204,13 @@ class RunBase(Generic[OutputT]):
         def _no_tool_call(self) -> Stop | None: ...
 
         def _policy_context(self) -> PolicyContext: ...
+
+        def _decide(
+            self,
+            call: ToolCall,
+            validated: Mapping[str, Any] | None,
+            definition: ToolDefinition,
+        ) -> PolicyDecision: ...
 
     def _record_response(
         self,

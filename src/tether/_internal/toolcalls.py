@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, cast
 from weakref import WeakKeyDictionary
 
@@ -23,13 +24,14 @@ from tether.events import (
     ToolCallFinished,
     ToolCallRequested,
 )
+from tether.jsontypes import JsonObject
 from tether.messages import ASK_USER, FINISH_TASK, ToolCall
 from tether.models.base import (
     ModelResponse,
 )
 from tether.outcome import ErrorInfo
 from tether.policy.base import Policy, PolicyContext, PolicyDecision
-from tether.tools.base import Tool, ToolContext
+from tether.tools.base import Tool, ToolContext, ToolDefinition
 
 __all__ = ["ToolCalls", "ToolRunner", "run_tool", "slot_for", "timed_out", "tool_error"]
 
@@ -138,14 +140,17 @@ class ToolCalls(RunBase[OutputT]):
             self._runnable = 0
             return []
         reason = response.text or None
+        redacted: set[str] = set()
         for call in calls:
-            add(
+            recorded = self._journal.add(
                 ToolCallRequested,
                 call_id=call.id,
                 tool=call.name,
                 arguments=call.arguments,
                 reason=reason,
             )
+            if recorded.arguments is not call.arguments:
+                redacted.add(call.id)  # the log holds markers where the secrets were
         budget = spec.limits.max_tool_calls - self._state.tool_calls
         runnable = 0
         planned: list[Planned] = []
@@ -217,14 +222,17 @@ class ToolCalls(RunBase[OutputT]):
                     continue
                 definition = tool.definition
                 item.tool = tool
-            try:
-                decision = spec.policy.decide(call, definition, self._policy_context())
-            except Exception as exc:  # a policy that cannot decide denies: fail closed
+            decision = self._decide(call, item.arguments, definition)
+            if decision.decision == "needs_approval" and call.id in redacted:
                 decision = PolicyDecision(
                     decision="deny",
-                    rule="policy_error",
-                    reason=f"the policy failed ({type(exc).__name__}: {exc}); the call is denied",
-                    stop_run=True,
+                    rule="redacted_arguments",
+                    reason=(
+                        f"{decision.rule} asks for approval, but the arguments hold a secret, "
+                        "which is never stored, and an approved call runs from the stored log. "
+                        "Call it without secrets in the arguments (let the tool read them from "
+                        "its own configuration)"
+                    ),
                 )
             add(
                 PolicyDecided,
@@ -248,6 +256,8 @@ class ToolCalls(RunBase[OutputT]):
                 if decision.stop_run:
                     item.stop_reason = f"{decision.rule}: {decision.reason}"
             else:
+                if item.tool is not None:
+                    budget -= 1  # an approved call runs: its place is kept
                 item.tool, item.finish, item.question = None, False, None
                 item.awaiting_approval = True
                 add(
@@ -259,6 +269,38 @@ class ToolCalls(RunBase[OutputT]):
                 )
         self._runnable = runnable
         return planned
+
+    def _decide(
+        self, call: ToolCall, validated: Mapping[str, Any] | None, definition: ToolDefinition
+    ) -> PolicyDecision:
+        """The policy's decision on ``call``, judged on the arguments the tool would get.
+
+        Validation may coerce (``"100"`` to ``100``): the policy sees the validated values, as
+        JSON, so a rule cannot be dodged by a type the validator converts. A policy that
+        fails, or answers something other than allow, deny or needs_approval, denies.
+        """
+        judged = call
+        if validated is not None and validated is not call.arguments:
+            from pydantic_core import to_jsonable_python  # loaded by validation already
+
+            judged = replace(call, arguments=cast(JsonObject, to_jsonable_python(validated)))
+        try:
+            decision = self._spec.policy.decide(judged, definition, self._policy_context())
+        except Exception as exc:  # a policy that cannot decide denies: fail closed
+            return PolicyDecision(
+                decision="deny",
+                rule="policy_error",
+                reason=f"the policy failed ({type(exc).__name__}: {exc}); the call is denied",
+                stop_run=True,
+            )
+        if decision.decision not in ("allow", "deny", "needs_approval"):
+            return PolicyDecision(
+                decision="deny",
+                rule="policy_error",
+                reason=f"the policy answered {decision.decision!r}, which is not a decision",
+                stop_run=True,
+            )
+        return decision
 
     def _policy_context(self) -> PolicyContext:
         """What the policy sees of this run (built once: the log list only grows)."""

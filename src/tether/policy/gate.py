@@ -91,10 +91,11 @@ def effective_annotations(
 class _Facts:
     """What a policy derives from one run's log, folded incrementally."""
 
-    __slots__ = ("calls", "last_hash", "seen", "tainted", "tool_of")
+    __slots__ = ("calls", "counted", "last_hash", "seen", "tainted", "tool_of")
 
     def __init__(self) -> None:
         self.seen = 0
+        self.counted: dict[str, datetime] = {}  # call id -> when it was counted
         self.last_hash = ""
         self.tainted: dict[str, None] = {}  # open-world tools whose output is in the context
         self.calls: dict[str, list[datetime]] = {}  # tool -> when each allowed call was decided
@@ -162,8 +163,8 @@ class RulePolicy(Policy):
         if name in CONTROL_TOOLS:
             return _CONTROL
         decision = self._decide(call, tool, run)
-        if self._process_limits and decision.decision == "allow":
-            self._count_process_call(name)
+        if self._process_limits and decision.decision != "deny":
+            self._count_process_call(name)  # a call waiting for approval keeps its place
         return decision
 
     def _decide(  # noqa: C901 - the documented order, one step after the other
@@ -381,13 +382,18 @@ class RulePolicy(Policy):
                 case ToolCallRequested():
                     facts.tool_of[event.call_id] = event.tool
                 case PolicyDecided() if (
-                    event.decision == "allow" and event.tool not in CONTROL_TOOLS
+                    event.decision != "deny"
+                    and event.tool not in CONTROL_TOOLS
+                    and event.call_id not in facts.counted
                 ):
+                    # a call waiting for approval keeps its place: it runs if approved
+                    facts.counted[event.call_id] = event.at
                     facts.calls.setdefault(event.tool, []).append(event.at)
-                case ApprovalGiven() if event.approved and event.arguments is None:
-                    tool = facts.tool_of.get(event.call_id)
-                    if tool is not None:
-                        facts.calls.setdefault(tool, []).append(event.at)
+                case ApprovalGiven() if not event.approved and event.call_id in facts.counted:
+                    tool = facts.tool_of.get(event.call_id)  # denied: it never ran
+                    at = facts.counted.pop(event.call_id)
+                    if tool is not None and at in facts.calls.get(tool, ()):
+                        facts.calls[tool].remove(at)
                 case ToolCallFinished() if not event.synthetic:
                     definition = run.tools.get(event.tool)
                     if definition is None or self.annotations(definition).is_open_world:

@@ -25,14 +25,17 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
         "private_key",
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[\s\S]*)",
     ),
-    ("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
-    ("openai_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
-    ("aws_access_key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    ("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
-    ("slack_token", r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
-    ("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}"),
-    ("stripe_key", r"\b[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"),
-    ("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    ("anthropic_key", r"(?<![A-Za-z0-9])sk-ant-[A-Za-z0-9_-]{20,}"),
+    ("openai_key", r"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
+    ("aws_access_key", r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
+    (
+        "github_token",
+        r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
+    ),
+    ("slack_token", r"(?<![A-Za-z0-9])xox[abprs]-[A-Za-z0-9-]{10,}"),
+    ("google_api_key", r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}"),
+    ("stripe_key", r"(?<![A-Za-z0-9])[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"),
+    ("jwt", r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     ("bearer_token", r"(?i)(?<=bearer )[A-Za-z0-9._~+/-]{16,}=*"),
     # the password of user:password@host in any URL (the user and host stay readable)
     ("url_password", r"(?i)(?<=://)(?:[^/\s:@\"]+):([^/\s@\"]+)(?=@)"),
@@ -44,7 +47,8 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
     ),
 )
 """Secrets redacted by default: ``(kind, regex)``; a regex with groups redacts only the group
-that matched (the value, not the name before it)."""
+that matched (the value, not the name before it). A prefix must not follow an ASCII letter
+or digit ("task-..." is not an OpenAI key), but may follow anything else."""
 
 _SECRET_WORDS = tuple(
     word.encode()
@@ -110,6 +114,8 @@ def _trie(words: Sequence[bytes]) -> bytes:
 
 
 _SECRET_WORD = re.compile(_trie(_SECRET_WORDS))
+_PERSONAL_PROBE = re.compile(rb"@|\d(?:\D{0,4}\d){8}")
+"""Every email has an "@"; every phone or card number nine digits at most four apart."""
 
 PERSONAL_PATTERNS: tuple[tuple[str, str], ...] = (
     ("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
@@ -184,19 +190,15 @@ class Redactor:
         self._patterns = tuple(compiled)
         self._callables = tuple(callables)
         # Whether an event needs a look is decided on its JSON bytes, which the journal
-        # encodes anyway. Every built-in secret contains one of a few literals, so a handful
-        # of substring checks settle the common case; only a hit pays for the regexes. The
-        # probes are looser than the patterns (JSON escapes may sit inside a match), never
-        # stricter.
-        others = [*(PERSONAL_PATTERNS if personal else ()), *patterns]
-        self._secret_probe = (
-            re.compile("|".join(_loosen(p) for _, p in SECRET_PATTERNS).encode())
-            if secrets
-            else None
-        )
-        self._other_probe = (
-            re.compile("|".join(_loosen(p) for _, p in others).encode()) if others else None
-        )
+        # encodes anyway. Every built-in secret contains one of a few literals that JSON
+        # never escapes, so one scan for them settles the common case; a hit walks the
+        # decoded strings, where the real patterns run. Personal data is probed loosely
+        # (an "@", or nine digits close together, JSON escapes between them allowed);
+        # patterns and callables of the caller's own cannot be probed: they make every
+        # event a walk.
+        self._secrets = secrets
+        self._personal_probe = _PERSONAL_PROBE if personal else None
+        self._always = bool(patterns or callables)
         self.active = bool(chosen or callables)
 
     def __repr__(self) -> str:
@@ -204,18 +206,16 @@ class Redactor:
         return f"Redactor({kinds}; {len(self._callables)} callables)"
 
     def might_match(self, encoded: bytes) -> bool:
-        """Whether ``encoded`` (an event's JSON) may hold something to redact."""
-        if self._callables:
+        """Whether ``encoded`` (an event's JSON) may hold something to redact.
+
+        Never stricter than the patterns: a ``False`` means nothing in it would be redacted.
+        """
+        if self._always:
             return True
-        other = self._other_probe
-        if other is not None and other.search(encoded) is not None:
+        if self._secrets and _SECRET_WORD.search(encoded.lower()) is not None:
             return True
-        probe = self._secret_probe
-        if probe is None:
-            return False
-        return (
-            _SECRET_WORD.search(encoded.lower()) is not None and probe.search(encoded) is not None
-        )
+        probe = self._personal_probe
+        return probe is not None and probe.search(encoded) is not None
 
     def redact_text(self, text: str, found: Redaction | None = None) -> str:
         """``text`` with every match replaced by ``[REDACTED:kind]``."""
@@ -271,12 +271,21 @@ class Redactor:
                 found.fields.append(path)
             return text
         if isinstance(value, Mapping):
-            items = cast(Mapping[str, Any], value)
-            return {k: self.redact_value(v, f"{path}.{k}", found) for k, v in items.items()}
+            items = cast(Mapping[Any, Any], value)
+            out: dict[Any, Any] = {}
+            for key, item in items.items():
+                name = key
+                if isinstance(key, str):
+                    before = found.count
+                    name = self.redact_text(key, found)
+                    if found.count != before:
+                        found.fields.append(f"{path}.{name}")  # the key itself held it
+                out[name] = self.redact_value(item, f"{path}.{name}", found)
+            return out
         if isinstance(value, list | tuple):
             items = cast(Iterable[Any], value)
-            out = [self.redact_value(v, f"{path}[{i}]", found) for i, v in enumerate(items)]
-            return tuple(out) if isinstance(value, tuple) else out
+            redacted = [self.redact_value(v, f"{path}[{i}]", found) for i, v in enumerate(items)]
+            return tuple(redacted) if isinstance(value, tuple) else redacted
         if is_dataclass(value) and not isinstance(value, type):
             changes: dict[str, Any] = {}
             for spec in fields(value):
@@ -288,16 +297,3 @@ class Redactor:
                     changes[spec.name] = new
             return replace(value, **changes) if changes else value
         return value
-
-
-def _loosen(pattern: str) -> str:
-    """A pattern for JSON bytes: a lookbehind becomes plain text (a negative one is dropped).
-
-    JSON escapes cannot hide a match from it: the characters the patterns match are never
-    escaped by JSON, and the dropped assertions only make it match more.
-    """
-    pattern = re.sub(r"\(\?<=([^)]*)\)", r"(?:\1)", pattern)
-    pattern = re.sub(r"\(\?<![^)]*\)", "", pattern)
-    if pattern.startswith("(?i)"):  # a global flag must become a scoped one inside "|"
-        return f"(?i:{pattern[4:]})"
-    return f"(?:{pattern})"
