@@ -122,3 +122,17 @@ async def test_the_outcome_output_is_what_the_log_holds(tmp_path: Path) -> None:
     outcome = await Agent(model=ScriptedModel([finish(f"the key is {KEY}")])).run("go")
     assert outcome.output == "the key is [REDACTED:openai_key]"
     assert KEY not in orjson.dumps(outcome.output).decode()
+
+
+class HoldEverything(Policy):
+    def decide(self, call: ToolCall, tool: ToolDefinition, run: PolicyContext) -> PolicyDecision:
+        return PolicyDecision(decision="needs_approval", rule="hold", reason="hold it all")
+
+
+async def test_control_tools_cannot_wait_for_approval() -> None:
+    model = ScriptedModel([finish("done"), finish("done again")])
+    outcome = await Agent(model=model, policy=HoldEverything(), limits=Limits(max_steps=2)).run(
+        "go"
+    )
+    assert outcome.status != "waiting_for_approval"
+    assert decisions(outcome.events)[0] == ("deny", "hold")

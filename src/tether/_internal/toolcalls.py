@@ -125,6 +125,20 @@ def slot_for(policy: Policy, tool: str, cap: int) -> asyncio.Semaphore:
     return semaphore
 
 
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _same_values(validated: Mapping[str, Any], raw: JsonObject) -> bool:
+    """Whether validation returned the very values the model sent (no coercion, no defaults)."""
+    if len(validated) != len(raw):
+        return False
+    for key, value in validated.items():
+        sent = raw.get(key, _PLAIN)
+        if type(value) is not type(sent) or type(value) not in _PLAIN or value != sent:
+            return False
+    return True
+
+
 def timed_out(name: str, timeout: float) -> ToolResult:
     return ToolResult.error(f"{name} did not finish within {timeout:g}s and was cancelled")
 
@@ -223,7 +237,13 @@ class ToolCalls(RunBase[OutputT]):
                 definition = tool.definition
                 item.tool = tool
             decision = self._decide(call, item.arguments, definition)
-            if decision.decision == "needs_approval" and call.id in redacted:
+            if decision.decision == "needs_approval" and (item.finish or name == ASK_USER):
+                decision = PolicyDecision(
+                    decision="deny",
+                    rule=decision.rule,
+                    reason=f"{decision.reason} (tether's control tools cannot wait for approval)",
+                )
+            elif decision.decision == "needs_approval" and call.id in redacted:
                 decision = PolicyDecision(
                     decision="deny",
                     rule="redacted_arguments",
@@ -280,7 +300,11 @@ class ToolCalls(RunBase[OutputT]):
         fails, or answers something other than allow, deny or needs_approval, denies.
         """
         judged = call
-        if validated is not None and validated is not call.arguments:
+        if (
+            validated is not None
+            and validated is not call.arguments
+            and not _same_values(validated, call.arguments)
+        ):
             from pydantic_core import to_jsonable_python  # loaded by validation already
 
             judged = replace(call, arguments=cast(JsonObject, to_jsonable_python(validated)))
