@@ -20,6 +20,7 @@ from tether.content import TextBlock, content_text
 from tether.events import (
     Event,
     LimitReached,
+    PolicyDecided,
     RunFinished,
     RunStarted,
     ToolCallFinished,
@@ -563,3 +564,30 @@ def test_run_with_an_empty_goal_exits_2(tmp_path: Path) -> None:
 
     assert result.exit_code == 2
     assert "error: the goal must be a non-empty string" in flat(result.stderr)
+
+
+def test_run_with_a_policy_file_applies_its_rules(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[deny]]\ntools = ["calculate"]\nreason = "no arithmetic today"\n')
+
+    result = invoke("run", "What is 2+2?", "--model", f"scripted:{script}", "--policy", str(policy))
+
+    [log] = default_logs(tmp_path)
+    decided = [e for e in read_jsonl(log) if isinstance(e, PolicyDecided) and e.tool == "calculate"]
+    assert [(e.decision, e.rule, e.reason) for e in decided] == [
+        ("deny", "deny:calculate", "no arithmetic today")
+    ]
+    assert result.exit_code == 0, result.output
+
+
+def test_run_with_a_broken_policy_file_exits_2_naming_the_key(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[deny]]\ntoolz = ["calculate"]\n')
+
+    result = invoke("run", "What is 2+2?", "--model", f"scripted:{script}", "--policy", str(policy))
+
+    assert result.exit_code == 2
+    assert "toolz" in flat(result.stderr)
+    assert default_logs(tmp_path) == []  # nothing ran
