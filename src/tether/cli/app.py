@@ -11,6 +11,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from tether.cli.continuing import (
+    AgentOption,
+    ModelOption,
+    PolicyOption,
+    RunArgument,
+    VerboseOption,
+)
 from tether.cli.driving import drive, report
 from tether.cli.model_commands import model_app
 from tether.cli.safety_commands import safety_app
@@ -123,28 +130,18 @@ def _run(
 
 @app.command("resume")
 def _resume(
-    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix of it).")],
+    run: RunArgument,
     answer: Annotated[
         str | None, typer.Option(help="The answer, for a run waiting for the user.")
     ] = None,
-    agent_ref: Annotated[
-        str | None,
-        typer.Option("--agent", help="module:attribute of the Agent (default: the recorded one)."),
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Model string (default: the recorded model, if it resolves).")
-    ] = None,
+    agent_ref: AgentOption = None,
+    model: ModelOption = None,
     db: Annotated[
         Path | None,
         typer.Option(help="The run store (default: .tether/tether.db or $TETHER_DB)."),
     ] = None,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Print every new event as it is committed.")
-    ] = False,
-    policy: Annotated[
-        Path | None,
-        typer.Option(help="A policy TOML file (default: the agent's own policy).", dir_okay=False),
-    ] = None,
+    verbose: VerboseOption = False,
+    policy: PolicyOption = None,
 ) -> None:
     """Continue a stored run: after a crash, or with the answer it waits for.
 

@@ -6,7 +6,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from tether.cli.driving import drive
 from tether.errors import ConfigError, TetherError
@@ -14,7 +16,30 @@ from tether.events import Event, RunStarted
 from tether.outcome import RunOutcome
 from tether.policy.approvals import Approval
 
-__all__ = ["continue_run"]
+__all__ = [
+    "AgentOption",
+    "ModelOption",
+    "PolicyOption",
+    "RunArgument",
+    "VerboseOption",
+    "continue_run",
+]
+
+RunArgument = Annotated[str, typer.Argument(help="The run's id (or a unique prefix of it).")]
+AgentOption = Annotated[
+    str | None,
+    typer.Option("--agent", help="module:attribute of the Agent (default: the recorded one)."),
+]
+ModelOption = Annotated[
+    str | None, typer.Option(help="Model string (default: the recorded model, if it resolves).")
+]
+PolicyOption = Annotated[
+    Path | None,
+    typer.Option(help="A policy TOML file (default: the agent's own policy).", dir_okay=False),
+]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Print every new event as it is committed.")
+]
 
 Decide = Callable[[str, list[Event]], Sequence[Approval]]
 """Given the run id and its log, the approvals to resume with."""

@@ -12,6 +12,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tether.cli.continuing import (
+    AgentOption,
+    ModelOption,
+    PolicyOption,
+    RunArgument,
+    VerboseOption,
+)
+from tether.cli.store_commands import DbOption
 from tether.errors import TetherError, UserError
 from tether.events import ApprovalGiven, ApprovalRequested, Event
 from tether.jsontypes import JsonObject
@@ -24,15 +32,6 @@ safety_app = typer.Typer()
 """The commands of this module; ``tether.cli.app`` merges them into ``tether``."""
 out = Console()
 err = Console(stderr=True)
-
-DbOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--db",
-        help="The run store's SQLite file (default: $TETHER_DB, else .tether/tether.db).",
-        dir_okay=False,
-    ),
-]
 
 
 def _waiting(events: list[Event]) -> dict[str, ApprovalRequested]:
@@ -47,7 +46,7 @@ def _waiting(events: list[Event]) -> dict[str, ApprovalRequested]:
 
 @safety_app.command("approve")
 def _approve(
-    run: Annotated[str, typer.Argument(help="The run's id (or a unique prefix of it).")],
+    run: RunArgument,
     calls: Annotated[
         list[str] | None,
         typer.Argument(help="The pending calls to decide (ids; see `tether show RUN`)."),
@@ -66,20 +65,10 @@ def _approve(
     ] = None,
     by: Annotated[str, typer.Option(help="Who decides (recorded in the log).")] = "",
     db: DbOption = None,
-    agent_ref: Annotated[
-        str | None,
-        typer.Option("--agent", help="module:attribute of the Agent (default: the recorded one)."),
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Model string (default: the recorded model, if it resolves).")
-    ] = None,
-    policy: Annotated[
-        Path | None,
-        typer.Option(help="A policy TOML file (default: the agent's own policy).", dir_okay=False),
-    ] = None,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Print every new event as it is committed.")
-    ] = False,
+    agent_ref: AgentOption = None,
+    model: ModelOption = None,
+    policy: PolicyOption = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Approve (or --deny) calls a run waits for, then continue the run.
 
