@@ -148,22 +148,11 @@ def _resume(
     Completed model turns and tool calls are never repeated; a side-effecting call that was
     in flight at a crash is re-run only if that is safe, else recorded as unknown.
     """
-    from tether.cli.continuing import continue_run
+    from tether.cli.continuing import continue_and_report
 
-    try:
-        outcome = continue_run(
-            run,
-            db=db,
-            agent_ref=agent_ref,
-            model=model,
-            policy=policy,
-            verbose=verbose,
-            answer=answer,
-        )
-    except TetherError as exc:
-        raise _fail(exc) from None
-    report(outcome, None, False)
-    raise typer.Exit(0 if outcome.success else 1)
+    continue_and_report(
+        run, db=db, agent_ref=agent_ref, model=model, policy=policy, verbose=verbose, answer=answer
+    )
 
 
 @app.command("demo")

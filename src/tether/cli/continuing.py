@@ -22,6 +22,7 @@ __all__ = [
     "PolicyOption",
     "RunArgument",
     "VerboseOption",
+    "continue_and_report",
     "continue_run",
 ]
 
@@ -93,3 +94,19 @@ def continue_run(
         return asyncio.run(drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
     finally:
         asyncio.run(store.close())
+
+
+def continue_and_report(run: str, **options: Any) -> None:
+    """``continue_run``, then the report; exits 0 if the run finished, 1 if not, 2 on errors."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from tether.cli.driving import report
+
+    try:
+        outcome = continue_run(run, **options)
+    except TetherError as exc:
+        Console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    report(outcome, None, False)
+    raise typer.Exit(0 if outcome.success else 1)

@@ -75,8 +75,7 @@ def _approve(
     Each decision binds to the run, the call and the exact arguments the log shows (their
     hash). Calls left undecided keep the run waiting; decide them in a later `approve`.
     """
-    from tether.cli.continuing import continue_run
-    from tether.cli.driving import report
+    from tether.cli.continuing import continue_and_report
 
     edited: JsonObject | None = None
     if args is not None:
@@ -118,20 +117,9 @@ def _approve(
                 err.print(f"[dim]{verb} {call_id}: {request.tool} {escape(shown)}[/]")
         return decisions
 
-    try:
-        outcome = continue_run(
-            run,
-            db=db,
-            agent_ref=agent_ref,
-            model=model,
-            policy=policy,
-            verbose=verbose,
-            decide=decide,
-        )
-    except TetherError as exc:
-        raise _fail(exc) from None
-    report(outcome, None, False)
-    raise typer.Exit(0 if outcome.success else 1)
+    continue_and_report(
+        run, db=db, agent_ref=agent_ref, model=model, policy=policy, verbose=verbose, decide=decide
+    )
 
 
 @safety_app.command("audit")
