@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
+import importlib
 import os
 import re
 import secrets
@@ -19,7 +20,7 @@ import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ParamSpec
+from typing import Any, ParamSpec, cast
 
 from tether.content import ToolResult
 from tether.errors import ConfigError, ModelRetry
@@ -378,19 +379,45 @@ def _make_list(roots: _Roots, max_entries: int) -> Tool:
 # -- search ------------------------------------------------------------------------------------
 
 
-def _matcher(pattern: str, regex: bool, ignore_case: bool) -> re.Pattern[str]:
+Matcher = Callable[[str], object]
+"""Finds a match in a line (truthy) or not."""
+
+
+def _matcher(pattern: str, regex: bool, ignore_case: bool) -> Matcher:
+    """The pattern as a search function.
+
+    A regular expression from the model runs on RE2 when ``google-re2`` is installed (the
+    ``tether[sandbox]`` extra): RE2 runs in linear time, so no pattern can stall the search
+    (Python's ``re`` backtracks: ``(a+)+$`` takes exponential time and no timeout stops it).
+    """
     if not pattern:
         raise ModelRetry("give a non-empty pattern")
     if len(pattern) > _MAX_PATTERN:
         raise ModelRetry(f"the pattern is longer than {_MAX_PATTERN} characters; shorten it")
+    if regex:
+        try:
+            re2: Any = importlib.import_module("re2")
+        except ImportError:
+            re2 = None
+        if re2 is not None:
+            options = re2.Options()
+            options.log_errors = False
+            options.case_sensitive = not ignore_case
+            try:
+                return cast(Matcher, re2.compile(pattern, options).search)
+            except re2.error as exc:
+                raise ModelRetry(
+                    f"invalid regular expression {pattern!r} ({exc}); RE2 syntax: no "
+                    "backreferences or lookarounds"
+                ) from None
     flags = re.IGNORECASE if ignore_case else 0
     try:
-        return re.compile(pattern if regex else re.escape(pattern), flags)
+        return re.compile(pattern if regex else re.escape(pattern), flags).search
     except re.error as exc:
         raise ModelRetry(f"invalid regular expression {pattern!r}: {exc}") from None
 
 
-def _grep(fd: int, matcher: re.Pattern[str], max_bytes: int) -> Iterator[tuple[int, str]]:
+def _grep(fd: int, matcher: Matcher, max_bytes: int) -> Iterator[tuple[int, str]]:
     """Matching lines of a text file (binary and oversized files yield nothing)."""
     st = os.fstat(fd)
     if st.st_size > max_bytes:
@@ -399,7 +426,7 @@ def _grep(fd: int, matcher: re.Pattern[str], max_bytes: int) -> Iterator[tuple[i
     if _is_binary(data):
         return
     for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-        if matcher.search(line):
+        if matcher(line):
             yield number, line
 
 
