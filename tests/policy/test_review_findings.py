@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -10,11 +12,20 @@ import orjson
 
 from tether import Agent, Approval, Limits, RulePolicy, allow, deny, require_approval, tool
 from tether.codec import encode_event
-from tether.events import Decision, Event, PolicyDecided
+from tether.events import Decision, Event, PolicyDecided, ToolCallUnknown
+from tether.jsontypes import JsonValue
 from tether.messages import ToolCall
-from tether.policy import ArgCondition, Policy, PolicyContext, PolicyDecision, RateLimit, Rules
+from tether.policy import (
+    ArgCondition,
+    Policy,
+    PolicyContext,
+    PolicyDecision,
+    RateLimit,
+    Redactor,
+    Rules,
+)
 from tether.stores import MemoryStore
-from tether.testing import ScriptedModel, call, finish
+from tether.testing import ScriptedModel, ScriptStep, call, finish
 from tether.tools.base import ToolDefinition
 
 KEY = "sk-proj-Abcdefghijklmnopqrstuvwxyz012345"
@@ -136,3 +147,192 @@ async def test_control_tools_cannot_wait_for_approval() -> None:
     )
     assert outcome.status != "waiting_for_approval"
     assert decisions(outcome.events)[0] == ("deny", "hold")
+
+
+# -- from the second review ----------------------------------------------------------------
+
+
+class Crash(BaseException):
+    """The process dying while a tool runs."""
+
+
+async def test_a_recheck_deny_of_edited_arguments_stands_after_a_crash() -> None:
+    fetched: list[str] = []
+    crash = [True]
+
+    @tool(open_world=False)
+    def slow(n: int) -> str:
+        """Takes a while.
+
+        Args:
+            n: A number.
+        """
+        if crash[0]:
+            crash[0] = False
+            raise Crash
+        return "ok"
+
+    @tool(open_world=False, idempotent=True)
+    def fetch(path: str) -> str:
+        """Reads something.
+
+        Args:
+            path: Where.
+        """
+        fetched.append(path)
+        return f"content of {path}"
+
+    policy = RulePolicy(
+        None,
+        deny("fetch", when=[ArgCondition(path="path", op="eq", value="/etc/shadow")]),
+        require_approval(["slow", "fetch"]),
+    )
+    store = MemoryStore()
+    turn = [
+        ToolCall(id="a", name="slow", arguments={"n": 1}),
+        ToolCall(id="b", name="fetch", arguments={"path": "/tmp/x"}),
+    ]
+
+    def agent(script: list[object]) -> Agent:
+        return Agent(model=ScriptedModel(script), tools=[slow, fetch], policy=policy, store=store)  # pyright: ignore[reportArgumentType]
+
+    waiting = await agent([turn, finish("done")]).run("go")
+    a, b = waiting.pending
+    edited = Approval.approve(b, arguments={"path": "/etc/shadow"})
+    with contextlib.suppress(Crash):
+        await agent([finish("done")]).resume(
+            waiting.run_id, approvals=[Approval.approve(a), edited]
+        )
+    recovered = await agent([finish("done")]).resume(waiting.run_id)
+    assert recovered.status == "finished"
+    assert fetched == []
+
+
+async def test_an_edited_approval_is_not_refused_by_its_own_rate_limit_place() -> None:
+    paid.clear()
+    store = MemoryStore()
+    for scope in ("run", "process"):
+        policy = RulePolicy(
+            Rules(
+                rules=(require_approval("pay"),),
+                rate_limits=(RateLimit(tools=("pay",), max_calls=1, scope=scope),),
+            )
+        )
+        model = ScriptedModel([call("pay", amount=500), finish("done")])
+        waiting = await Agent(model=model, tools=[pay], policy=policy, store=store).run("pay")
+        resumed = Agent(
+            model=ScriptedModel([finish("done")]), tools=[pay], policy=policy, store=store
+        )
+        edited = Approval.approve(waiting.pending[0], arguments={"amount": 50})
+        await resumed.resume(waiting.run_id, approvals=[edited])
+    assert paid == [50, 50]
+
+
+async def test_a_human_denial_gives_back_a_process_wide_place() -> None:
+    paid.clear()
+    store = MemoryStore()
+    policy = RulePolicy(
+        Rules(
+            rules=(require_approval("pay"),),
+            rate_limits=(RateLimit(tools=("pay",), max_calls=1, scope="process"),),
+        )
+    )
+
+    def agent(script: list[object]) -> Agent:
+        return Agent(model=ScriptedModel(script), tools=[pay], policy=policy, store=store)  # pyright: ignore[reportArgumentType]
+
+    first = await agent([call("pay", amount=1), finish("done")]).run("pay")
+    await agent([finish("done")]).resume(first.run_id, approvals=[Approval.deny(first.pending[0])])
+    second = await agent([call("pay", amount=2), finish("done")]).run("pay")
+    assert second.status == "waiting_for_approval"  # not refused by the rate limit
+
+
+async def test_a_call_masked_by_a_custom_redaction_is_not_rerun_after_a_crash() -> None:
+    stored: list[tuple[str, str]] = []
+    first = [True]
+
+    def mask(text: str) -> str:
+        return re.sub(r"EMP-\d+", "EMP-***", text)
+
+    @tool(open_world=False, idempotent=True)
+    def put(key: str, value: str) -> str:
+        """Stores a value.
+
+        Args:
+            key: The key.
+            value: The value.
+        """
+        if first[0]:
+            first[0] = False
+            raise Crash
+        stored.append((key, value))
+        return "ok"
+
+    store = MemoryStore()
+
+    def agent(script: list[object]) -> Agent:
+        return Agent(
+            model=ScriptedModel(script),  # pyright: ignore[reportArgumentType]
+            tools=[put],
+            policy=RulePolicy(None, allow("put")),
+            store=store,
+            redactor=Redactor(callables=[mask]),
+        )
+
+    with contextlib.suppress(Crash):
+        await agent([call("put", key="owner", value="EMP-4711"), finish("done")]).run(
+            "store it", run_id="r1"
+        )
+    recovered = await agent([finish("done")]).resume("r1")
+    assert recovered.status == "finished"
+    assert stored == []  # never written with the masked value
+    assert any(isinstance(e, ToolCallUnknown) for e in recovered.events)
+
+
+async def test_secrets_in_call_ids_and_in_object_values_stay_out_of_the_log() -> None:
+    seen: list[dict[str, str]] = []
+
+    @tool(read_only=True, open_world=False)
+    def connect(settings: dict[str, str]) -> str:
+        """Connects.
+
+        Args:
+            settings: Connection settings.
+        """
+        seen.append(settings)
+        return "connected"
+
+    token = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+    settings: dict[str, JsonValue] = {
+        "password": "hunter2-zzqq",
+        "X-Api-Key": "abcd1234efgh",
+        "host": "db",
+    }
+    script: list[ScriptStep] = [
+        [ToolCall(id=token, name="connect", arguments={"settings": settings})],
+        finish("done"),
+    ]
+    outcome = await Agent(model=ScriptedModel(script), tools=[connect]).run("go")  # pyright: ignore[reportArgumentType]
+    assert outcome.status == "finished"
+    assert seen == [settings]  # the tool got the real values
+    log = b"".join(encode_event(e) for e in outcome.events)
+    for secret in (token, "hunter2-zzqq", "abcd1234efgh"):
+        assert secret.encode() not in log
+    assert b'"host":"db"' in log
+
+
+async def test_an_integer_json_cannot_hold_is_a_call_error_not_a_failed_run() -> None:
+    @tool(read_only=True, open_world=False)
+    def count(n: int) -> str:
+        """Counts.
+
+        Args:
+            n: A number.
+        """
+        return "ok"
+
+    outcome = await Agent(
+        model=ScriptedModel([call("count", n=10**20), finish("done")]), tools=[count]
+    ).run("go")
+    assert outcome.status == "finished"
+    assert outcome.error is None

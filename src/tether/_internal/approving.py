@@ -7,25 +7,67 @@ if that is safe, never approved and run a second time.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether._internal.runbase import OutputT, Planned, RunBase, Stop
 from tether.codec import canonical_json
 from tether.content import ToolResult
 from tether.errors import ModelRetry, UserError
-from tether.events import ApprovalGiven, ApprovalRequested, PolicyDecided, RunResumed
+from tether.events import (
+    ApprovalGiven,
+    ApprovalRequested,
+    Event,
+    PolicyDecided,
+    Redacted,
+    RunResumed,
+    ToolCallRequested,
+)
 from tether.messages import ASK_USER, ToolCall
 from tether.policy.approvals import Approval
 from tether.policy.base import PolicyDecision
 
-__all__ = ["Approving", "arguments_hash", "denial_text", "has_redaction"]
+__all__ = [
+    "Approving",
+    "arguments_hash",
+    "denial_text",
+    "has_redaction",
+    "redacted_calls",
+    "was_redacted",
+]
 
 
 def has_redaction(arguments: object) -> bool:
     """Whether recorded arguments hold a redaction marker where a secret was."""
     return b"[REDACTED:" in canonical_json(arguments)
+
+
+def redacted_calls(events: Sequence[Event]) -> set[str]:
+    """Calls whose stored arguments were redacted (their intent, or an edited approval).
+
+    Read from the ``redacted`` events, so a custom redaction that leaves no marker counts.
+    """
+    calls: set[str] = set()
+    for event in events:
+        if isinstance(event, Redacted) and 0 <= event.of_seq < len(events):
+            target = events[event.of_seq]
+            if isinstance(target, ToolCallRequested | ApprovalGiven | ApprovalRequested) and any(
+                f.startswith("arguments") for f in event.fields
+            ):
+                calls.add(target.call_id)
+    return calls
+
+
+def was_redacted(events: Sequence[Event], seq: int, field: str) -> bool:
+    """Whether a ``redacted`` event names ``field`` of the event at ``seq``."""
+    return any(
+        isinstance(e, Redacted)
+        and e.of_seq == seq
+        and any(f == field or f.startswith((f"{field}.", f"{field}[")) for f in e.fields)
+        for e in events
+    )
 
 
 def arguments_hash(arguments: object) -> str:
@@ -89,6 +131,8 @@ class Approving(RunBase[OutputT]):
                     by=approval.by,
                     reason=approval.reason,
                 )
+        with contextlib.suppress(Exception):  # bookkeeping must not block a human's decision
+            self._spec.policy.observe(self._policy_context())
         if len(by_call) < len(waiting):
             return Stop("waiting_for_approval")
         self._decided = self._plan_decided()
@@ -144,6 +188,7 @@ class Approving(RunBase[OutputT]):
             if isinstance(event, ApprovalGiven):
                 given[event.call_id] = event
         planned: list[Planned] = []
+        masked = redacted_calls(self._journal.events)
         for call in list(self._state.pending.values()):
             approval = given.get(call.id)
             if approval is None:
@@ -161,7 +206,7 @@ class Approving(RunBase[OutputT]):
                 item.error_type = "unknown_tool"
                 continue
             arguments = call.arguments if approval.arguments is None else approval.arguments
-            if has_redaction(arguments):
+            if call.id in masked or has_redaction(arguments):
                 item.synthetic = ToolResult.error(
                     "not executed: its arguments held a secret, which is never stored, and an "
                     "approved call runs from the stored log; call it without secrets"

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import cast
 
-from tether._internal.approving import has_redaction
+from tether._internal.approving import was_redacted
 from tether._internal.runbase import Cancelled, OutputT, RunBase, Stop
 from tether.content import TextBlock
 from tether.events import (
@@ -222,8 +222,7 @@ class Endings(RunBase[OutputT]):
         elif (
             fin.status == "finished"
             and self._output is not None
-            and has_redaction(fin.output)
-            and self._spec.output.dump(self._output) != fin.output
+            and was_redacted(self._journal.events, fin.seq, "output")
         ):
             # the output held a secret: the caller gets what the log holds, never more
             try:

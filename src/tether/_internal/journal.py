@@ -52,7 +52,6 @@ _NOT_REDACTED = frozenset(
         "transient",
         "retry_in_s",
         "limits",
-        "steps",
         "used",
         "maximum",
         "ask_for_answer",
@@ -227,6 +226,11 @@ class Journal:
             )
         finally:
             self._redactor = redactor
+
+    @property
+    def redactor(self) -> Redactor | None:
+        """The redactor every event passes (``None``: none)."""
+        return self._redactor
 
     @property
     def has_pending(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from tether._internal.approving import Approving, denial_text, has_redaction
+from tether._internal.approving import Approving, denial_text, redacted_calls
 from tether._internal.runbase import OutputT, Planned, Stop
 from tether.content import TextBlock
 from tether.errors import ConfigError, UserError
@@ -86,6 +86,7 @@ class Recovery(Approving[OutputT]):
             return Stop("failed", error=ErrorInfo(type="RecoveryFailed", message=message))
         decided = {e.call_id: e for e in events if isinstance(e, PolicyDecided)}
         given = {e.call_id: e for e in events if isinstance(e, ApprovalGiven)}
+        masked = redacted_calls(events)  # their stored arguments are not what the tool got
         stop: Stop | None = None
         waiting = False
         for call in list(st.pending.values()):
@@ -109,8 +110,11 @@ class Recovery(Approving[OutputT]):
             if decision.decision == "needs_approval" and approval is None:
                 waiting = True  # still waits for a human: nothing ran
                 continue
+            # The last decision stands: a deny (also of edited arguments after an approval)
+            # is final; otherwise only an allow or a human's approval lets the call run.
+            denied = decision.decision == "deny" or (approval is not None and not approval.approved)
             allowed = decision.decision == "allow" or (approval is not None and approval.approved)
-            if not allowed or (approval is not None and not approval.approved):
+            if denied or not allowed:
                 text = (
                     f"denied by policy ({decision.rule}): {decision.reason}"
                     if approval is None or approval.approved
@@ -142,7 +146,7 @@ class Recovery(Approving[OutputT]):
                 stop = Stop("waiting_for_user")
                 continue
             tool = spec.registry.get(call.name)
-            if tool is not None and tool.safe_to_retry and not has_redaction(call.arguments):
+            if tool is not None and tool.safe_to_retry and call.id not in masked:
                 item = Planned(call)
                 item.tool = tool
                 item.arguments = tool.validator(call.arguments)

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
+import orjson
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock
@@ -122,6 +123,19 @@ def unique_ids(calls: tuple[ToolCall, ...], step: int, used: set[str]) -> tuple[
     return tuple(fixed) if changed else calls
 
 
+def _unencodable(call: ToolCall) -> ToolCall:
+    """``call`` with its arguments dropped if JSON tools (orjson) cannot encode them."""
+    try:
+        orjson.dumps(call.arguments)
+    except TypeError as exc:
+        return replace(
+            call,
+            arguments={},
+            parse_error=f"the arguments cannot be stored as JSON ({exc}); send smaller values",
+        )
+    return call
+
+
 class RunBase(Generic[OutputT]):
     """The state of one run that its parts share (see the module docstring)."""
 
@@ -228,22 +242,35 @@ class RunBase(Generic[OutputT]):
         """
         calls = response.tool_calls
         seen = self._state.call_ids
+        redactor = self._journal.redactor
+        if redactor is not None and calls:
+            # an id is copied into many events as a key: one that looks like a secret is
+            # replaced rather than redacted (a redacted id would no longer match its result)
+            calls = tuple(
+                replace(c, id="")
+                if redactor.might_match(c.id.encode()) and redactor.redact_text(c.id) != c.id
+                else c
+                for c in calls
+            )
         if len(calls) > 1 or (calls and (not calls[0].id or calls[0].id in seen)):
             calls = unique_ids(calls, step, seen)
-            if calls is not response.tool_calls:
-                response = replace(response, tool_calls=calls)
-        self._add(
-            ModelResponded,
-            step=step,
-            model=self._model.name,
-            request_digest=self._request_digest(request),
-            text=response.text,
-            reasoning=response.reasoning,
-            tool_calls=calls,
-            usage=response.usage,
-            latency_s=self._monotonic() - t0,
-            final=final,
-        )
+        fields: dict[str, Any] = {
+            "step": step,
+            "model": self._model.name,
+            "request_digest": self._request_digest(request),
+            "text": response.text,
+            "reasoning": response.reasoning,
+            "usage": response.usage,
+            "latency_s": self._monotonic() - t0,
+            "final": final,
+        }
+        try:
+            self._add(ModelResponded, tool_calls=calls, **fields)
+        except TypeError:  # JSON cannot hold it (an integer beyond 64 bits): a call error
+            calls = tuple(_unencodable(c) for c in calls)
+            self._add(ModelResponded, tool_calls=calls, **fields)
+        if calls != response.tool_calls:
+            response = replace(response, tool_calls=calls)
         return response
 
     def _elapsed(self) -> float:

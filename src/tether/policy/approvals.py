@@ -25,9 +25,9 @@ class Approval:
     approved: bool = True
     """Approve (run it) or deny (the model gets a denial and the run goes on)."""
     run_id: str | None = None
-    """The run; when given, it must be the run being resumed."""
+    """The run: required, and it must be the run being resumed (``approve``/``deny`` set it)."""
     arguments_hash: str | None = None
-    """The arguments the human saw; when given, they must be what is pending."""
+    """The hash of the arguments the human saw: required, and it must be what is pending."""
     arguments: JsonObject | None = None
     """Edited arguments to run with instead (checked by the policy again)."""
     by: str = ""

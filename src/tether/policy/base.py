@@ -67,6 +67,12 @@ class Policy(ABC):
         """How many calls of ``tool`` may run at once in this process (``None``: no cap)."""
         return None
 
+    def observe(self, run: PolicyContext) -> None:  # noqa: B027 - optional hook
+        """The run's log grew outside a decision (humans decided on approvals): catch up.
+
+        A policy that counts calls uses it to give back the places of denied calls.
+        """
+
 
 class AllowAll(Policy):
     """Allows every call: no gate at all. Only for tests and fully trusted tools."""

@@ -47,6 +47,7 @@ _SAFE = PolicyDecision(
     rule="default:safe",
     reason="read-only or declared harmless, and closed-world: allowed by default",
 )
+_MAX_COUNTED = 65_536  # calls whose process-wide places can still be given back
 _MAX_RUNS = 1024  # runs whose derived facts are kept (a run rebuilds them from its log)
 _STRICTNESS: dict[Decision, int] = {"allow": 0, "needs_approval": 1, "deny": 2}
 
@@ -126,6 +127,10 @@ class RulePolicy(Policy):
         self._annotations: dict[str, tuple[ToolDefinition, ToolAnnotations, PolicyDecision]] = {}
         self._facts: OrderedDict[str, _Facts] = OrderedDict()
         self._windows: dict[tuple[int, str], deque[float]] = {}
+        # (run, call) -> when it took its places, and in which windows
+        self._process_counted: OrderedDict[tuple[str, str], tuple[float, list[tuple[int, str]]]] = (
+            OrderedDict()
+        )
 
     @classmethod
     def from_toml(cls, path: str | Path) -> RulePolicy:
@@ -164,7 +169,7 @@ class RulePolicy(Policy):
             return _CONTROL
         decision = self._decide(call, tool, run)
         if self._process_limits and decision.decision != "deny":
-            self._count_process_call(name)  # a call waiting for approval keeps its place
+            self._count_process_call(name, (run.run_id, call.id))  # a waiting call keeps its place
         return decision
 
     def _decide(  # noqa: C901 - the documented order, one step after the other
@@ -197,7 +202,7 @@ class RulePolicy(Policy):
             if rule.matches(name, arguments):
                 return PolicyDecision(decision="deny", rule=rule.label, reason=rule.reason)
         if rules.rate_limits:
-            limited = self._rate_limited(name, run)
+            limited = self._rate_limited(name, run, call.id)
             if limited is not None:
                 return limited
         for rule in self._approve:
@@ -276,16 +281,25 @@ class RulePolicy(Policy):
 
     # -- rate limits -------------------------------------------------------------------
 
-    def _rate_limited(self, name: str, run: PolicyContext) -> PolicyDecision | None:
+    def _rate_limited(self, name: str, run: PolicyContext, call_id: str) -> PolicyDecision | None:
+        """The first rate limit ``call_id`` would exceed.
+
+        Its own earlier place is not counted: edited arguments after an approval are the same
+        call asked again.
+        """
         facts: _Facts | None = None
         for index, limit in enumerate(self.rules.rate_limits):
             if not matches_any(name, limit.tools):
                 continue
             if limit.scope == "process":
                 used = self._process_calls(index, limit, name)
+                if (run.run_id, call_id) in self._process_counted:
+                    used -= 1
             else:
                 facts = facts or self.facts(run)
                 used = _run_calls(facts, limit, name, run.events)
+                if call_id in facts.counted:
+                    used -= 1
             if used >= limit.max_calls:
                 window = f" per {limit.per_seconds:g}s" if limit.per_seconds is not None else ""
                 whose = "this run" if limit.scope == "run" else "this process"
@@ -311,12 +325,30 @@ class RulePolicy(Policy):
                 window.popleft()
         return len(window)
 
-    def _count_process_call(self, name: str) -> None:
+    def _count_process_call(self, name: str, call: tuple[str, str]) -> None:
+        if call in self._process_counted:
+            return  # counted once per call, also when edited arguments are decided again
         now = time.monotonic()
+        keys: list[tuple[int, str]] = []
         for index, limit in enumerate(self.rules.rate_limits):
             if limit.scope == "process" and matches_any(name, limit.tools):
                 key = (index, name if limit.each_tool else "")
                 self._windows.setdefault(key, deque()).append(now)
+                keys.append(key)
+        self._process_counted[call] = (now, keys)
+        if len(self._process_counted) > _MAX_COUNTED:
+            self._process_counted.popitem(last=False)  # long decided: no longer releasable
+
+    def _release_process_call(self, call: tuple[str, str]) -> None:
+        """Give back the place of a call that did not run (a human or a recheck denied it)."""
+        counted = self._process_counted.pop(call, None)
+        if counted is None:
+            return
+        at, keys = counted
+        for key in keys:
+            window = self._windows.get(key)
+            if window is not None and at in window:
+                window.remove(at)
 
     # -- results -----------------------------------------------------------------------
 
@@ -353,6 +385,10 @@ class RulePolicy(Policy):
         caps = [c.max for c in self.rules.concurrency if matches_any(tool, c.tools)]
         return min(caps) if caps else None
 
+    def observe(self, run: PolicyContext) -> None:
+        """Fold the run's new events now (a human's denial gives back its call's places)."""
+        self.facts(run)
+
     # -- facts folded from the log -------------------------------------------------------
 
     def facts(self, run: PolicyContext) -> _Facts:
@@ -375,6 +411,11 @@ class RulePolicy(Policy):
             self._fold(facts, events, run)
         return facts
 
+    def _release(self, facts: _Facts, run_id: str, call_id: str) -> None:
+        _unused(facts, call_id)
+        if self._process_limits:
+            self._release_process_call((run_id, call_id))
+
     def _fold(self, facts: _Facts, events: Sequence[Event], run: PolicyContext) -> None:
         for index in range(facts.seen, len(events)):
             event = events[index]
@@ -389,11 +430,10 @@ class RulePolicy(Policy):
                     # a call waiting for approval keeps its place: it runs if approved
                     facts.counted[event.call_id] = event.at
                     facts.calls.setdefault(event.tool, []).append(event.at)
-                case ApprovalGiven() if not event.approved and event.call_id in facts.counted:
-                    tool = facts.tool_of.get(event.call_id)  # denied: it never ran
-                    at = facts.counted.pop(event.call_id)
-                    if tool is not None and at in facts.calls.get(tool, ()):
-                        facts.calls[tool].remove(at)
+                case ApprovalGiven() if not event.approved:
+                    self._release(facts, run.run_id, event.call_id)  # denied: it never ran
+                case PolicyDecided() if event.decision == "deny":
+                    self._release(facts, run.run_id, event.call_id)  # e.g. edited, then denied
                 case ToolCallFinished() if not event.synthetic:
                     definition = run.tools.get(event.tool)
                     if definition is None or self.annotations(definition).is_open_world:
@@ -402,6 +442,14 @@ class RulePolicy(Policy):
                     pass
         facts.seen = len(events)
         facts.last_hash = events[-1].hash
+
+
+def _unused(facts: _Facts, call_id: str) -> None:
+    """Remove a counted call's place from the run's count."""
+    at = facts.counted.pop(call_id, None)
+    tool = facts.tool_of.get(call_id)
+    if at is not None and tool is not None and at in facts.calls.get(tool, ()):
+        facts.calls[tool].remove(at)
 
 
 def _run_calls(facts: _Facts, limit: RateLimit, name: str, events: Sequence[Event]) -> int:

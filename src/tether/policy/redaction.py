@@ -114,6 +114,10 @@ def _trie(words: Sequence[bytes]) -> bytes:
 
 
 _SECRET_WORD = re.compile(_trie(_SECRET_WORDS))
+_SECRET_KEY = re.compile(
+    r"(?i)password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token", re.ASCII
+)
+"""An object key whose string value is a secret, whatever the value looks like."""
 _PERSONAL_PROBE = re.compile(rb"@|\d(?:\D{0,4}\d){8}")
 """Every email has an "@"; every phone or card number nine digits at most four apart."""
 
@@ -177,12 +181,15 @@ class Redactor:
         patterns: Sequence[tuple[str, str]] = (),
         callables: Sequence[Callable[[str], str]] = (),
     ) -> None:
-        chosen = [*(SECRET_PATTERNS if secrets else ()), *(PERSONAL_PATTERNS if personal else ())]
-        chosen.extend(patterns)
+        builtin = [*(SECRET_PATTERNS if secrets else ()), *(PERSONAL_PATTERNS if personal else ())]
+        chosen = [*builtin, *patterns]
         compiled: list[tuple[str, re.Pattern[str]]] = []
-        for kind, pattern in chosen:
+        for index, (kind, pattern) in enumerate(chosen):
+            # ASCII for the built-in ones: what the byte probe sees (no Unicode case folding,
+            # no non-ASCII digits), so the probe is never stricter than they are
+            flags = re.ASCII if index < len(builtin) else 0
             try:
-                compiled.append((kind, re.compile(pattern)))
+                compiled.append((kind, re.compile(pattern, flags)))
             except re.error as exc:
                 raise ConfigError(
                     f"redaction pattern {kind!r} is not a valid regex: {exc}"
@@ -280,6 +287,18 @@ class Redactor:
                     name = self.redact_text(key, found)
                     if found.count != before:
                         found.fields.append(f"{path}.{name}")  # the key itself held it
+                    if (
+                        self._secrets
+                        and isinstance(item, str)
+                        and item
+                        and not item.startswith("[REDACTED:")
+                        and _SECRET_KEY.search(name) is not None
+                    ):
+                        found.kinds["password"] = None  # {"password": "..."}: name and value apart
+                        found.count += 1
+                        found.fields.append(f"{path}.{name}")
+                        out[name] = "[REDACTED:password]"
+                        continue
                 out[name] = self.redact_value(item, f"{path}.{name}", found)
             return out
         if isinstance(value, list | tuple):
