@@ -34,6 +34,7 @@ from tether.models.base import (
 from tether.outcome import ErrorInfo, RunOutcome, RunStatus
 from tether.policy.approvals import Approval
 from tether.policy.base import PolicyContext, PolicyDecision
+from tether.policy.redaction import Redactor
 from tether.state import StateBuilder
 from tether.stores.base import (
     Lease,
@@ -121,6 +122,11 @@ def unique_ids(calls: tuple[ToolCall, ...], step: int, used: set[str]) -> tuple[
         seen.add(call.id)
         fixed.append(call)
     return tuple(fixed) if changed else calls
+
+
+def _secret_like(redactor: Redactor, text: str) -> bool:
+    """Whether the redactor would change ``text`` (probed first: ids are on the hot path)."""
+    return redactor.might_match(text.encode()) and redactor.redact_text(text) != text
 
 
 def _unencodable(call: ToolCall) -> ToolCall:
@@ -243,15 +249,10 @@ class RunBase(Generic[OutputT]):
         calls = response.tool_calls
         seen = self._state.call_ids
         redactor = self._journal.redactor
-        if redactor is not None and calls:
+        if redactor is not None and any(_secret_like(redactor, c.id) for c in calls):
             # an id is copied into many events as a key: one that looks like a secret is
             # replaced rather than redacted (a redacted id would no longer match its result)
-            calls = tuple(
-                replace(c, id="")
-                if redactor.might_match(c.id.encode()) and redactor.redact_text(c.id) != c.id
-                else c
-                for c in calls
-            )
+            calls = tuple(replace(c, id="") if _secret_like(redactor, c.id) else c for c in calls)
         if len(calls) > 1 or (calls and (not calls[0].id or calls[0].id in seen)):
             calls = unique_ids(calls, step, seen)
         fields: dict[str, Any] = {
@@ -269,7 +270,7 @@ class RunBase(Generic[OutputT]):
         except TypeError:  # JSON cannot hold it (an integer beyond 64 bits): a call error
             calls = tuple(_unencodable(c) for c in calls)
             self._add(ModelResponded, tool_calls=calls, **fields)
-        if calls != response.tool_calls:
+        if calls is not response.tool_calls:
             response = replace(response, tool_calls=calls)
         return response
 
