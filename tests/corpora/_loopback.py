@@ -16,12 +16,12 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-__all__ = ["ConnectSpy", "FakeResolver", "Received", "RecordingServer"]
+__all__ = ["ConnectSpy", "FakeResolver", "LoopbackServer", "Received", "RecordingServer", "send"]
 
 _BIG = 50_000_000  # bytes /big sends and the gzip bomb inflates to
 
@@ -54,20 +54,18 @@ def _bomb() -> bytes:
 
 
 @dataclass(kw_only=True)
-class RecordingServer:
-    """A tiny HTTP/1.1 server on a loopback address that records each request."""
+class LoopbackServer:
+    """A tiny HTTP/1.1 server on a loopback address: it starts, stops, reads each request and
+    hands it to ``_answer`` (subclasses answer)."""
 
     host: str = "127.0.0.1"
     """The address to listen on."""
-    requests: list[Received] = field(default_factory=lambda: [])
-    """Every request received, in order."""
     port: int = 0
     """The port, once started."""
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=lambda: set())
-    _flaky: dict[str, int] = field(default_factory=lambda: {})
 
-    async def __aenter__(self) -> RecordingServer:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._serve, self.host, 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -88,18 +86,19 @@ class RecordingServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    async def _answer(self, req: Received, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
         try:
             received = await _read_request(reader)
-            if received is None:
-                return
-            self.requests.append(received)
-            await self._respond(received, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+            if received is not None:
+                await self._answer(received, writer)
+        except (ConnectionError, ValueError, asyncio.IncompleteReadError):
+            pass  # a malformed or dropped request
         except asyncio.CancelledError:
             pass  # only __aexit__ cancels these tasks; a cancelled one would be logged as an error
         finally:
@@ -108,12 +107,25 @@ class RecordingServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+
+@dataclass(kw_only=True)
+class RecordingServer(LoopbackServer):
+    """Records each request and answers the routes the HTTP corpus needs."""
+
+    requests: list[Received] = field(default_factory=lambda: [])
+    """Every request received, in order."""
+    _flaky: dict[str, int] = field(default_factory=lambda: {})
+
+    async def _answer(self, req: Received, writer: asyncio.StreamWriter) -> None:
+        self.requests.append(req)
+        await self._respond(req, writer)
+
     async def _respond(self, req: Received, writer: asyncio.StreamWriter) -> None:  # noqa: C901 - one branch per route
         url = urlsplit(req.target)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         match url.path:
             case "/hello":
-                await _send(writer, 200, b"hello from the test server", "text/plain")
+                await send(writer, 200, b"hello from the test server", "text/plain")
             case "/echo":
                 body = orjson.dumps(
                     {
@@ -122,20 +134,20 @@ class RecordingServer:
                         "body": req.body.decode("utf-8", "replace"),
                     }
                 )
-                await _send(writer, 200, body, "application/json")
+                await send(writer, 200, body, "application/json")
             case "/redirect":
                 status = int(query.get("status", "302"))
-                await _send(writer, status, b"", "text/plain", {"Location": query["to"]})
+                await send(writer, status, b"", "text/plain", {"Location": query["to"]})
             case "/loop":
-                await _send(writer, 302, b"", "text/plain", {"Location": "/loop"})
+                await send(writer, 302, b"", "text/plain", {"Location": "/loop"})
             case "/chain":
                 n = int(query.get("n", "0"))
                 if n > 0:
-                    await _send(writer, 302, b"", "text/plain", {"Location": f"/chain?n={n - 1}"})
+                    await send(writer, 302, b"", "text/plain", {"Location": f"/chain?n={n - 1}"})
                 else:
-                    await _send(writer, 200, b"end of chain", "text/plain")
+                    await send(writer, 200, b"end of chain", "text/plain")
             case "/post-redirect":
-                await _send(writer, 303, b"", "text/plain", {"Location": "/echo"})
+                await send(writer, 303, b"", "text/plain", {"Location": "/echo"})
             case "/big":
                 writer.write(_head(200, "text/plain", {"Content-Length": str(_BIG)}))
                 chunk = b"x" * 65536
@@ -144,11 +156,11 @@ class RecordingServer:
                     await writer.drain()
             case "/gzip":
                 body = gzip.compress("zipped text ✓".encode())
-                await _send(
+                await send(
                     writer, 200, body, "text/plain; charset=utf-8", {"Content-Encoding": "gzip"}
                 )
             case "/gzip-bomb":
-                await _send(writer, 200, _bomb(), "text/plain", {"Content-Encoding": "gzip"})
+                await send(writer, 200, _bomb(), "text/plain", {"Content-Encoding": "gzip"})
             case "/slow":
                 await asyncio.sleep(60)
             case "/trickle":
@@ -161,17 +173,17 @@ class RecordingServer:
                 key = query.get("key", "")
                 self._flaky[key] = self._flaky.get(key, 0) + 1
                 if self._flaky[key] == 1:
-                    await _send(writer, 503, b"try again", "text/plain")
+                    await send(writer, 503, b"try again", "text/plain")
                 else:
-                    await _send(writer, 200, b"recovered", "text/plain")
+                    await send(writer, 200, b"recovered", "text/plain")
             case "/latin1":
-                await _send(
+                await send(
                     writer, 200, "café crème".encode("latin-1"), "text/plain; charset=iso-8859-1"
                 )
             case "/binary":
-                await _send(writer, 200, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8, "image/png")
+                await send(writer, 200, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8, "image/png")
             case _:
-                await _send(writer, 404, b"no such page", "text/plain")
+                await send(writer, 404, b"no such page", "text/plain")
 
 
 async def _read_request(reader: asyncio.StreamReader) -> Received | None:
@@ -196,7 +208,7 @@ def _head(status: int, content_type: str, extra: Mapping[str, str] | None = None
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-async def _send(
+async def send(
     writer: asyncio.StreamWriter,
     status: int,
     body: bytes,

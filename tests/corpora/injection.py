@@ -36,14 +36,13 @@ import re
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, cast
 from urllib.parse import quote, unquote, urlsplit
 
 import orjson
 
 from tests.corpora import CaseResult
-from tests.corpora._loopback import ConnectSpy
+from tests.corpora._loopback import ConnectSpy, LoopbackServer, Received, send
 from tether.agent import Agent
 from tether.content import content_text
 from tether.events import PolicyDecided, ToolCallRequested
@@ -245,78 +244,25 @@ class Hit:
 
 
 @dataclass(kw_only=True)
-class PageServer:
-    """A loopback HTTP/1.1 server answering fixed pages and recording every request."""
+class PageServer(LoopbackServer):
+    """Answers fixed pages on 127.0.0.1 and records every request."""
 
     pages: dict[str, Page] = field(default_factory=lambda: {})
     """The pages by path; others are 404."""
     hits: list[Hit] = field(default_factory=lambda: [])
     """Every request received, in order."""
-    port: int = 0
-    """The port, once started."""
-    _server: asyncio.Server | None = None
-    _tasks: set[asyncio.Task[Any]] = field(default_factory=lambda: set())
-
-    async def __aenter__(self) -> PageServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
-    @property
-    def base(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def allowlisted(self) -> str:
         """The ``allow_private`` entry for this server."""
         return f"127.0.0.1:{self.port}"
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-            method, target, _ = head[0].split(" ", 2)
-            length = 0
-            for line in head[1:]:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value.strip())
-            body = await reader.readexactly(length) if length else b""
-            self.hits.append(
-                Hit(method=method, target=target, body=body.decode("utf-8", "replace"))
-            )
-            page = self.pages.get(urlsplit(target).path, Page(body="no such page", status=404))
-            data = page.body.encode()
-            lines = [
-                f"HTTP/1.1 {page.status} X",
-                f"Content-Type: {page.content_type}",
-                f"Content-Length: {len(data)}",
-                "Connection: close",
-            ]
-            if page.location is not None:
-                lines.append(f"Location: {page.location}")
-            writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data)
-            await writer.drain()
-        except (ConnectionError, ValueError, asyncio.IncompleteReadError, asyncio.CancelledError):
-            pass  # a malformed or dropped request; only __aexit__ cancels these tasks
-        finally:
-            self._tasks.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+    async def _answer(self, req: Received, writer: asyncio.StreamWriter) -> None:
+        body = req.body.decode("utf-8", "replace")
+        self.hits.append(Hit(method=req.method, target=req.target, body=body))
+        page = self.pages.get(urlsplit(req.target).path, Page(body="no such page", status=404))
+        extra = {"Location": page.location} if page.location is not None else None
+        await send(writer, page.status, page.body.encode(), page.content_type, extra)
 
 
 # -- cases, the world and its snapshots --------------------------------------------------------
