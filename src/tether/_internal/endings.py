@@ -12,7 +12,6 @@ from typing import cast
 
 from tether._internal.approving import was_redacted
 from tether._internal.runbase import Cancelled, OutputT, RunBase, Stop
-from tether.content import TextBlock
 from tether.events import (
     ApprovalRequested,
     Event,
@@ -20,7 +19,6 @@ from tether.events import (
     ModelFailed,
     PolicyDecided,
     RunFinished,
-    ToolCallFinished,
 )
 from tether.messages import ASK_USER
 from tether.outcome import ErrorInfo, PendingCall, RunOutcome, RunStatus
@@ -49,15 +47,7 @@ class Endings(RunBase[OutputT]):
             text = reason
             if interrupted is not None and call.id in self._in_flight:
                 text = f"{interrupted} while the tool was running; it may have had partial effects"
-            self._add(
-                ToolCallFinished,
-                call_id=call.id,
-                tool=call.name,
-                content=(TextBlock(text=text),),
-                is_error=True,
-                error_type=error_type,
-                synthetic=True,
-            )
+            self._refuse(call, text, error_type)
 
     async def _stop(self, stop: Stop) -> AsyncIterator[Event]:
         st = self._state

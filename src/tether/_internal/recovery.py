@@ -93,18 +93,11 @@ class Recovery(Approving[OutputT]):
             decision = decided.get(call.id)
             approval = given.get(call.id)
             if decision is None:  # never passed the policy, so it never ran
-                self._add(
-                    ToolCallFinished,
-                    call_id=call.id,
-                    tool=call.name,
-                    content=(
-                        TextBlock(
-                            text="not executed: the run stopped before this call started; call it again if it is still needed"
-                        ),
-                    ),
-                    is_error=True,
-                    error_type="interrupted",
-                    synthetic=True,
+                self._refuse(
+                    call,
+                    "not executed: the run stopped before this call started; call it again if "
+                    "it is still needed",
+                    "interrupted",
                 )
                 continue
             if decision.decision == "needs_approval" and approval is None:
@@ -120,15 +113,7 @@ class Recovery(Approving[OutputT]):
                     if approval is None or approval.approved
                     else denial_text(approval)
                 )
-                self._add(
-                    ToolCallFinished,
-                    call_id=call.id,
-                    tool=call.name,
-                    content=(TextBlock(text=text),),
-                    is_error=True,
-                    error_type="denied",
-                    synthetic=True,
-                )
+                self._refuse(call, text, "denied")
                 continue
             if approval is not None and approval.arguments is not None:
                 call = replace(call, arguments=approval.arguments)  # the approved, edited ones

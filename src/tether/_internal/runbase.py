@@ -19,10 +19,11 @@ from typing_extensions import TypeVar
 from tether._internal.clock import Clock
 from tether._internal.journal import Journal
 from tether._internal.watchdog import Watchdog
-from tether.content import ToolResult
+from tether.content import TextBlock, ToolResult
 from tether.events import (
     Event,
     ModelResponded,
+    ToolCallFinished,
 )
 from tether.messages import ToolCall
 from tether.models.base import (
@@ -273,6 +274,18 @@ class RunBase(Generic[OutputT]):
         if calls is not response.tool_calls:
             response = replace(response, tool_calls=calls)
         return response
+
+    def _refuse(self, call: ToolCall, text: str, error_type: str) -> None:
+        """Answer ``call`` with an error tether writes itself (the tool did not run)."""
+        self._add(
+            ToolCallFinished,
+            call_id=call.id,
+            tool=call.name,
+            content=(TextBlock(text=text),),
+            is_error=True,
+            error_type=error_type,
+            synthetic=True,
+        )
 
     def _elapsed(self) -> float:
         return self._monotonic() - self._t0
