@@ -16,6 +16,7 @@ from tether.errors import (
     ModelError,
     ModelRetry,
     RunError,
+    StoreError,
     TetherError,
     UserError,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "RunOutcome",
     "RunState",
     "RunStatus",
+    "StoreError",
     "TetherError",
     "TextBlock",
     "Tool",

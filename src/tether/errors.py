@@ -8,15 +8,28 @@ run, and control signals that are not failures at all::
     │   ├── ConfigError            an Agent, Limits or tool definition is invalid
     │   ├── DuplicateToolError     two tools share one name
     │   ├── UnknownModelError      a model string no provider resolves
+    │   │   └── ModelWeightsError  a local model's weights are missing or not the expected file
     │   ├── ModelRequestsBlocked   a real model was called where requests are blocked (tests)
-    │   └── MissingExtraError      an optional dependency is not installed (also an ImportError)
+    │   ├── MissingExtraError      an optional dependency is not installed (also an ImportError)
+    │   └── InvalidEntry           a key-value entry the store does not accept (also a ValueError)
     ├── RunError                   a run, or the log of one, failed
     │   ├── ModelError             the model request failed (``transient`` says whether to retry)
     │   ├── ToolTimeout            a tool exceeded its timeout
+    │   ├── LoopBlocked            a tool blocked the event loop past its timeout
     │   ├── LogError               a stored or streamed event log cannot be trusted
     │   │   ├── UnknownEventKind   an event of a kind this version does not know
     │   │   └── BrokenChain        a gap in ``seq`` or a hash that does not match
-    │   └── ReplayDivergence       a replayed run did something other than the recording
+    │   ├── ReplayDivergence       a replayed run did something other than the recording
+    │   └── StoreError             a run store failed or refused (names the store and what to do)
+    │       ├── StoreUnavailable   cannot be opened or created (a path, permissions, not a store)
+    │       ├── StoreBusy          locked by another process for longer than the store waits
+    │       ├── StoreCorrupt       the file is damaged (says how to recover it)
+    │       ├── StoreWriteError    an append could not be made durable (disk full, read-only)
+    │       ├── StoreConflict      an append does not continue the stored log
+    │       ├── RunNotFound        no run with that id is stored
+    │       ├── RunExists          a run with that id is stored already, for another goal
+    │       ├── LeaseHeld          another live process owns the run
+    │       └── StaleLease         a newer lease replaced this one (fencing)
     └── ControlSignal              not failures: they steer the loop
         ├── ModelRetry             raised by a tool: "tell the model this and let it try again"
         └── ApprovalRequired       raised by a tool: a human must approve before it proceeds
@@ -33,13 +46,26 @@ __all__ = [
     "ConfigError",
     "ControlSignal",
     "DuplicateToolError",
+    "InvalidEntry",
+    "LeaseHeld",
     "LogError",
+    "LoopBlocked",
     "MissingExtraError",
     "ModelError",
     "ModelRequestsBlocked",
     "ModelRetry",
+    "ModelWeightsError",
     "ReplayDivergence",
     "RunError",
+    "RunExists",
+    "RunNotFound",
+    "StaleLease",
+    "StoreBusy",
+    "StoreConflict",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreUnavailable",
+    "StoreWriteError",
     "TetherError",
     "ToolTimeout",
     "UnknownEventKind",
@@ -72,6 +98,10 @@ class DuplicateToolError(ConfigError):
             "Rename one (`@tool(name=...)`) or drop the duplicate."
         )
         self.name = name
+
+
+class ModelWeightsError(ConfigError):
+    """A local model's weights are missing, incomplete or not the expected file."""
 
 
 class UnknownModelError(UserError):
@@ -107,6 +137,10 @@ class MissingExtraError(UserError, ImportError):
         )
         self.extra = extra
         self.package = package
+
+
+class InvalidEntry(UserError, ValueError):
+    """A key, namespace or value the key-value store does not accept; nothing was stored."""
 
 
 # -- failures of a run ---------------------------------------------------------------------
@@ -147,6 +181,22 @@ class ToolTimeout(RunError):
         )
         self.tool = tool
         self.seconds = seconds
+
+
+class LoopBlocked(RunError):
+    """A tool held the event loop (blocking code in an ``async`` tool) past its timeout."""
+
+    def __init__(self, tool: str, seconds: float, timeout: float, *, run_id: str | None = None):
+        super().__init__(
+            f"tool {tool!r} blocked the event loop for {seconds:.1f}s (its timeout is "
+            f"{timeout:g}s), stalling every run in this process. An async tool must not call "
+            "blocking code: make it a plain `def` (tether runs it in a thread) or await an "
+            "async API",
+            run_id=run_id,
+        )
+        self.tool = tool
+        self.seconds = seconds
+        self.timeout = timeout
 
 
 class LogError(RunError):
@@ -196,6 +246,71 @@ class ReplayDivergence(RunError):
         self.index = index
         self.expected = expected
         self.actual = actual
+
+
+class StoreError(RunError):
+    """A run store failed, or refused an operation. The message names the store and what to do."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be opened or created: a bad path, permissions, or not a run store."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the store locked for longer than this one waits."""
+
+
+class StoreCorrupt(StoreError):
+    """The store's file is damaged; the message says which file and how to recover it."""
+
+
+class StoreWriteError(StoreError):
+    """An append could not be made durable (disk full, permissions, a read-only store).
+
+    What the append carried was not stored; what was stored before it is intact.
+    """
+
+
+class StoreConflict(StoreError):
+    """An append does not continue the stored log (a gap, or another event at that seq)."""
+
+
+class RunNotFound(StoreError):
+    """No run with that id is stored."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run {run_id!r} in the store (see `tether runs`)", run_id=run_id)
+
+
+class RunExists(StoreError):
+    """A run is stored under that id already, and it is not the run that was asked for."""
+
+
+class LeaseHeld(StoreError):
+    """Another owner holds a live lease on the run."""
+
+    def __init__(self, run_id: str, owner: str, expires_at: float) -> None:
+        super().__init__(
+            f"run {run_id!r} is owned by {owner}, which is alive (its heartbeat renews the "
+            "lease); another process is running or resuming it. Wait for it to stop, or stop "
+            "it, then resume",
+            run_id=run_id,
+        )
+        self.owner = owner
+        self.expires_at = expires_at
+
+
+class StaleLease(StoreError):
+    """An append under a lease that a newer lease has replaced (fencing)."""
+
+    def __init__(self, run_id: str, token: int, current: int) -> None:
+        super().__init__(
+            f"append to run {run_id!r} refused: lease {token} was replaced by lease {current}. "
+            "Another process owns the run now; this one must stop",
+            run_id=run_id,
+        )
+        self.token = token
+        self.current = current
 
 
 # -- control signals -----------------------------------------------------------------------

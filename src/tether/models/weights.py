@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.errors import ConfigError
+from tether.errors import ModelWeightsError
 
 __all__ = [
     "DEFAULT_LOCAL_MODEL",
@@ -32,10 +32,6 @@ __all__ = [
 ]
 
 _CHUNK = 8 * 1024 * 1024
-
-
-class ModelWeightsError(ConfigError):
-    """A local model's weights are missing, incomplete or not the expected file."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,13 @@ from datetime import datetime
 from typing import Literal, TypeAlias
 
 from tether._internal.frozen import frozen
-from tether.errors import RunError
+from tether.errors import (
+    LeaseHeld,
+    RunNotFound,
+    StaleLease,
+    StoreConflict,
+    StoreWriteError,
+)
 from tether.events import Event
 from tether.outcome import RunStatus
 from tether.usage import Usage
@@ -41,47 +47,6 @@ __all__ = [
 
 RunIndexStatus: TypeAlias = Literal["running"] | RunStatus
 """A run's status in the index: ``running`` until its log has a ``run_finished``."""
-
-
-class StoreConflict(RunError):
-    """An append does not continue the stored log (a gap, or another event at that seq)."""
-
-
-class StoreWriteError(RunError):
-    """The store could not make an append durable (disk full, permissions); nothing was stored."""
-
-
-class RunNotFound(RunError):
-    """No run with that id is stored."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"no run {run_id!r} in the store (see `tether runs`)", run_id=run_id)
-
-
-class LeaseHeld(RunError):
-    """Another owner holds a live lease on the run."""
-
-    def __init__(self, run_id: str, owner: str, expires_at: float) -> None:
-        super().__init__(
-            f"run {run_id!r} is owned by {owner} until its lease expires; another process is "
-            "running or resuming it. Wait, or resume after that owner has stopped",
-            run_id=run_id,
-        )
-        self.owner = owner
-        self.expires_at = expires_at
-
-
-class StaleLease(RunError):
-    """An append under a lease that a newer lease has replaced (fencing)."""
-
-    def __init__(self, run_id: str, token: int, current: int) -> None:
-        super().__init__(
-            f"append to run {run_id!r} refused: lease {token} was replaced by lease {current}. "
-            "Another process owns the run now; this one must stop",
-            run_id=run_id,
-        )
-        self.token = token
-        self.current = current
 
 
 @frozen

@@ -16,7 +16,7 @@ from typing import cast
 import orjson
 
 from tether._internal.frozen import frozen
-from tether.errors import UserError
+from tether.errors import InvalidEntry
 from tether.jsontypes import JsonValue
 
 __all__ = [
@@ -34,10 +34,6 @@ MAX_KEY_LENGTH = 256
 
 _MAX_DEPTH = 64
 _INT_RANGE = (-(2**63), 2**64)  # what orjson, and so tool results and event hashes, can carry
-
-
-class InvalidEntry(UserError, ValueError):
-    """A key, namespace or value the store does not accept; nothing was stored."""
 
 
 @frozen
