@@ -356,6 +356,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
             tools=() if final else spec.definitions,
             tool_choice="none" if final else tool_choice,
             settings=settings,
+            run_id=self.run_id,
         )
 
     def _request_digest(self, request: ModelRequest) -> str:

@@ -61,6 +61,9 @@ class ModelRequest:
     """Whether it may, must or must not call tools."""
     settings: ModelSettings = ModelSettings()
     """Generation settings."""
+    run_id: str = ""
+    """The run asking (``""`` outside a run). Not part of what the model is asked: adapters
+    may use it as a cache or affinity key, test doubles to keep one position per run."""
 
 
 @frozen

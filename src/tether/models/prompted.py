@@ -220,6 +220,7 @@ class PromptedToolsModel(Model):
             tools=(),
             tool_choice="none",
             settings=request.settings,
+            run_id=request.run_id,
         )
 
 
