@@ -158,16 +158,16 @@ def agent_main(args: argparse.Namespace) -> None:  # noqa: C901 - the whole scri
         def __init__(self, path: Path) -> None:
             super().__init__(path)
             assert self.pending_dir is not None
-            self._log = TearingLog(self.pending_dir, sync=False)
+            self._log = TearingLog(self.pending_dir)
 
     class TearingLog(PendingLog):
-        def write(self, data: bytes) -> None:
+        def write(self, data: bytes) -> tuple[int, int]:
             if kill_point == "in_outcome" and b'"kind":"run_finished"' in data:
                 seen["in_outcome"] += 1
                 if seen["in_outcome"] == kill_at:
                     super().write(data[: len(data) // 2])  # the process dies mid-write
                     os.kill(os.getpid(), signal.SIGKILL)
-            super().write(data)
+            return super().write(data)
 
     port = args.port
 

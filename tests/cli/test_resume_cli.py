@@ -97,7 +97,9 @@ def test_resume_continues_a_crashed_run(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_resume_of_an_unknown_run_exits_2(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    SqliteStore(db)._db.close()  # pyright: ignore[reportPrivateUsage]
+    store = SqliteStore(db)
+    asyncio.run(store.runs())  # creates the file
+    asyncio.run(store.close())
     result = CliRunner().invoke(app, ["resume", "nope", "--db", str(db)])
     assert result.exit_code == 2
     assert "error:" in result.stderr

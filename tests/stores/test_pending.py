@@ -20,13 +20,22 @@ from .helpers import agent_log
 
 
 def crash(store: SqliteStore) -> None:
-    """Lose the store as a killed process would: nothing applied, the file left behind."""
+    """Lose the store as a killed process would: nothing applied, the files left behind.
+
+    Closing a file drops its ``flock`` exactly as the kernel does when the process dies.
+    """
     log = store._log  # pyright: ignore[reportPrivateUsage]
     assert log is not None
-    fd = log._fd  # pyright: ignore[reportPrivateUsage]
-    assert fd is not None
-    os.close(fd)
-    store._db.close()  # pyright: ignore[reportPrivateUsage]
+    files = [*log._older.values(), log._current]  # pyright: ignore[reportPrivateUsage]
+    for file in files:
+        if file is not None:
+            os.close(file.fd)
+    log._older.clear()  # pyright: ignore[reportPrivateUsage]
+    log._current = None  # pyright: ignore[reportPrivateUsage]
+    store._held.clear()  # pyright: ignore[reportPrivateUsage]
+    store._pending.clear()  # pyright: ignore[reportPrivateUsage]
+    store._closed = True  # pyright: ignore[reportPrivateUsage]
+    store._worker.stop()  # pyright: ignore[reportPrivateUsage]
 
 
 DEAD = f"{socket.gethostname()}:999999:gone"

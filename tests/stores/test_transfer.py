@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -128,10 +129,11 @@ async def test_export_refuses_a_log_edited_inside_the_sqlite_file(tmp_path: Path
     try:
         events = await stored_run(store)
         edited, index = tamper(events)
-        store._db.execute(  # pyright: ignore[reportPrivateUsage]
-            "UPDATE events SET body = ? WHERE run_id = ? AND seq = ?",
-            (encode_event(edited[index]), events[0].run_id, index),
-        )
+        with sqlite3.connect(store.path) as editor:  # as a DB browser would
+            editor.execute(
+                "UPDATE events SET body = ? WHERE run_id = ? AND seq = ?",
+                (encode_event(edited[index]), events[0].run_id, index),
+            )
         with pytest.raises(BrokenChain, match=f"at seq {index}"):
             await export_run(store, events[0].run_id)
     finally:

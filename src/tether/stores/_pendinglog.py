@@ -1,11 +1,15 @@
-"""The SQLite store's commit point: an append-only file of records not yet in the database.
+"""The SQLite store's commit point: append-only files of records not yet in the database.
 
-A leased append is durable once its record is written here (one ``write`` per group
-commit; with ``sync`` also one ``fdatasync``). The records are applied to the database in
-batches, and the file is replaced by an empty one once they are in. Each store writes its
-own file and holds an exclusive ``flock`` on it for as long as it lives: another store that
-can take the lock knows the writer is gone and replays the file into the database (then
-deletes it); one that cannot still reads it, so a live writer's records are never missed.
+A leased append is durable once its record is written here (one ``write``; with ``sync`` an
+``fdatasync`` follows on the store's thread). The records are applied to the database in
+batches by the store's thread. Each store writes its own files and holds an exclusive
+``flock`` on each for as long as it lives: another store that can take the lock knows the
+writer is gone and replays the file into the database (then deletes it); one that cannot
+still reads it, so a live writer's records are never missed.
+
+A store's file is replaced by a new one (a new *generation*) once it grows past a bound, and
+an old file is deleted only when every record written to it is in the database: a file is
+never deleted while it holds the only copy of a committed record.
 
 One record per line: ``{"run": ID, "token": N, "events": [EVENT, ...]}``, or for a lease
 given up, ``{"run": ID, "token": N, "release": true, "events": []}``.
@@ -13,8 +17,10 @@ given up, ``{"run": ID, "token": N, "release": true, "events": []}``.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,18 +31,29 @@ from tether.codec import decode_event
 from tether.errors import LogError
 from tether.events import Event
 
-__all__ = ["LOG_SUFFIX", "OtherLog", "PendingLog", "Record", "other_logs", "record_line"]
+__all__ = [
+    "LOG_SUFFIX",
+    "MAX_RECORD_BYTES",
+    "OtherLog",
+    "PendingLog",
+    "Record",
+    "other_logs",
+    "record_line",
+]
 
 LOG_SUFFIX = ".pending"
 ROTATE_BYTES = 256 * 1024
-"""Applied records are cleared out once a store's file passes this size."""
+"""A store starts a new file once its current one passes this size."""
+MAX_RECORD_BYTES = 256 * 1024 * 1024
+"""A line longer than this in another store's file is damage, not a record (bounded reads)."""
 
 
 @dataclass(slots=True)
 class Record:
     """One append: a run's new events under a lease token (``None``: appended without one).
 
-    ``release``: instead of events, the owner gave the lease up.
+    ``release``: instead of events, the owner gave the lease up. ``gen``: the generation of
+    this store's file it was written to (``-1``: not from this store's files).
     """
 
     run_id: str
@@ -44,6 +61,7 @@ class Record:
     events: list[Event]
     bodies: list[bytes]
     release: bool = False
+    gen: int = -1
 
 
 def record_line(
@@ -56,80 +74,160 @@ def record_line(
     return head + b',"events":[' + b",".join(bodies) + b"]}\n"
 
 
-class PendingLog:
-    """This store's own file; created on the first write, locked for the store's lifetime."""
+@dataclass(slots=True)
+class _File:
+    gen: int
+    fd: int
+    path: Path
+    size: int = 0
+    synced_dir: bool = False
 
-    def __init__(self, directory: Path, *, sync: bool) -> None:
+
+class PendingLog:
+    """This store's own files: the one being written, and older ones not yet applied.
+
+    ``write`` runs on the event loop's thread (one system call); ``sync``, ``applied_below``
+    and ``close`` on the store's thread. A lock guards the list of files, never a write.
+    """
+
+    def __init__(self, directory: Path, *, rotate_bytes: int = ROTATE_BYTES) -> None:
         self.directory = directory
-        self._sync = sync
-        self._fd: int | None = None
-        self._path: Path | None = None
+        self._rotate_bytes = rotate_bytes
+        self._lock = threading.Lock()
+        self._current: _File | None = None
+        self._older: dict[int, _File] = {}
+        self._dirty: set[int] = set()
+        self._gen = 0
         self._written = 0
 
     @property
-    def path(self) -> Path | None:
-        """The current file (``None`` before the first write)."""
-        return self._path
+    def paths(self) -> set[Path]:
+        """Every file of this store (others skip them)."""
+        with self._lock:
+            files = list(self._older.values())
+            if self._current is not None:
+                files.append(self._current)
+        return {f.path for f in files}
 
-    def write(self, data: bytes) -> None:
-        """Append ``data`` (whole records); returns once the OS has them (and the disk, if sync).
+    @property
+    def generation(self) -> int:
+        """The generation the next write goes to (or the current one's)."""
+        current = self._current
+        return current.gen if current is not None else self._gen + 1
+
+    def write(self, data: bytes) -> tuple[int, int]:
+        """Append ``data`` (whole records) to the current file.
+
+        Returns the file's generation and the write's number (``sync`` says up to which
+        number the writes are on disk).
 
         Raises:
-            OSError: nothing may be assumed written; the caller fails the appends.
+            OSError: nothing may be assumed written; the caller fails the appends. The file
+                is then retired (its partial tail, if any, is a cut-short last line that no
+                reader applies) and the next write starts a new one.
         """
-        if self._fd is None:
-            self._open()
-        assert self._fd is not None
+        current = self._current or self._open()
         view = memoryview(data)
-        while view:  # a regular file takes it all at once; the loop is for the odd short write
-            view = view[os.write(self._fd, view) :]
-        if self._sync:
-            os.fdatasync(self._fd)
-        self._written += len(data)
+        try:
+            while view:  # a regular file takes it all at once; the loop is for short writes
+                view = view[os.write(current.fd, view) :]
+        except OSError:
+            # undo a partial write; failing that, the cut-short line stays the file's last,
+            # which no reader applies (the file is retired: nothing is written after it)
+            with contextlib.suppress(OSError):
+                os.ftruncate(current.fd, current.size)
+            self._retire(current)
+            raise
+        current.size += len(data)
+        with self._lock:
+            self._dirty.add(current.gen)
+            self._written += 1
+            number = self._written
+        if current.size > self._rotate_bytes:
+            self._retire(current)
+        return current.gen, number
 
-    def applied(self, *, keep_below: int = ROTATE_BYTES) -> None:
-        """Everything written is in the database: past ``keep_below`` bytes, start afresh.
+    def sync(self) -> int:
+        """``fdatasync`` every file written since the last sync (and a new file's directory).
 
-        Once the file has grown past the bound, a new, empty file replaces it.
-
-        A new file rather than a truncation, so that a reader in another process never sees a
-        file's bytes change under it: it reads either the old file whole or the new one.
-        Records already applied are harmless in the file (applying is idempotent) and cost a
-        reader only their reading, hence the size bound rather than a new file per batch.
+        Returns the number of the last write now on disk.
         """
-        if self._written <= keep_below:
-            return
-        old_fd, old_path = self._fd, self._path
-        self._fd = None
-        self._path = None
-        self._written = 0
-        if old_path is not None:
-            old_path.unlink(missing_ok=True)
-        if old_fd is not None:
-            os.close(old_fd)
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            through = self._written
+            files = [f for f in (*self._older.values(), self._current) if f is not None]
+        for f in files:
+            if f.gen not in dirty:
+                continue
+            os.fdatasync(f.fd)
+            if not f.synced_dir:
+                _sync_directory(self.directory)
+                f.synced_dir = True
+        return through
 
-    def close(self) -> None:
-        """Close (and remove) the file; only call once everything written has been applied."""
-        self.applied(keep_below=-1)
-        if self._fd is not None:
-            assert self._path is not None
-            self._path.unlink(missing_ok=True)
-            os.close(self._fd)
-            self._fd = None
-            self._path = None
+    def applied_below(self, gen: int) -> list[Path]:
+        """Every record of generations below ``gen`` is in the database: delete those files."""
+        with self._lock:
+            done = [f for g, f in self._older.items() if g < gen]
+            for f in done:
+                del self._older[f.gen]
+        for f in done:
+            f.path.unlink(missing_ok=True)
+            os.close(f.fd)
+        return [f.path for f in done]
 
-    def _open(self) -> None:
+    def close(self, *, keep: bool) -> list[Path]:
+        """Close every file (releasing its lock); delete them unless ``keep``.
+
+        Returns the files kept (those that may hold records not in the database).
+        """
+        with self._lock:
+            files = [f for f in (*self._older.values(), self._current) if f is not None]
+            self._older.clear()
+            self._current = None
+        kept: list[Path] = []
+        for f in files:
+            if keep and f.size > 0:
+                kept.append(f.path)
+            else:
+                f.path.unlink(missing_ok=True)
+            os.close(f.fd)
+        return kept
+
+    def _retire(self, current: _File) -> None:
+        with self._lock:
+            self._older[current.gen] = current
+            self._current = None
+
+    def _open(self) -> _File:
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._gen += 1
         name = f"{os.getpid()}-{os.urandom(6).hex()}{LOG_SUFFIX}"
         path = self.directory / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        # Created under another name and locked before it gets its own: a reader that saw
+        # it unlocked would take it for a dead writer's file, and delete it.
+        draft = path.with_name(name + ".new")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        fd = os.open(draft, flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(draft, path)
         except BaseException:
             os.close(fd)
-            path.unlink(missing_ok=True)
+            draft.unlink(missing_ok=True)
             raise
-        self._fd, self._path = fd, path
+        opened = _File(gen=self._gen, fd=fd, path=path)
+        with self._lock:
+            self._current = opened
+        return opened
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass(slots=True)
@@ -160,21 +258,23 @@ class OtherLog:
             self._fd = None
 
 
-def other_logs(directory: Path, own: Path | None) -> Iterator[OtherLog]:
+def other_logs(directory: Path, own: set[Path]) -> Iterator[OtherLog]:
     """Every other store's pending file in ``directory``, oldest name first.
 
-    Call ``finish`` on each (after the transaction that applied it, or on failure).
+    Call ``finish`` on each (after the transaction that applied it, or on failure). Files
+    are opened read-only: a ``flock`` needs no write access, so a read-only store can tell
+    a dead writer's file from a live one's.
     """
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(LOG_SUFFIX))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return
     for name in names:
         path = directory / name
-        if own is not None and path == own:
+        if path in own:
             continue
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             continue  # applied and replaced meanwhile
         try:
@@ -183,31 +283,32 @@ def other_logs(directory: Path, own: Path | None) -> Iterator[OtherLog]:
                 dead = True
             except BlockingIOError:
                 dead = False
-            with os.fdopen(os.dup(fd), "rb") as file:
-                data = file.read()
-            records, problem = _parse(data)
+            records, problem = _read_records(fd)
         except BaseException:
             os.close(fd)
             raise
         yield OtherLog(path=path, dead=dead, records=records, problem=problem, _fd=fd)
 
 
-def _parse(data: bytes) -> tuple[list[Record], str | None]:
-    """The whole records in ``data``, and what is wrong with the rest if anything.
-
-    Anything unreadable before the last line is damage: reported, and nothing after it used.
-    """
-    records: list[Record] = []
-    lines = data.split(b"\n")
-    lines.pop()  # b"", or a write cut short (see below)
-    for number, line in enumerate(lines, start=1):
-        try:
-            records.append(_record(line))
-        except (LogError, ValueError, KeyError, TypeError) as exc:
-            return records, f"line {number}: {exc}"
-    # A last line without its newline is a write cut short: in a live file it is still
-    # being written (read next time); in a dead one it never returned to its caller.
-    return records, None
+def _read_records(fd: int) -> tuple[list[Record], str | None]:
+    with os.fdopen(os.dup(fd), "rb") as file:
+        records: list[Record] = []
+        number = 0
+        while True:
+            line = file.readline(MAX_RECORD_BYTES + 1)
+            if not line:
+                return records, None
+            number += 1
+            if not line.endswith(b"\n"):
+                if len(line) > MAX_RECORD_BYTES:
+                    return records, f"line {number} is longer than {MAX_RECORD_BYTES} bytes"
+                # A last line without its newline is a write cut short: in a live file it is
+                # still being written (read next time); in a dead one it never returned.
+                return records, None
+            try:
+                records.append(_record(line))
+            except (LogError, ValueError, KeyError, TypeError) as exc:
+                return records, f"line {number}: {exc}"
 
 
 def _record(line: bytes) -> Record:

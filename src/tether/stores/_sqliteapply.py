@@ -107,6 +107,9 @@ class Applier:
             )
             return False
         if tokens[run_id] != record.token:
+            last = record.events[-1] if record.events else None
+            if last is not None and stored_hash(db, run_id, last.seq) == last.hash:
+                return False  # applied before the lease moved on (a file kept after a crash)
             self._refuse(record, source, f"its lease {record.token} was replaced")
             return False
         return True

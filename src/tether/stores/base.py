@@ -42,6 +42,7 @@ __all__ = [
     "StaleLease",
     "StoreConflict",
     "StoreWriteError",
+    "alive",
     "default_owner",
 ]
 
@@ -108,8 +109,61 @@ class RunQuery:
 
 
 def default_owner() -> str:
-    """An owner id naming this process: ``host:pid:random``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+    """An owner id naming this process: ``host:pid:start:random``.
+
+    ``start`` is when the process started (in the kernel's clock ticks since boot, where it
+    can be read), so that another process given the same pid later is not taken for it.
+    """
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}:{os.urandom(3).hex()}"
+
+
+def alive(owner: str) -> bool:
+    """Whether a lease holder may still be running.
+
+    An owner of this host (``host:pid[:start]:…``) whose process has gone away, or is a
+    zombie, or whose pid now names another process, holds nothing: its run can be taken
+    over at once after a crash instead of waiting for the lease to lapse. An owner this
+    cannot check (another host, another format) is taken to be alive until its lease lapses.
+    """
+    host, _, rest = owner.partition(":")
+    parts = rest.split(":")
+    if host != socket.gethostname() or not parts[0].isdigit():
+        return True
+    pid = int(parts[0])
+    status = _proc_stat(pid)
+    if status is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    state, started = status
+    if state in ("Z", "X"):
+        return False
+    recorded = parts[1] if len(parts) >= 3 else ""
+    return not (recorded.isdigit() and started and recorded != started)
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """A process's state letter and start time from ``/proc`` (``("X", "")`` if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("ascii", "replace")
+    except FileNotFoundError:
+        return ("X", "") if os.path.isdir("/proc/self") else None
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()
+    if len(fields) < 20:
+        return None
+    return fields[0], fields[19]
+
+
+def _start_time(pid: int) -> str:
+    status = _proc_stat(pid)
+    return status[1] if status is not None and status[1] else "0"
 
 
 class RunStore(ABC):
@@ -139,11 +193,17 @@ class RunStore(ABC):
         """The runs index, newest first."""
 
     @abstractmethod
-    async def acquire(self, run_id: str, owner: str, *, ttl: float = 30.0) -> Lease:
+    async def acquire(self, run_id: str, owner: str, *, ttl: float | None = None) -> Lease:
         """Take (or renew, for the same owner) the run's lease.
 
+        The store renews a lease it granted (a heartbeat) for as long as it holds it, until
+        ``release``: a run keeps its lease through long model calls and tools. A lease is
+        free once its holder is known dead (a process of this host that is gone) or it was
+        not renewed for ``ttl`` seconds (the store's default if ``None``; ``ttl <= 0`` grants
+        a lease that has lapsed already and is never renewed, for tests).
+
         Raises:
-            LeaseHeld: another owner holds an unexpired lease.
+            LeaseHeld: another owner holds the lease and is alive.
         """
 
     @abstractmethod

@@ -1,4 +1,10 @@
-"""``MemoryStore``: runs kept in this process's memory (tests, ephemeral runs)."""
+"""``MemoryStore``: runs kept in this process's memory (tests, ephemeral runs).
+
+Its leases follow the same rule as any store's: a lease is renewed for as long as the store
+that granted it holds it (here the store lives in the holder's own process, so a held lease
+with a positive TTL does not lapse until it is released), and a lease whose holder is a dead
+process of this host is free at once.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from tether.stores.base import (
     RunQuery,
     RunStore,
     StaleLease,
+    alive,
 )
 from tether.stores.kv import KeyValueStore, KvEntry, check_key, decode_value, encode_value
 
@@ -30,7 +37,7 @@ class MemoryStore(RunStore, KeyValueStore):
     def __init__(self) -> None:
         self._events: dict[str, list[Event]] = {}
         self._index: dict[str, RunInfo] = {}
-        self._leases: dict[str, Lease] = {}
+        self._leases: dict[str, tuple[Lease, float]] = {}  # run -> (lease, its ttl)
         self._tokens: dict[str, int] = {}
         # values kept as JSON text, so a caller's later edits cannot reach the stored copy
         self._kv: dict[str, dict[str, tuple[str, datetime]]] = {}
@@ -43,6 +50,13 @@ class MemoryStore(RunStore, KeyValueStore):
             current = self._tokens.get(run_id, 0)
             if lease.token != current:
                 raise StaleLease(run_id, lease.token, current)
+        if lease is not None:
+            held, span = self._leases.get(run_id, (lease, 0.0))
+            if span <= 0:  # an append proves its holder alive: from now on, renewed
+                renewed = Lease(
+                    run_id=run_id, owner=held.owner, token=held.token, expires_at=time.time() + 30
+                )
+                self._leases[run_id] = (renewed, 30.0)
         log = self._events.get(run_id)
         stored = log or []
         last = (len(stored) - 1, stored[-1].hash) if stored else None
@@ -55,10 +69,6 @@ class MemoryStore(RunStore, KeyValueStore):
         row = index_row(self._index.get(run_id), new)
         if row is not None:
             self._index[run_id] = row
-        if lease is not None:
-            self._leases[run_id] = Lease(
-                run_id=run_id, owner=lease.owner, token=lease.token, expires_at=_renewed(lease)
-            )
 
     async def read(self, run_id: str, *, after_seq: int = -1) -> list[Event]:
         """The run's events after ``after_seq``."""
@@ -73,22 +83,26 @@ class MemoryStore(RunStore, KeyValueStore):
         rows.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return rows[: query.limit]
 
-    async def acquire(self, run_id: str, owner: str, *, ttl: float = 30.0) -> Lease:
+    async def acquire(self, run_id: str, owner: str, *, ttl: float | None = None) -> Lease:
         """Grant a lease with the next fencing token."""
         now = time.time()
-        held = self._leases.get(run_id)
-        if held is not None and held.owner != owner and held.expires_at > now:
-            raise LeaseHeld(run_id, held.owner, held.expires_at)
+        found = self._leases.get(run_id)
+        if found is not None:
+            held, span = found
+            renewed = span > 0  # the holder's store (this one) renews it while it is held
+            if held.owner != owner and (renewed or held.expires_at > now) and alive(held.owner):
+                raise LeaseHeld(run_id, held.owner, max(held.expires_at, now + span))
+        span = 30.0 if ttl is None else ttl
         token = self._tokens.get(run_id, 0) + 1
         self._tokens[run_id] = token
-        lease = Lease(run_id=run_id, owner=owner, token=token, expires_at=now + ttl)
-        self._leases[run_id] = lease
+        lease = Lease(run_id=run_id, owner=owner, token=token, expires_at=now + span)
+        self._leases[run_id] = (lease, span)
         return lease
 
     async def release(self, lease: Lease) -> None:
         """Drop the lease if it is still the current one."""
-        held = self._leases.get(lease.run_id)
-        if held is not None and held.token == lease.token:
+        found = self._leases.get(lease.run_id)
+        if found is not None and found[0].token == lease.token:
             del self._leases[lease.run_id]
 
     async def delete(self, run_ids: Sequence[str]) -> int:
@@ -132,10 +146,6 @@ class MemoryStore(RunStore, KeyValueStore):
             check_key(prefix, "prefix")
         keys = sorted(k for k in self._kv.get(namespace, {}) if k.startswith(prefix))
         return keys[: max(limit, 0)]
-
-
-def _renewed(lease: Lease) -> float:
-    return max(lease.expires_at, time.time() + 30.0)
 
 
 def _matches(row: RunInfo, query: RunQuery) -> bool:

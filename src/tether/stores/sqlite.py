@@ -1,15 +1,23 @@
 """``SqliteStore``: runs in one SQLite file (WAL), the embedded default.
 
 An append under a lease (what a running agent does) commits with one ``write`` to the
-store's own pending file (``<db>-pending/``) and reaches the database in batches: the file is
-the commit point, so each step of a run costs a system call, not a transaction. With
-``durability="process"`` (the default) a returned append survives the process being killed
-at any instant; ``durability="power"`` adds an ``fdatasync`` per commit and a synchronous
-database, and survives a power cut. Any store on the file applies every pending file before
-it reads, leases or deletes, so a crashed writer's appends are never lost and a live one's
-are seen. Other appends (imports, tests) are one transaction each: the lease check, the new
-events and the runs index row commit together or not at all. Several processes may share
-the file; SQLite's locking serializes their transactions.
+store's own pending file (``<db>-pending/``): that file is the commit point, so each step of
+a run costs one system call on the event loop. Everything that can wait (SQLite's locks, an
+``fsync``) happens on the store's own thread (``_sqliteworker``), never on the event loop:
+another process holding the file locked delays the database, not the runs.
+
+The thread applies pending records to the database in batches (every ``apply_interval``
+seconds, and before any read, lease or delete), and a pending file is deleted only once
+every record in it is in the database. With ``durability="process"`` (the default) a
+returned append survives the process being killed at any instant; ``durability="power"``
+adds an ``fdatasync`` per commit (shared by the appends waiting for it) and a synchronous
+database, and survives a power cut.
+
+Leases are renewed by the thread every third of their TTL for as long as the store holds
+them (a heartbeat): a run whose process is alive keeps its lease through model calls and
+long tools. Any store on the file applies every pending file before it reads, leases or
+deletes, so a crashed writer's appends are never lost and a live one's are seen. Other
+appends (imports, tests) are one transaction each. Several processes may share the file.
 """
 
 from __future__ import annotations
@@ -18,21 +26,24 @@ import asyncio
 import logging
 import os
 import sqlite3
+import threading
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from tether._internal.appendcheck import new_events
 from tether.codec import decode_event, encode_event, verify_chain
+from tether.errors import StoreBusy, StoreError, StoreUnavailable, StoreWriteError
 from tether.events import Event
 from tether.jsontypes import JsonValue
 from tether.stores import _sqlitekv
 from tether.stores._pendinglog import OtherLog, PendingLog, Record, other_logs, record_line
 from tether.stores._sqliteapply import Applier
+from tether.stores._sqliteopen import connect, os_error, prepare_directory, sqlite_error
 from tether.stores._sqlitetables import (
-    SCHEMA,
     lease_token,
     run_info,
     stored_hash,
@@ -40,6 +51,7 @@ from tether.stores._sqlitetables import (
     update_index,
     utc_text,
 )
+from tether.stores._sqliteworker import Worker
 from tether.stores.base import (
     Lease,
     LeaseHeld,
@@ -49,7 +61,7 @@ from tether.stores.base import (
     RunStore,
     StaleLease,
     StoreConflict,
-    StoreWriteError,
+    alive,
 )
 from tether.stores.kv import KeyValueStore, KvEntry
 
@@ -57,13 +69,13 @@ __all__ = ["DEFAULT_PATH", "SqliteStore", "default_store_path"]
 
 _log = logging.getLogger("tether.stores")
 
-_NOT_GRANTED = (0, 0.0)
-
-_Append = tuple[str, list[Event], "Lease | None", "asyncio.Future[None]"]
-"""One queued append: run, events, lease, the caller's future."""
+T = TypeVar("T")
 
 DEFAULT_PATH = Path(".tether") / "tether.db"
 """Where the store lives unless configured (``$TETHER_DB`` overrides)."""
+
+_RETRY_APPLY = 0.5
+"""Seconds before applying again after the database was busy."""
 
 
 def default_store_path() -> Path:
@@ -71,10 +83,37 @@ def default_store_path() -> Path:
     return Path(os.environ.get("TETHER_DB") or DEFAULT_PATH)
 
 
+@dataclass(slots=True)
+class _Held:
+    """A lease this store granted and still holds (renewed by the heartbeat)."""
+
+    token: int
+    owner: str
+    ttl: float
+    """Seconds it lasts without renewal (``<= 0``: granted lapsed, never renewed)."""
+    tail: tuple[int, str] | None
+    """The run's last ``(seq, hash)``: known since the grant (only the holder appends)."""
+    safe_until: float
+    """Until then (Unix time) nobody can have taken the lease: appends need no database."""
+    lost: int = 0
+    """The token that replaced this one, once the heartbeat found it replaced."""
+
+
 class SqliteStore(RunStore, KeyValueStore):
     """A run store in one SQLite file, with a pending-records file as its commit point.
 
     Its key-value entries live in the file's ``kv`` table, each write its own transaction.
+
+    Args:
+        path: The database file (default: ``$TETHER_DB``, else ``./.tether/tether.db``);
+            ``":memory:"`` keeps it in memory (no pending file).
+        durability: ``"process"``: an append survives the process being killed;
+            ``"power"``: also a power cut (an ``fdatasync`` per commit).
+        lease_ttl: Seconds a lease lasts without renewal; the store renews the leases it
+            holds every third of that.
+        apply_interval: Seconds between batches of pending records reaching the database.
+        busy_timeout: Seconds to wait for another process's lock on the file before an
+            operation fails with ``StoreBusy``.
     """
 
     def __init__(
@@ -84,34 +123,147 @@ class SqliteStore(RunStore, KeyValueStore):
         durability: Literal["process", "power"] = "process",
         lease_ttl: float = 30.0,
         apply_interval: float = 0.05,
+        busy_timeout: float = 30.0,
     ) -> None:
         self.path = Path(path) if path is not None else default_store_path()
         in_memory = str(self.path) == ":memory:"
         if not in_memory:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(
-            self.path, isolation_level=None, timeout=30.0, check_same_thread=False
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={'FULL' if durability == 'power' else 'NORMAL'}")
-        self._db.executescript(SCHEMA)
+            prepare_directory(self.path)
         self._lease_ttl = lease_ttl
-        self._group_commit = durability == "power"  # share each fdatasync between appends
+        self._power = durability == "power"
         self._apply_interval = apply_interval
+        self._busy_timeout = busy_timeout
         self.pending_dir = None if in_memory else self.path.with_name(self.path.name + "-pending")
         """Where appends are committed before they reach the database (``None``: in memory)."""
-        self._applier = Applier(self._db, self.pending_dir)
-        self._log = None
-        if self.pending_dir is not None:
-            self._log = PendingLog(self.pending_dir, sync=durability == "power")
-        self._queue: list[_Append] = []
-        self._flush_scheduled = False
-        self._pending: list[Record] = []  # in the pending file, not yet in the database
-        self._apply_at: asyncio.TimerHandle | None = None
-        self._granted: dict[str, tuple[int, float]] = {}  # run -> (token, ask the db again at)
-        self._tails: dict[str, tuple[int, int, str]] = {}  # run -> (lease token, seq, hash)
-        self._fresh: dict[str, int] = {}  # run -> token of a lease granted on an empty log
-        self._batch_hashes: dict[tuple[str, int], str] = {}
+        self._log = None if self.pending_dir is None else PendingLog(self.pending_dir)
+        self._read_only = False
+        self._applier: Applier | None = None
+        self._worker = Worker(f"tether-sqlite:{self.path.name}", self._open, self._tick)
+        self._lock = threading.Lock()
+        self._pending: list[Record] = []  # in this store's files, not yet in the database
+        self._first_pending_at = 0.0
+        self._held: dict[str, _Held] = {}
+        self._broken: StoreError | None = None
+        self._busy_since: float | None = None
+        self._heartbeat_at = 0.0
+        self._sync_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._closed = False
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the file could only be opened for reading (known once it is opened)."""
+        return self._read_only
+
+    # -- opening and periodic work (the store's thread) -----------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        db, read_only = connect(self.path, busy_timeout=self._busy_timeout, power=self._power)
+        self._read_only = read_only
+        self._applier = Applier(db, self.pending_dir)
+        if read_only:
+            stranded = [] if self.pending_dir is None else list(self.pending_dir.glob("*.pending"))
+            _log.warning(
+                "tether: the run store %s is read-only: it can be read, not written%s",
+                self.path,
+                f"; {len(stranded)} pending files of earlier writers are not applied (open "
+                "it writable to apply them)"
+                if stranded
+                else "",
+            )
+        return db
+
+    def _tick(self, db: sqlite3.Connection) -> float | None:
+        """Apply this store's pending records and renew its leases when due; the next due time."""
+        now = time.monotonic()
+        delays: list[float] = []
+        if self._pending and self._broken is None:
+            due = self._first_pending_at + self._apply_interval
+            if now >= due:
+                self._apply_own(db)
+                if self._pending and self._broken is None:
+                    delays.append(_RETRY_APPLY)
+            else:
+                delays.append(due - now)
+        spans = [h.ttl for h in list(self._held.values()) if h.ttl > 0]
+        if spans:
+            interval = min(spans) / 3
+            if now >= self._heartbeat_at + interval:
+                self._heartbeat(db)
+                self._heartbeat_at = now
+            delays.append(max(0.0, self._heartbeat_at + interval - time.monotonic()))
+        if self._sync_waiters:
+            self._sync_log()
+        return min(delays) if delays else None
+
+    def _apply_own(self, db: sqlite3.Connection) -> None:
+        try:
+            with self._transaction(db, others=False):
+                pass
+        except StoreBusy as exc:
+            if self._busy_since is None:
+                self._busy_since = time.monotonic()
+                _log.warning(
+                    "tether: %s; %d pending records wait in %s and are applied once it is free",
+                    exc,
+                    len(self._pending),
+                    self.pending_dir,
+                )
+        except (StoreError, OSError) as exc:
+            error = exc if isinstance(exc, StoreError) else os_error(exc, self.path, "applying")
+            self._broken = error
+            _log.error(
+                "tether: cannot apply pending records to %s (%s); they are kept in %s",
+                self.path,
+                exc,
+                self.pending_dir,
+            )
+        else:
+            if self._busy_since is not None:
+                _log.warning("tether: the run store %s is free again", self.path)
+            self._busy_since = None
+
+    def _heartbeat(self, db: sqlite3.Connection) -> None:
+        """Renew every lease this store holds, in one transaction."""
+        held = list(self._held.items())
+        if not held or self._read_only:
+            return
+        now = time.time()
+        try:
+            with _immediate(db, self.path, "renewing leases"):
+                for run_id, lease in held:
+                    if lease.lost or lease.ttl <= 0:
+                        continue
+                    renewed = db.execute(
+                        "UPDATE leases SET expires_at = MAX(expires_at, ?) "
+                        "WHERE run_id = ? AND token = ?",
+                        (now + lease.ttl, run_id, lease.token),
+                    ).rowcount
+                    if renewed:
+                        lease.safe_until = now + lease.ttl * 2 / 3
+                    else:
+                        lease.lost = lease_token(db, run_id)
+        except StoreError as exc:  # busy: the leases stay valid until safe_until
+            _log.warning("tether: could not renew leases in %s yet (%s)", self.path, exc)
+
+    def _sync_log(self) -> None:
+        assert self._log is not None
+        try:
+            through = self._log.sync()
+            error: BaseException | None = None
+        except OSError as exc:
+            through = -1
+            error = os_error(exc, self._log.directory, "syncing the pending file")
+        with self._lock:
+            waiting, self._sync_waiters = self._sync_waiters, []
+        keep: list[tuple[int, asyncio.Future[None]]] = []
+        for number, done in waiting:
+            if error is None and number > through:
+                keep.append((number, done))
+            else:
+                _settle(done, error)
+        if keep:
+            with self._lock:
+                self._sync_waiters.extend(keep)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -121,266 +273,148 @@ class SqliteStore(RunStore, KeyValueStore):
         """Append atomically; returns once the events are durable.
 
         An append under a lease that this store granted is committed by one write to the
-        store's pending file, at once (with ``durability="power"``, the appends of one
-        event-loop iteration share that write and its ``fdatasync``), and reaches the
-        database within ``apply_interval`` seconds, or at once when any store on the file
-        reads, leases, releases or closes. Any other append is one database transaction,
-        shared by the appends of one event-loop iteration. Either way the lease, the seq and
-        the hash chain are checked before anything is written.
+        store's pending file, at once, and reaches the database within ``apply_interval``
+        seconds, or at once when any store on the file reads, leases or closes. Any other
+        append is one database transaction on the store's thread. Either way the lease, the
+        seq and the hash chain are checked before anything is written.
+
+        Raises:
+            StaleLease: the lease was replaced. StoreConflict: the events do not continue the
+            log. StoreWriteError, StoreBusy, StoreError: nothing of this append was stored.
         """
         if not events:
             return
+        self._check_open()
+        held = None if lease is None else self._held.get(run_id)
         log = self._log
-        if (
-            log is not None
-            and lease is not None
-            and not self._group_commit
-            and not self._queue
-            and self._granted.get(run_id, _NOT_GRANTED)[0] == lease.token
-        ):
-            error = self._commit_to_log(log, [(run_id, list(events), lease)])[0]
-            if error is not None:
-                raise error
-            return
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        self._queue.append((run_id, list(events), lease, done))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self._flush)
+        if held is not None and log is not None and lease is not None and held.token == lease.token:
+            if self._broken is not None:
+                raise self._broken
+            if held.lost:
+                raise StaleLease(run_id, lease.token, held.lost)
+            if time.time() >= held.safe_until:
+                await self._confirm(run_id, held)
+            tail = held.tail
+            first = events[0]
+            if (tail is None and first.seq == 0) or (tail is not None and first.seq == tail[0] + 1):
+                await self._append_to_log(log, run_id, list(events), lease, held)
+                return
+        # not this store's lease, or it does not simply continue the log: a transaction
+        items = list(events)
+        await self._call(lambda db: self._append_in_db(db, run_id, items, lease))
+
+    async def _append_to_log(
+        self, log: PendingLog, run_id: str, events: list[Event], lease: Lease, held: _Held
+    ) -> None:
+        new = new_events(run_id, events, held.tail, _nothing_stored)
+        bodies = [encode_event(e) for e in new]
+        record = Record(run_id, lease.token, new, bodies)
+        try:
+            record.gen, number = log.write(record_line(run_id, lease.token, bodies))
+        except OSError as exc:
+            raise os_error(exc, log.directory, f"appending to run {run_id!r}") from None
+        held.tail = (new[-1].seq, new[-1].hash)
+        self._queue(record)
+        if self._power:
+            await self._synced(number)
+
+    def _queue(self, record: Record) -> None:
+        with self._lock:
+            pending = self._pending
+            pending.append(record)
+            first = len(pending) == 1
+            if first:
+                self._first_pending_at = time.monotonic()
+        if first:
+            self._worker.wake()
+
+    async def _synced(self, number: int) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            self._sync_waiters.append((number, done))
+        self._worker.wake()
         await done
 
-    def _flush(self) -> None:
-        """Commit every queued append (group commit), then wake their callers."""
-        self._flush_scheduled = False
-        batch, self._queue = self._queue, []
-        granted = self._granted
-        log = self._log
-        results: list[tuple[asyncio.Future[None], BaseException | None]]
-        if log is not None and all(
-            lease is not None and granted.get(run_id, _NOT_GRANTED)[0] == lease.token
-            for run_id, _, lease, _ in batch
-        ):
-            items = [(run_id, events, lease) for run_id, events, lease, _ in batch]
-            errors = self._commit_to_log(log, cast(list[tuple[str, list[Event], Lease]], items))
-            results = [(item[3], error) for item, error in zip(batch, errors, strict=True)]
-        else:
-            results = self._commit_to_db(batch)
-        for done, error in results:
-            if done.cancelled():
-                continue
-            if error is None:
-                done.set_result(None)
-            else:
-                done.set_exception(error)
+    async def _confirm(self, run_id: str, held: _Held) -> None:
+        """Renew a lease whose heartbeat is late (the database was busy) before appending."""
 
-    def _commit_to_log(
-        self, log: PendingLog, items: list[tuple[str, list[Event], Lease]]
-    ) -> list[BaseException | None]:
-        """Check each append, then write every accepted one with a single ``write``."""
-        errors: list[BaseException | None] = []
-        records: list[Record] = []
-        tails: dict[str, tuple[int, str]] = {}
-        now = time.time()
-        for run_id, events, lease in items:
+        def renew(db: sqlite3.Connection) -> None:
+            now = time.time()
+            if held.ttl <= 0:  # an append proves its holder alive: from now on, a heartbeat
+                held.ttl = self._lease_ttl
+            with _immediate(db, self.path, f"renewing the lease of run {run_id!r}"):
+                renewed = db.execute(
+                    "UPDATE leases SET expires_at = MAX(expires_at, ?) WHERE run_id = ? AND token = ?",
+                    (now + held.ttl, run_id, held.token),
+                ).rowcount
+                if not renewed:
+                    held.lost = lease_token(db, run_id)
+                    raise StaleLease(run_id, held.token, held.lost)
+            held.safe_until = now + held.ttl * 2 / 3
+
+        await self._call(renew)
+
+    def _append_in_db(
+        self, db: sqlite3.Connection, run_id: str, events: list[Event], lease: Lease | None
+    ) -> None:
+        """One transaction: bring the database up to date, check, insert (store's thread)."""
+        self._check_writable()
+        applier = self._applier
+        assert applier is not None
+        with self._transaction(db):
+            if lease is not None:
+                current = lease_token(db, run_id)
+                if current != lease.token:
+                    raise StaleLease(run_id, lease.token, current)
+                db.execute(
+                    "UPDATE leases SET expires_at = MAX(expires_at, ?) WHERE run_id = ?",
+                    (time.time() + self._lease_ttl, run_id),
+                )
+            last = stored_tail(db, run_id)
+            new = new_events(run_id, events, last, lambda s: stored_hash(db, run_id, s))
+            if not new:
+                return
             try:
-                self._check_granted(run_id, lease, now)
-                last = tails.get(run_id) or self._tail(run_id, lease.token)
-                new = new_events(run_id, events, last, lambda s, r=run_id: self._synced_hash(r, s))
-            except Exception as exc:
-                errors.append(exc)
-                continue
-            errors.append(None)
-            if new:
-                records.append(Record(run_id, lease.token, new, [encode_event(e) for e in new]))
-                tails[run_id] = (new[-1].seq, new[-1].hash)
-        if not records:
-            return errors
-        try:
-            data = b"".join(record_line(r.run_id, r.token, r.bodies) for r in records)
-            log.write(data)
-            self._pending.extend(records)
-        except OSError as exc:
-            error = StoreWriteError(
-                f"could not write the store's pending file in {log.directory}: {exc}. "
-                "Nothing of these appends was stored; free disk space or fix the permissions"
-            )
-            failed = {r.run_id for r in records}
-            for run_id in failed:
-                self._forget(run_id)
-            return [
-                error if item[0] in failed else outcome
-                for item, outcome in zip(items, errors, strict=True)
-            ]
-        for record in records:
-            last_event = record.events[-1]
-            token = record.token
-            assert token is not None
-            self._tails[record.run_id] = (token, last_event.seq, last_event.hash)
-        self._schedule_apply()
-        return errors
+                db.executemany(
+                    "INSERT INTO events (run_id, seq, kind, hash, body) VALUES (?, ?, ?, ?, ?)",
+                    [(run_id, e.seq, e.kind, e.hash, encode_event(e)) for e in new],
+                )
+            except sqlite3.IntegrityError:
+                raise StoreConflict(
+                    f"run {run_id!r} was appended to by another writer at the same time; read "
+                    "it again",
+                    run_id=run_id,
+                ) from None
+            update_index(db, run_id, new)
+        held = self._held.get(run_id)
+        if held is not None and lease is not None and held.token == lease.token:
+            held.tail = (new[-1].seq, new[-1].hash)
 
-    def _schedule_apply(self) -> None:
-        """Apply this store's pending records ``apply_interval`` seconds from now (batched)."""
-        if self._apply_at is not None:
-            return
-        loop = asyncio.get_running_loop()
-        self._apply_at = loop.call_later(self._apply_interval, self._apply_later)
-
-    def _apply_later(self) -> None:
-        self._apply_at = None
-        try:
-            self._sync(others=False)
-        except sqlite3.Error as exc:  # e.g. busy for 30 s: the records wait in the file
-            _log.warning("tether: could not apply pending records yet (%s); will retry", exc)
-            self._schedule_apply()
-
-    def _check_granted(self, run_id: str, lease: Lease, now: float) -> None:
-        """Refuse a replaced lease; asks the database only once a third of the TTL has passed.
-
-        Nobody may take a lease before it expires, and each check renews it for a full TTL:
-        so until a third of the way there, the answer cannot have changed.
-        """
-        token, ask_at = self._granted[run_id]
-        if now < ask_at:
-            return
-        renewed = self._db.execute(
-            "UPDATE leases SET expires_at = MAX(expires_at, ?) WHERE run_id = ? AND token = ?",
-            (now + self._lease_ttl, run_id, token),
-        ).rowcount
-        if not renewed:
-            del self._granted[run_id]
-            raise StaleLease(run_id, lease.token, lease_token(self._db, run_id))
-        self._granted[run_id] = (token, now + self._lease_ttl / 3)
-
-    def _forget(self, run_id: str) -> None:
-        self._tails.pop(run_id, None)
-        self._fresh.pop(run_id, None)
-
-    def _tail(self, run_id: str, token: int) -> tuple[int, str] | None:
-        """The run's last ``(seq, hash)``, known since the lease was granted."""
-        cached = self._tails.get(run_id)
-        if cached is not None and cached[0] == token:
-            return cached[1], cached[2]
-        if self._fresh.pop(run_id, None) == token:
-            return None  # empty when leased, and only the holder appends
-        self._sync()
-        return stored_tail(self._db, run_id)
-
-    def _synced_hash(self, run_id: str, seq: int) -> str | None:
-        self._sync()
-        return stored_hash(self._db, run_id, seq)
-
-    def _commit_to_db(
-        self, batch: list[_Append]
-    ) -> list[tuple[asyncio.Future[None], BaseException | None]]:
-        """Commit the appends in one transaction, after bringing the database up to date.
-
-        Each append is checked first, reading only; those that pass are then written
-        together. A refused append has written nothing, so no savepoints are needed.
-        """
-        results: list[tuple[asyncio.Future[None], BaseException | None]] = []
-        accepted: list[Record] = []
-        tails: dict[str, tuple[int, str]] = {}
-        try:
-            with self._transaction():
-                now = time.time()
-                for run_id, events, lease, done in batch:
-                    try:
-                        if lease is not None:
-                            self._check_lease(run_id, lease, now)
-                        last = tails.get(run_id) or stored_tail(self._db, run_id)
-                        new = new_events(run_id, events, last, lambda s, r=run_id: self._hash(r, s))
-                    except Exception as exc:
-                        results.append((done, exc))
-                        continue
-                    results.append((done, None))
-                    if new:
-                        token = None if lease is None else lease.token
-                        accepted.append(Record(run_id, token, new, [encode_event(e) for e in new]))
-                        tails[run_id] = (new[-1].seq, new[-1].hash)
-                        self._batch_hashes.update({(run_id, e.seq): e.hash for e in new})
-                for record in accepted:
-                    self._insert(record.run_id, record.events, record.bodies)
-        except Exception as exc:
-            self._tails.clear()  # what was cached may not have been committed
-            self._fresh.clear()
-            return [(done, exc) for _, _, _, done in batch]
-        finally:
-            self._batch_hashes.clear()
-        for record in accepted:
-            last_event = record.events[-1]
-            if record.token is None:
-                self._forget(record.run_id)
-            else:
-                self._tails[record.run_id] = (record.token, last_event.seq, last_event.hash)
-        return results
-
-    def _check_lease(self, run_id: str, lease: Lease, now: float) -> None:
-        """Refuse a replaced lease (asking the database), and renew the current one."""
-        current = lease_token(self._db, run_id)
-        if current != lease.token:
-            raise StaleLease(run_id, lease.token, current)
-        self._db.execute(
-            "UPDATE leases SET expires_at = MAX(expires_at, ?) WHERE run_id = ?",
-            (now + self._lease_ttl, run_id),
-        )
-
-    def _hash(self, run_id: str, seq: int) -> str | None:
-        pending = self._batch_hashes.get((run_id, seq))
-        return pending if pending is not None else stored_hash(self._db, run_id, seq)
-
-    def _insert(self, run_id: str, events: list[Event], bodies: list[bytes]) -> None:
-        try:
-            self._db.executemany(
-                "INSERT INTO events (run_id, seq, kind, hash, body) VALUES (?, ?, ?, ?, ?)",
-                [(run_id, e.seq, e.kind, e.hash, b) for e, b in zip(events, bodies, strict=True)],
-            )
-        except sqlite3.IntegrityError:
-            raise StoreConflict(
-                f"run {run_id!r} was appended to by another writer at the same time; read it again",
-                run_id=run_id,
-            ) from None
-        update_index(self._db, run_id, events)
-
-    # -- bringing the database up to date ------------------------------------------------
-
-    def _sync(self, *, others: bool = True) -> None:
-        """Apply this store's pending records and, if ``others``, every other store's."""
-        logs = self._other_logs() if others else []
-        if not self._pending and not logs:
-            return
-        with self._transaction(logs=logs):
-            pass
-
-    def _other_logs(self) -> list[OtherLog]:
-        if self.pending_dir is None:
-            return []
-        return list(other_logs(self.pending_dir, None if self._log is None else self._log.path))
+    # -- bringing the database up to date (store's thread) ---------------------------------
 
     @contextmanager
     def _transaction(
-        self, *, logs: list[OtherLog] | None = None, own: bool = True
+        self, db: sqlite3.Connection, *, others: bool = True, logs: list[OtherLog] | None = None
     ) -> Generator[None]:
         """``BEGIN IMMEDIATE`` … ``COMMIT``, first applying the pending records.
 
-        This store's records (unless not ``own``) come from memory; other stores' from their
-        files: a live writer's are applied and left in its file (it replaces the file
-        itself), a dead writer's are applied and its file deleted after the commit.
+        This store's records come from memory and leave it only after the commit; other
+        stores' from their files: a live writer's are applied and left in its file (it
+        deletes its files itself), a dead writer's are applied and its file deleted after
+        the commit. A failure rolls everything back and keeps every record where it was.
         """
-        db = self._db
+        applier = self._applier
+        assert applier is not None
         if logs is None:
-            logs = self._other_logs()
-        records: list[Record] = []
-        if own:
-            records, self._pending = self._pending, []
+            logs = self._other_logs() if others else []
+        with self._lock:
+            records = list(self._pending)
         committed = False
         try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                self._applier.apply(records, mine=True)
+            with _immediate(db, self.path, "applying pending records"):
+                applier.apply(records, mine=True)
                 for other in logs:
-                    self._applier.apply(other.records, mine=False, source=other)
+                    applier.apply(other.records, mine=False, source=other)
                     if other.problem is not None and other.dead:
                         _log.error(
                             "tether: the pending file %s is damaged (%s); the records before "
@@ -390,57 +424,83 @@ class SqliteStore(RunStore, KeyValueStore):
                             other.path.with_suffix(".damaged"),
                         )
                 yield
-                db.execute("COMMIT")
-                committed = True
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                self._pending = records + self._pending
-                raise
+            committed = True
         finally:
             for other in logs:
                 other.finish(applied=committed)
-        if records and self._log is not None and not self._pending:
-            self._log.applied()
+        if records:
+            self._applied(len(records))
+
+    def _applied(self, count: int) -> None:
+        """The first ``count`` pending records are in the database: drop them, and files."""
+        with self._lock:
+            del self._pending[:count]
+            left = self._pending[0].gen if self._pending else None
+            if self._pending:
+                self._first_pending_at = time.monotonic()
+        log = self._log
+        if log is not None:
+            log.applied_below(left if left is not None else log.generation)
+
+    def _other_logs(self) -> list[OtherLog]:
+        if self.pending_dir is None:
+            return []
+        own: set[Path] = set() if self._log is None else self._log.paths
+        return list(other_logs(self.pending_dir, own))
+
+    def _sync(self, db: sqlite3.Connection) -> None:
+        """Apply this store's pending records and every other store's (store's thread)."""
+        if self._read_only:
+            return
+        logs = self._other_logs()
+        if not self._pending and not logs:
+            return
+        with self._transaction(db, logs=logs):
+            pass
 
     # -- reading -------------------------------------------------------------------------
 
     async def read(self, run_id: str, *, after_seq: int = -1) -> list[Event]:
         """The run's events after ``after_seq``, decoded and chain-checked."""
-        self._sync()
-        rows = self._db.execute(
-            "SELECT seq, body FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
-            (run_id, after_seq),
-        ).fetchall()
-        if not rows and (after_seq < 0 or not self._exists(run_id)):
+
+        def job(db: sqlite3.Connection) -> list[bytes] | None:
+            self._sync(db)
+            rows = _query(
+                db,
+                "SELECT body FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
+                (run_id, after_seq),
+            )
+            if not rows and (after_seq < 0 or not self._exists(db, run_id)):
+                return None
+            return [_bytes(body) for (body,) in rows]
+
+        bodies = await self._call(job)
+        if bodies is None:
             raise RunNotFound(run_id)
-        events = [decode_event(body) for _, body in rows]
+        events = [decode_event(body) for body in bodies]
         if after_seq < 0:
             verify_chain(events, run_id=run_id)
         return events
 
     async def read_encoded(self, run_id: str) -> list[bytes]:
         """The run's stored event bodies in ``seq`` order, neither decoded nor checked."""
-        self._sync()
-        rows = self._db.execute(
-            "SELECT body FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-        ).fetchall()
-        if not rows:
+
+        def job(db: sqlite3.Connection) -> list[bytes]:
+            self._sync(db)
+            rows = _query(db, "SELECT body FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+            return [_bytes(body) for (body,) in rows]
+
+        bodies = await self._call(job)
+        if not bodies:
             raise RunNotFound(run_id)
-        # an edited row may hold text, or anything else SQLite stores: audit it as it is
-        return [body if isinstance(body, bytes) else str(body).encode() for (body,) in rows]
+        return bodies
 
-    def _exists(self, run_id: str) -> bool:
-        found = self._db.execute("SELECT 1 FROM events WHERE run_id = ? LIMIT 1", (run_id,))
-        return found.fetchone() is not None
-
-    def _row(self, run_id: str) -> RunInfo | None:
-        found = self._db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return None if found is None else run_info(found)
+    def _exists(self, db: sqlite3.Connection, run_id: str) -> bool:
+        found = _query(db, "SELECT 1 FROM events WHERE run_id = ? LIMIT 1", (run_id,))
+        return bool(found)
 
     async def runs(self, query: RunQuery = RunQuery()) -> list[RunInfo]:
         """Index rows, newest first."""
-        self._sync()
         where: list[str] = []
         params: list[Any] = []
         if query.status is not None:
@@ -460,53 +520,78 @@ class SqliteStore(RunStore, KeyValueStore):
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
         params.append(query.limit)
-        return [run_info(r) for r in self._db.execute(sql, params).fetchall()]
+
+        def job(db: sqlite3.Connection) -> list[RunInfo]:
+            self._sync(db)
+            return [run_info(r) for r in _query(db, sql, params)]
+
+        return await self._call(job)
 
     async def info(self, run_id: str) -> RunInfo:
         """One index row."""
-        self._sync()
-        row = self._row(run_id)
-        if row is None:
+
+        def job(db: sqlite3.Connection) -> list[Any]:
+            self._sync(db)
+            return _query(db, "SELECT * FROM runs WHERE run_id = ?", (run_id,))
+
+        rows = await self._call(job)
+        if not rows:
             raise RunNotFound(run_id)
-        return row
+        return run_info(rows[0])
+
+    async def leases(self) -> dict[str, tuple[str | None, int, float]]:
+        """Every lease row: run id -> (owner, token, expires at); ``owner`` ``None``: free."""
+
+        def job(db: sqlite3.Connection) -> dict[str, tuple[str | None, int, float]]:
+            self._sync(db)
+            rows = _query(db, "SELECT run_id, owner, token, expires_at FROM leases", ())
+            return {r[0]: (r[1], int(r[2]), float(r[3])) for r in rows}
+
+        return await self._call(job)
 
     # -- leases --------------------------------------------------------------------------
 
-    async def acquire(self, run_id: str, owner: str, *, ttl: float = 30.0) -> Lease:
+    async def acquire(self, run_id: str, owner: str, *, ttl: float | None = None) -> Lease:
         """Grant a lease with the next fencing token, atomically across processes.
 
         Every pending record is applied first, so the new owner reads the whole log: a
-        crashed writer's records included, and a live one's whose lease has lapsed.
+        crashed writer's records included. A lease whose holder is alive (its process, on
+        this host) or whose heartbeat has not expired is refused with ``LeaseHeld``.
         """
-        now = time.time()
-        # This store's own records of the run must not be fenced off by the new token.
-        own = any(r.run_id == run_id for r in self._pending)
-        with self._transaction(own=own):
-            held = self._db.execute(
-                "SELECT owner, token, expires_at FROM leases WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            token = 1
-            if held is not None:
-                holder, current, expires = cast(tuple[str | None, int, float], tuple(held))
-                if holder is not None and expires > now and _alive(holder):
-                    # The same owner may take it again, but only through the store that
-                    # granted it: another store could not fence the first one's appends.
-                    mine = self._granted.get(run_id, _NOT_GRANTED)[0] == current
-                    if holder != owner or not mine:
-                        raise LeaseHeld(run_id, holder, expires)
-                token = current + 1
-            self._db.execute(
-                "INSERT OR REPLACE INTO leases (run_id, owner, token, expires_at) VALUES (?, ?, ?, ?)",
-                (run_id, owner, token, now + ttl),
-            )
-            tail = stored_tail(self._db, run_id)  # complete: every pending record is applied
-        self._granted[run_id] = (token, now + ttl / 3)
-        if tail is None:
-            self._forget(run_id)
-            self._fresh[run_id] = token
-        else:
-            self._tails[run_id] = (token, *tail)
-        return Lease(run_id=run_id, owner=owner, token=token, expires_at=now + ttl)
+        self._check_open()
+        span = self._lease_ttl if ttl is None else ttl
+
+        def job(db: sqlite3.Connection) -> tuple[int, tuple[int, str] | None, float]:
+            self._check_writable()
+            now = time.time()
+            with self._transaction(db):
+                held = db.execute(
+                    "SELECT owner, token, expires_at FROM leases WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                token = 1
+                if held is not None:
+                    holder, current, expires = cast(tuple[str | None, int, float], tuple(held))
+                    if holder is not None and expires > now and alive(holder):
+                        # The same owner may take it again, but only through the store that
+                        # granted it: another store could not fence the first one's appends.
+                        mine = run_id in self._held and self._held[run_id].token == current
+                        if holder != owner or not mine:
+                            raise LeaseHeld(run_id, holder, expires)
+                    token = current + 1
+                db.execute(
+                    "INSERT OR REPLACE INTO leases (run_id, owner, token, expires_at) "
+                    "VALUES (?, ?, ?, ?)",
+                    (run_id, owner, token, now + span),
+                )
+                tail = stored_tail(db, run_id)  # complete: every pending record is applied
+            return token, tail, now
+
+        token, tail, now = await self._call(job)
+        self._held[run_id] = _Held(
+            token=token, owner=owner, ttl=span, tail=tail, safe_until=now + span * 2 / 3
+        )
+        self._worker.wake()  # the heartbeat now has a lease to renew
+        return Lease(run_id=run_id, owner=owner, token=token, expires_at=now + span)
 
     async def release(self, lease: Lease) -> None:
         """Drop the lease if it is still current (the token stays: it only grows).
@@ -514,85 +599,201 @@ class SqliteStore(RunStore, KeyValueStore):
         A lease this store granted is given up by a record in its pending file, in order
         after the run's events; any store that leases the run applies it first.
         """
-        self._forget(lease.run_id)
+        held = self._held.get(lease.run_id)
         log = self._log
-        if log is not None and self._granted.get(lease.run_id, _NOT_GRANTED)[0] == lease.token:
-            del self._granted[lease.run_id]
-            record = Record(lease.run_id, lease.token, [], [], release=True)
-            log.write(record_line(lease.run_id, lease.token, [], release=True))
-            self._pending.append(record)
-            self._schedule_apply()
-            return
-        with self._transaction(logs=[]):
-            self._db.execute(
-                "UPDATE leases SET owner = NULL, expires_at = 0 WHERE run_id = ? AND token = ?",
-                (lease.run_id, lease.token),
-            )
+        if held is not None and held.token == lease.token:
+            del self._held[lease.run_id]
+            if log is not None and not self._closed:
+                record = Record(lease.run_id, lease.token, [], [], release=True)
+                try:
+                    record.gen, _ = log.write(
+                        record_line(lease.run_id, lease.token, [], release=True)
+                    )
+                except OSError as exc:
+                    raise os_error(
+                        exc, log.directory, f"releasing the lease of run {lease.run_id!r}"
+                    ) from None
+                self._queue(record)
+                return
+        self._check_open()
+
+        def job(db: sqlite3.Connection) -> None:
+            if self._read_only:
+                return
+            with self._transaction(db, others=False):
+                db.execute(
+                    "UPDATE leases SET owner = NULL, expires_at = 0 WHERE run_id = ? AND token = ?",
+                    (lease.run_id, lease.token),
+                )
+
+        await self._call(job)
 
     async def delete(self, run_ids: Sequence[str]) -> int:
         """Delete runs, their events and leases."""
-        db = self._db
-        count = 0
-        with self._transaction():
-            for run_id in run_ids:
-                self._forget(run_id)
-                self._granted.pop(run_id, None)
-                removed = db.execute("DELETE FROM events WHERE run_id = ?", (run_id,)).rowcount
-                indexed = db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,)).rowcount
-                count += 1 if removed or indexed else 0
-                # The lease row stays, unowned: its fencing token must only ever grow.
-                db.execute(
-                    "UPDATE leases SET owner = NULL, expires_at = 0 WHERE run_id = ?", (run_id,)
-                )
-        return count
+        self._check_open()
+        ids = list(run_ids)
+
+        def job(db: sqlite3.Connection) -> int:
+            self._check_writable()
+            count = 0
+            with self._transaction(db):
+                for run_id in ids:
+                    removed = db.execute("DELETE FROM events WHERE run_id = ?", (run_id,)).rowcount
+                    indexed = db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,)).rowcount
+                    count += 1 if removed or indexed else 0
+                    # The lease row stays, unowned: its fencing token must only ever grow.
+                    db.execute(
+                        "UPDATE leases SET owner = NULL, expires_at = 0 WHERE run_id = ?",
+                        (run_id,),
+                    )
+            return count
+
+        for run_id in ids:
+            self._held.pop(run_id, None)
+        return await self._call(job)
 
     # -- key-value entries (not events: no pending file, no lease) ------------------------
 
     async def kv_get(self, namespace: str, key: str) -> KvEntry | None:
         """The entry under ``key``, or ``None``."""
-        return _sqlitekv.kv_get(self._db, namespace, key)
+        return await self._call(lambda db: _sqlitekv.kv_get(db, namespace, key))
 
     async def kv_set(self, namespace: str, key: str, value: JsonValue) -> None:
         """Store ``value`` under ``key``, in its own transaction."""
-        _sqlitekv.kv_set(self._db, namespace, key, value)
+
+        def job(db: sqlite3.Connection) -> None:
+            self._check_writable()
+            _sqlitekv.kv_set(db, namespace, key, value)
+
+        await self._call(job)
 
     async def kv_delete(self, namespace: str, key: str) -> bool:
         """Remove ``key``; whether it existed."""
-        return _sqlitekv.kv_delete(self._db, namespace, key)
+
+        def job(db: sqlite3.Connection) -> bool:
+            self._check_writable()
+            return _sqlitekv.kv_delete(db, namespace, key)
+
+        return await self._call(job)
 
     async def kv_list(self, namespace: str, prefix: str = "", limit: int = 100) -> list[str]:
         """Keys starting with ``prefix``, in order."""
-        return _sqlitekv.kv_list(self._db, namespace, prefix, limit)
+        return await self._call(lambda db: _sqlitekv.kv_list(db, namespace, prefix, limit))
+
+    # -- closing ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Apply what is pending, remove this store's pending file, close the connection."""
-        if self._apply_at is not None:
-            self._apply_at.cancel()
-            self._apply_at = None
+        """Apply what is pending, remove this store's files, close the connection.
+
+        A pending file is deleted only once every record in it is in the database. If the
+        database cannot take them now (locked past the busy timeout, damaged, full), the
+        file is kept, closed: it is durable, and the next store that opens the file applies
+        it.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._held.clear()
+
+        def final(db: sqlite3.Connection) -> None:
+            if self._pending and not self._read_only:
+                try:
+                    with self._transaction(db, others=False):
+                        pass
+                except StoreError as exc:
+                    _log.warning("tether: %s", exc)
+            log = self._log
+            if log is not None:
+                kept = log.close(keep=bool(self._pending))
+                if kept:
+                    _log.warning(
+                        "tether: %d pending records could not reach %s yet; they are kept in "
+                        "%s and applied by the next store that opens it",
+                        len(self._pending),
+                        self.path,
+                        ", ".join(str(p) for p in kept),
+                    )
+
         try:
-            self._sync(others=False)
-            if self._log is not None and not self._pending:
-                self._log.close()
+            if self._pending or self._worker.started:
+                await self._worker.run(final)
         finally:
-            self._db.close()
+            self._worker.stop()
+            for _, done in self._sync_waiters:
+                _settle(done, StoreUnavailable(f"the run store {self.path} was closed"))
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _call(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``job`` on the store's thread (``sqlite3`` errors become store errors)."""
+        self._check_open()
+
+        def guarded(db: sqlite3.Connection) -> T:
+            try:
+                return job(db)
+            except sqlite3.Error as exc:
+                raise sqlite_error(exc, self.path, "reading or writing it") from None
+            except OSError as exc:
+                where = self.pending_dir or self.path
+                raise os_error(exc, where, "applying pending records") from None
+
+        return await self._worker.run(guarded)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreUnavailable(f"the run store {self.path} is closed")
+
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise StoreWriteError(
+                f"the run store {self.path} is read-only (the file or its directory cannot be "
+                "written): it can be read, not written. Fix the permissions or copy it"
+            )
 
 
-def _alive(owner: str) -> bool:
-    """Whether a lease holder may still be running.
+def _nothing_stored(seq: int) -> str | None:
+    raise AssertionError(f"an append that continues the log re-appended seq {seq}")
 
-    A process of this host that has gone away (``host:pid:…``) holds nothing, so its run can
-    be resumed at once after a crash instead of waiting for the lease to lapse.
-    """
-    import socket
 
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return True
+def _bytes(body: object) -> bytes:
+    # an edited row may hold text, or anything else SQLite stores: read it as it is
+    return body if isinstance(body, bytes) else str(body).encode()
+
+
+def _query(db: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+    return db.execute(sql, params).fetchall()
+
+
+def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
+    """Complete a future of another thread's loop, from any thread."""
+
+    def settle() -> None:
+        if done.done():
+            return
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    loop = done.get_loop()
+    if loop.is_closed():
+        return
+    loop.call_soon_threadsafe(settle)
+
+
+@contextmanager
+def _immediate(db: sqlite3.Connection, path: Path, doing: str) -> Generator[None]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any failure; sqlite errors typed."""
     try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        db.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise sqlite_error(exc, path, doing) from None
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException as exc:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise sqlite_error(exc, path, doing) from None
+        raise
