@@ -29,7 +29,7 @@ from tether._internal.runbase import Cancelled, OutputT, Retry, Stop, ToolRunner
 from tether._internal.toolcalls import ToolCalls, run_tool, tool_error
 from tether._internal.watchdog import Watchdog
 from tether.codec import canonical_json
-from tether.errors import ModelError, UserError
+from tether.errors import ModelError, StoreError, UserError
 from tether.events import (
     BudgetWarning,
     Event,
@@ -48,15 +48,7 @@ from tether.outcome import ErrorInfo, RunOutcome
 from tether.policy.approvals import Approval
 from tether.policy.base import Policy
 from tether.state import StateBuilder
-from tether.stores.base import (
-    Lease,
-    LeaseHeld,
-    RunNotFound,
-    RunStore,
-    StaleLease,
-    StoreConflict,
-    default_owner,
-)
+from tether.stores.base import Lease, RunStore, default_owner
 
 if TYPE_CHECKING:
     from tether.agent import Agent
@@ -145,6 +137,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         self._approvals = tuple(approvals)
         self._decided = None
         self._caps = {}
+        self._loaded = 0
         policy = self._spec.policy
         self._checks_results = type(policy).check_result is not Policy.check_result
         self._gen = self._drive()
@@ -208,13 +201,17 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         try:
             try:
                 stop: Stop | None = None
+                if self._model.real:  # what can fail is checked before anything is stored
+                    check_model_requests_allowed(self._model)
                 if self._store is not None:
                     # The lease first: it fences off any other process from this run's log.
                     self._owner = self._owner or default_owner()
                     self._lease = await self._store.acquire(self.run_id, self._owner)
                     if self._resume:
                         journal.load(await self._store.read(self.run_id))
-                    journal.add_sink(StoreSink(self._store, self.run_id, self._lease))
+                    # the store is the commit point: no other sink gets what it refused
+                    journal.add_sink(StoreSink(self._store, self.run_id, self._lease), first=True)
+                self._loaded = journal.committed
                 if self._resume:
                     stop = await self._recover()
                     if stop is None and self._state.finished is not None:
@@ -273,20 +270,31 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                 # The consumer stopped reading (``break``, ``aclose()``): record it, no yield.
                 await self._end_quietly("cancelled", "the consumer stopped reading the run")
                 raise
-            except (UserError, StaleLease, LeaseHeld, RunNotFound, StoreConflict):
-                raise  # the caller's mistake, or the store refuses: nothing can be recorded
+            except StoreError as exc:
+                if journal.committed == self._loaded:
+                    raise  # nothing of this run was stored here: there is no run to end
+                self._end_unstored(exc)
+                return
+            except UserError as exc:
+                # the calling code must change; a run that exists is ended first, as failed
+                await self._end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)
+                raise
             except Exception as exc:  # a bug: end the run as failed rather than vanish
                 await self._end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)
                 return
             self._record_cancel()
-            for event in await journal.commit():
+            try:
+                committed = await journal.commit()
+            except StoreError as exc:
+                self._end_unstored(exc)
+                return
+            for event in committed:
                 yield event
             self._finish_outcome()
         finally:
             self._watchdog.close()
             await journal.close()
-            if self._lease is not None and self._store is not None:
-                await self._store.release(self._lease)
+            await self._release()
 
     def _start(self) -> None:
         spec = self._spec

@@ -7,11 +7,14 @@ a best-effort answer where the budget allows.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import cast
 
 from tether._internal.approving import was_redacted
 from tether._internal.runbase import Cancelled, OutputT, RunBase, Stop
+from tether.errors import StaleLease, StoreError
 from tether.events import (
     ApprovalRequested,
     Event,
@@ -22,9 +25,12 @@ from tether.events import (
 )
 from tether.messages import ASK_USER
 from tether.outcome import ErrorInfo, PendingCall, RunOutcome, RunStatus
+from tether.state import StateBuilder
 from tether.usage import Usage
 
 __all__ = ["Endings", "error_info"]
+
+_log = logging.getLogger("tether")
 
 
 class Endings(RunBase[OutputT]):
@@ -139,30 +145,105 @@ class Endings(RunBase[OutputT]):
     async def _end_quietly(
         self, status: RunStatus, reason: str, *, error: BaseException | None = None
     ) -> None:
-        """Record the end of a run from an exception path (nothing may be yielded here)."""
-        if self._state.finished is not None:
+        """Record the end of a run from an exception path (nothing may be yielded here).
+
+        A run that has not started (no ``run_started``) has nothing to end. If the store
+        refuses the ending, the outcome says so (``_end_unstored``); any other failure here
+        propagates.
+        """
+        st = self._state
+        if st.finished is not None or st.started_at is None:
+            return
+        if self._journal.has_pending:
+            # what this path found uncommitted may never reach the store: first try it alone
+            try:
+                await self._journal.commit()
+            except StoreError as exc:
+                self._end_unstored(exc)
+                return
+        if status == "cancelled":
+            self._cancel_reason = self._cancel_reason or reason
+            self._record_cancel()
+        else:
+            self._close_pending(f"not executed: the run failed ({reason})", "run_ended")
+            info = ErrorInfo(type=type(error).__name__ if error else "Error", message=reason)
+            self._add(
+                RunFinished,
+                status=status,
+                answer=st.last_text or None,
+                error=info,
+                usage=st.usage,
+                steps=st.steps,
+                tool_calls=st.tool_calls,
+            )
+        try:
+            await self._journal.commit()
+        except StoreError as exc:
+            self._end_unstored(exc)
+            return
+        self._finish_outcome()
+
+    def _end_unstored(self, exc: StoreError) -> None:
+        """End the run ``failed`` in this process only: its store refused what came last.
+
+        The log goes back to what the store holds, as after a crash at that commit (the
+        events the store refused are dropped; a call whose result was not stored is handled
+        by the crash rules on resume), and the outcome ends with a ``run_finished`` that
+        exists in memory only. It never reports more than the store holds.
+        """
+        journal = self._journal
+        dropped = journal.rollback()
+        self._refold()
+        stored = journal.committed
+        lost = f"; {len(dropped)} later events could not be stored" if dropped else ""
+        if isinstance(exc, StaleLease):
+            what = (
+                f"{exc}. This process stopped; the run's log is stored up to seq {stored - 1}"
+                f"{lost}, and the process that took the run over continues it (`tether show "
+                f"{self.run_id}`)"
+            )
+        else:
+            what = (
+                f"{exc}. The run's log is stored up to seq {stored - 1}{lost}. Resume it with "
+                f"`tether resume {self.run_id}` once the store works again (what was running "
+                "is then treated as after a crash)"
+            )
+        self._cancel_reason = None
+        st = self._state
+        self._add(
+            RunFinished,
+            status="failed",
+            answer=st.last_text or None,
+            error=ErrorInfo(type=type(exc).__name__, message=what),
+            usage=st.usage,
+            steps=st.steps,
+            tool_calls=st.tool_calls,
+        )
+        self._finish_outcome()
+
+    def _refold(self) -> None:
+        """Fold the state again from the journal's events (after a rollback)."""
+        state = StateBuilder()
+        for event in self._journal.events:
+            state.apply(event)
+        self._state = state
+        self._journal.on_event = state.apply
+
+    async def _release(self) -> None:
+        """Give the run's lease back; a store that cannot is reported, not raised."""
+        lease, store = self._lease, self._store
+        if lease is None or store is None:
             return
         try:
-            if status == "cancelled":
-                self._cancel_reason = self._cancel_reason or reason
-                self._record_cancel()
-            else:
-                self._close_pending(f"not executed: the run failed ({reason})", "run_ended")
-                st = self._state
-                info = ErrorInfo(type=type(error).__name__ if error else "Error", message=reason)
-                self._add(
-                    RunFinished,
-                    status=status,
-                    answer=st.last_text or None,
-                    error=info,
-                    usage=st.usage,
-                    steps=st.steps,
-                    tool_calls=st.tool_calls,
-                )
-            await self._journal.commit()
-            self._finish_outcome()
-        except Exception:
-            pass
+            await store.release(lease)
+        except StoreError as exc:
+            note = (
+                f"the run's lease could not be released ({exc}); another process can take the "
+                "run once this one exits or the lease lapses"
+            )
+            _log.warning("tether: %s", note)
+            if self._outcome is not None:
+                self._outcome = replace(self._outcome, warnings=(*self._outcome.warnings, note))
 
     def _record_cancel(self) -> None:
         if self._state.finished is not None:
@@ -238,7 +319,7 @@ class Endings(RunBase[OutputT]):
         )
 
     def _warnings(self, usage: Usage) -> tuple[str, ...]:
-        warnings: list[str] = []
+        warnings: list[str] = list(self._journal.warnings)
         max_cost = self._spec.limits.max_cost
         if max_cost is not None and usage.cost is None:
             warnings.append(

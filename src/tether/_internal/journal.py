@@ -15,6 +15,7 @@ from tether._internal.clock import Clock, now_of
 from tether._internal.sealed import remember as _remember
 from tether.codec import _hashed_fields as _getters  # pyright: ignore[reportPrivateUsage]
 from tether.codec import hashed_fields
+from tether.errors import ConfigError, StoreError, StoreWriteError
 from tether.events import GENESIS_HASH, Event, Redacted, RunFinished
 from tether.policy.redaction import Redaction, Redactor
 
@@ -115,23 +116,45 @@ class JsonlSink(EventSink):
 
     def __init__(self, directory: str | Path, run_id: str) -> None:
         path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        self.path = path / f"{run_id}.jsonl"
-        self._fh: IO[bytes] | None = self.path.open("ab")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            self.path = path / f"{run_id}.jsonl"
+            self._fh: IO[bytes] | None = self.path.open("ab")
+            self._failed = False
+        except OSError as exc:
+            blocker = next((p for p in (path, *path.parents) if p.is_file()), None)
+            why = f"{blocker} is a file, not a directory" if blocker else exc.strerror or exc
+            raise ConfigError(
+                f"cannot write run logs to {path}: {why}. Pass another --log-dir (or "
+                "$TETHER_LOG_DIR, or Agent(log_dir=...)), or --no-log"
+            ) from None
 
     async def write(self, events: Sequence[Event]) -> None:
         """Append the events' lines and flush them to the OS."""
         fh = self._fh
         if fh is None:
             raise RuntimeError(f"the log {self.path} is closed")
-        fh.write(b"".join(_dumps(e) + b"\n" for e in events))
-        fh.flush()
+        try:
+            fh.write(b"".join(_dumps(e) + b"\n" for e in events))
+            fh.flush()
+        except OSError as exc:
+            self._failed = True
+            raise StoreWriteError(
+                f"could not write the run log {self.path}: {exc.strerror or exc}. Free space "
+                "or fix its permissions; the run's store (if it has one) is not affected"
+            ) from None
 
     async def close(self) -> None:
-        """Close the file."""
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        """Close the file (after a failed write, what it could not flush is dropped)."""
+        fh, self._fh = self._fh, None
+        if fh is None:
+            return
+        try:
+            fh.close()
+        except OSError:
+            if not self._failed:
+                raise
+            # the failure was reported when the write failed; closing retried the same bytes
 
 
 class Journal:
@@ -140,15 +163,17 @@ class Journal:
     __slots__ = (
         "_batch_at",
         "_now",
-        "_on_event",
         "_pending",
         "_redactor",
         "clock",
+        "committed",
         "events",
+        "on_event",
         "prev_hash",
         "run_id",
         "seq",
         "sinks",
+        "warnings",
     )
 
     def __init__(
@@ -171,7 +196,12 @@ class Journal:
         self.prev_hash = self.events[-1].hash if self.events else GENESIS_HASH
         self._pending: list[Event] = []
         self._batch_at: datetime | None = None
-        self._on_event = on_event
+        self.on_event = on_event
+        """Called with every event as it is added (the run's fold)."""
+        self.committed = self.seq
+        """How many of ``events`` every sink has taken (the rest wait for ``commit``)."""
+        self.warnings: list[str] = []
+        """Sinks after the first that failed and were dropped, in words."""
 
     def add(self, cls: type[E], **fields: Any) -> E:
         """Build, seal and buffer the next event (not yet committed), then fold it.
@@ -204,8 +234,8 @@ class Journal:
         self.prev_hash = digest
         self.events.append(event)
         self._pending.append(event)
-        if self._on_event is not None:
-            self._on_event(event)
+        if self.on_event is not None:
+            self.on_event(event)
         if found is not None:
             self._record_redaction(found, event.seq)
         return event
@@ -240,15 +270,29 @@ class Journal:
     def load(self, events: Sequence[Event]) -> None:
         """Continue after stored events (resume): they are the log so far, already committed."""
         self.events = list(events)
+        self.seq = self.committed = len(self.events)
+        self.prev_hash = self.events[-1].hash if self.events else GENESIS_HASH
+        if self.on_event is not None:
+            for event in self.events:
+                self.on_event(event)
+
+    def add_sink(self, sink: EventSink, *, first: bool = False) -> None:
+        """Also commit to ``sink`` from now on (``first``: before the others)."""
+        self.sinks = (sink, *self.sinks) if first else (*self.sinks, sink)
+
+    def rollback(self) -> list[Event]:
+        """Forget the events not yet committed (a sink refused them); returns them.
+
+        The log goes back to what the sinks hold, as if the process had stopped there; the
+        caller folds its state again.
+        """
+        dropped = self._pending
+        self._pending = []
+        self._batch_at = None
+        del self.events[self.committed :]
         self.seq = len(self.events)
         self.prev_hash = self.events[-1].hash if self.events else GENESIS_HASH
-        if self._on_event is not None:
-            for event in self.events:
-                self._on_event(event)
-
-    def add_sink(self, sink: EventSink) -> None:
-        """Also commit to ``sink`` from now on."""
-        self.sinks = (*self.sinks, sink)
+        return dropped
 
     @property
     def in_memory(self) -> bool:
@@ -261,17 +305,32 @@ class Journal:
         self._batch_at = None
         if batch:
             self._pending = []
+            self.committed += len(batch)
         return batch
 
     async def commit(self) -> list[Event]:
-        """Write the buffered events to every sink; they are then part of the run."""
+        """Write the buffered events to every sink; they are then part of the run.
+
+        The first sink is the commit point (the run's store, when it has one): if it fails,
+        the events stay buffered (``rollback`` drops them), no other sink gets them, and the
+        error propagates. Once it took them they are committed, whatever the others do.
+        """
         batch = self._pending
         self._batch_at = None
         if not batch:
             return batch
+        sinks = self.sinks
+        if sinks:
+            await sinks[0].write(batch)
         self._pending = []
-        for sink in self.sinks:
-            await sink.write(batch)
+        self.committed += len(batch)
+        for sink in sinks[1:]:
+            try:
+                await sink.write(batch)
+            except StoreError as exc:  # a copy failed, not the run: stop writing the copy
+                self.sinks = tuple(s for s in self.sinks if s is not sink)
+                self.warnings.append(f"{exc}; that copy of the log stops at seq {batch[0].seq}")
+                await sink.close()
         return batch
 
     async def close(self) -> None:

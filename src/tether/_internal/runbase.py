@@ -185,6 +185,7 @@ class RunBase(Generic[OutputT]):
     _decided: list[Planned] | None
     _caps: dict[str, asyncio.Semaphore | None]
     _checks_results: bool
+    _loaded: int
 
     if TYPE_CHECKING:  # defined by the parts; declared here so each part may call them
 

@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 _log = logging.getLogger("tether.stores")
 
-_Job = tuple[Callable[[sqlite3.Connection], Any], "Future[Any]"]
+_Job = tuple[Callable[[Any], Any], "Future[Any]", bool]
 
 
 class Worker:
@@ -59,11 +59,14 @@ class Worker:
 
     def submit(self, job: Callable[[sqlite3.Connection], T]) -> Future[T]:
         """Queue ``job``; its result (or exception) arrives in the returned future."""
+        return self._submit(job, opening=True)
+
+    def _submit(self, job: Callable[[Any], T], *, opening: bool) -> Future[T]:
         done: Future[T] = Future()
         with self._cond:
             if self._stopping:
                 raise RuntimeError("the store is closed")
-            self._jobs.append((job, done))
+            self._jobs.append((job, done, opening))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._main, name=self._name, daemon=True)
                 self._thread.start()
@@ -74,6 +77,10 @@ class Worker:
     async def run(self, job: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``job`` on the thread and await its result."""
         return await asyncio.wrap_future(self.submit(job))
+
+    async def run_if_open(self, job: Callable[[sqlite3.Connection | None], T]) -> T:
+        """Run ``job`` on the thread with the connection, or ``None`` if it is not open."""
+        return await asyncio.wrap_future(self._submit(job, opening=False))
 
     def wake(self) -> None:
         """Run the periodic work again now (something became due sooner)."""
@@ -117,11 +124,11 @@ class Worker:
             self._db.close()
             self._db = None
 
-    def _run(self, job: Callable[[sqlite3.Connection], Any], done: Future[Any]) -> None:
+    def _run(self, job: Callable[[Any], Any], done: Future[Any], opening: bool) -> None:
         if not done.set_running_or_notify_cancel():
             return
         try:
-            if self._db is None:
+            if self._db is None and opening:
                 self._db = self._opener()
             result = job(self._db)
         except BaseException as exc:  # delivered to the awaiting caller

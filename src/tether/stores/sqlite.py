@@ -229,7 +229,7 @@ class SqliteStore(RunStore, KeyValueStore):
             return
         now = time.time()
         try:
-            with _immediate(db, self.path, "renewing leases"):
+            with self._immediate(db, "renewing leases"):
                 for run_id, lease in held:
                     if lease.lost or lease.ttl <= 0:
                         continue
@@ -342,7 +342,7 @@ class SqliteStore(RunStore, KeyValueStore):
             now = time.time()
             if held.ttl <= 0:  # an append proves its holder alive: from now on, a heartbeat
                 held.ttl = self._lease_ttl
-            with _immediate(db, self.path, f"renewing the lease of run {run_id!r}"):
+            with self._immediate(db, f"renewing the lease of run {run_id!r}"):
                 renewed = db.execute(
                     "UPDATE leases SET expires_at = MAX(expires_at, ?) WHERE run_id = ? AND token = ?",
                     (now + held.ttl, run_id, held.token),
@@ -411,7 +411,7 @@ class SqliteStore(RunStore, KeyValueStore):
             records = list(self._pending)
         committed = False
         try:
-            with _immediate(db, self.path, "applying pending records"):
+            with self._immediate(db, "applying pending records"):
                 applier.apply(records, mine=True)
                 for other in logs:
                     applier.apply(other.records, mine=False, source=other)
@@ -695,8 +695,8 @@ class SqliteStore(RunStore, KeyValueStore):
         self._closed = True
         self._held.clear()
 
-        def final(db: sqlite3.Connection) -> None:
-            if self._pending and not self._read_only:
+        def final(db: sqlite3.Connection | None) -> None:
+            if db is not None and self._pending and not self._read_only:
                 try:
                     with self._transaction(db, others=False):
                         pass
@@ -716,11 +716,33 @@ class SqliteStore(RunStore, KeyValueStore):
 
         try:
             if self._pending or self._worker.started:
-                await self._worker.run(final)
+                await self._worker.run_if_open(final)
         finally:
             self._worker.stop()
             for _, done in self._sync_waiters:
                 _settle(done, StoreUnavailable(f"the run store {self.path} was closed"))
+
+    @contextmanager
+    def _immediate(self, db: sqlite3.Connection, doing: str) -> Generator[None]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any failure; sqlite errors typed."""
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise self._typed(exc, doing) from None
+        try:
+            yield
+            db.execute("COMMIT")
+        except BaseException as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise self._typed(exc, doing) from None
+            raise
+
+    def _typed(self, exc: sqlite3.Error, doing: str) -> StoreError:
+        if getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY"):
+            self._read_only = True  # opened for writing, but the file or medium refuses
+        return sqlite_error(exc, self.path, doing)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -732,7 +754,7 @@ class SqliteStore(RunStore, KeyValueStore):
             try:
                 return job(db)
             except sqlite3.Error as exc:
-                raise sqlite_error(exc, self.path, "reading or writing it") from None
+                raise self._typed(exc, "reading or writing it") from None
             except OSError as exc:
                 where = self.pending_dir or self.path
                 raise os_error(exc, where, "applying pending records") from None
@@ -779,21 +801,3 @@ def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
     if loop.is_closed():
         return
     loop.call_soon_threadsafe(settle)
-
-
-@contextmanager
-def _immediate(db: sqlite3.Connection, path: Path, doing: str) -> Generator[None]:
-    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any failure; sqlite errors typed."""
-    try:
-        db.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
-        raise sqlite_error(exc, path, doing) from None
-    try:
-        yield
-        db.execute("COMMIT")
-    except BaseException as exc:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        if isinstance(exc, sqlite3.Error):
-            raise sqlite_error(exc, path, doing) from None
-        raise
