@@ -12,7 +12,7 @@ import pytest
 from tether import Agent, Event, ModelRequest, Tool, tool
 from tether.codec import compute_hash, read_jsonl, verify_chain, write_jsonl
 from tether.content import TextBlock, content_text
-from tether.errors import BrokenChain, ConfigError, ModelError, ReplayDivergence
+from tether.errors import BrokenChain, ConfigError, ModelError, ReplayDivergence, UserError
 from tether.events import (
     GENESIS_HASH,
     ModelFailed,
@@ -446,6 +446,16 @@ async def test_replay_model_replays_a_recorded_failure_as_a_model_error(tmp_path
     assert response.tool_calls == (
         ToolCall(id="call_1_0", name="finish_task", arguments={"answer": "ok"}),
     )
+
+
+async def test_replay_model_replays_for_one_run_only(tmp_path: Path) -> None:
+    events = await record_add(tmp_path)
+    model = ReplayModel(events)
+    replayed = await adder().run(GOAL, model=model)
+    assert replayed.status == "finished"
+
+    with pytest.raises(UserError, match="one instance replays one run"):
+        await adder().run(GOAL, model=model)
 
 
 async def test_a_run_whose_request_differs_from_the_recording_ends_failed(

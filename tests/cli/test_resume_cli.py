@@ -76,10 +76,8 @@ def test_resume_continues_a_crashed_run(tmp_path: Path, monkeypatch: pytest.Monk
 
     run_id = asyncio.run(crashed_run())
     model = script(
-        tmp_path,
-        "rest.json",
-        [{"tool_calls": [{"name": "finish_task", "arguments": {"answer": "42"}}]}],
-    )
+        tmp_path, "s.json", CALC_THEN_FINISH
+    )  # the whole script: it continues after turn 1
     resumed = CliRunner().invoke(app, ["resume", run_id, "--db", str(db), "--model", model])
     assert resumed.exit_code == 0, resumed.output
     assert "42" in resumed.stdout

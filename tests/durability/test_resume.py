@@ -21,7 +21,7 @@ from tether.events import (
 from tether.messages import ToolResultMessage
 from tether.policy import RulePolicy, allow
 from tether.stores import LeaseHeld, RunStore, SqliteStore, StaleLease
-from tether.testing import FunctionModel, ScriptedModel, call, finish
+from tether.testing import FunctionModel, ScriptedModel, ScriptStep, call, finish
 
 effects: list[str] = []
 EFFECTS = RulePolicy(None, allow(["send_email", "charge"], reason="the test's side effects"))
@@ -65,7 +65,7 @@ def crashed_after_intents(events: Sequence[Event]) -> list[Event]:
 
 
 async def record(
-    store: RunStore, script: list[object], tools: list[object]
+    store: RunStore, script: Sequence[ScriptStep], tools: list[object]
 ) -> tuple[str, list[Event]]:
     agent = Agent(model=ScriptedModel(script), tools=tools, policy=EFFECTS)  # pyright: ignore[reportArgumentType]
     outcome = await agent.run("goal")
@@ -76,9 +76,10 @@ async def record(
 
 async def test_a_non_idempotent_call_in_flight_becomes_unknown(store: RunStore) -> None:
     effects.clear()
-    run_id, _ = await record(store, [call("send_email", to="a@x"), finish("done")], [send_email])
+    script = [call("send_email", to="a@x"), finish("checked")]
+    run_id, _ = await record(store, script, [send_email])
     effects.clear()
-    agent = Agent(model=ScriptedModel([finish("checked")]), tools=[send_email], store=store)
+    agent = Agent(model=ScriptedModel(script), tools=[send_email], store=store)
     outcome = await agent.resume(run_id)
     assert outcome.status == "finished"
     assert effects == []  # never run again on its own
@@ -93,14 +94,11 @@ async def test_a_non_idempotent_call_in_flight_becomes_unknown(store: RunStore) 
 
 async def test_read_only_and_keyed_calls_in_flight_run_again(store: RunStore) -> None:
     effects.clear()
-    run_id, partial = await record(
-        store,
-        [[call("read_inbox"), call("charge", amount=500)], finish("done")],
-        [read_inbox, charge],
-    )
+    script: list[ScriptStep] = [[call("read_inbox"), call("charge", amount=500)], finish("done")]
+    run_id, partial = await record(store, script, [read_inbox, charge])
     first_key = next(e for e in effects if e.startswith("charge:"))
     effects.clear()
-    agent = Agent(model=ScriptedModel([finish("done")]), tools=[read_inbox, charge], store=store)
+    agent = Agent(model=ScriptedModel(script), tools=[read_inbox, charge], store=store)
     outcome = await agent.resume(run_id)
     assert outcome.status == "finished"
     assert effects == ["read", first_key]  # the same idempotency key as the first attempt
@@ -119,11 +117,11 @@ async def test_a_finish_whose_outcome_was_not_written_finishes(store: RunStore) 
 
 
 async def test_completed_turns_are_not_repeated(store: RunStore) -> None:
-    model = ScriptedModel([call("read_inbox"), call("read_inbox"), finish("x")])
-    outcome = await Agent(model=model, tools=[read_inbox]).run("goal")
+    script = [call("read_inbox"), call("read_inbox"), finish("x")]
+    outcome = await Agent(model=ScriptedModel(script), tools=[read_inbox]).run("goal")
     cut = list(outcome.events[:5])  # run_started, the first turn and its result
     await store.append(outcome.run_id, cut)
-    resume_model = ScriptedModel([call("read_inbox"), finish("x")])
+    resume_model = ScriptedModel(script)
     resumed = await Agent(model=resume_model, tools=[read_inbox], store=store).resume(
         outcome.run_id
     )

@@ -630,7 +630,14 @@ async def test_the_wrapper_mirrors_its_inner_model() -> None:
     assert model.name == "small"
     assert model.profile == ModelProfile(native_tools=True, parallel_tool_calls=True)
     assert not model.real  # a wrapped test double is not blocked as a real model
-    assert not model.reusable
+    assert model.reusable  # a script keeps one position per run
+
+
+def test_the_wrapper_is_reusable_only_when_its_inner_model_is() -> None:
+    class OneRunOnly(TextOnlyModel):
+        reusable = False
+
+    assert not PromptedToolsModel(OneRunOnly([])).reusable
 
 
 def test_require_tools_wraps_only_models_without_native_tools() -> None:

@@ -221,13 +221,22 @@ RATE = Rules(
 
 
 async def test_a_run_rate_limit_survives_a_resume(store: RunStore) -> None:
-    first = ScriptedModel([call("add", a=1, b=1), call("add", a=2, b=2), call("note", text="x")])
-    agent = Agent(model=first, tools=[add, note], policy=RulePolicy(RATE), store=store)
+    script = [
+        call("add", a=1, b=1),
+        call("add", a=2, b=2),
+        call("note", text="x"),
+        call("add", a=3, b=3),
+        finish("done"),
+    ]
+    agent = Agent(
+        model=ScriptedModel(script), tools=[add, note], policy=RulePolicy(RATE), store=store
+    )
     waiting = await agent.run("x")
     assert waiting.status == "waiting_for_approval"
     # a new agent and a new policy: the count comes from the stored log
-    second = ScriptedModel([call("add", a=3, b=3), finish("done")])
-    again = Agent(model=second, tools=[add, note], policy=RulePolicy(RATE), store=store)
+    again = Agent(
+        model=ScriptedModel(script), tools=[add, note], policy=RulePolicy(RATE), store=store
+    )
     outcome = await again.resume(waiting.run_id, approvals=[Approval.approve(waiting.pending[0])])
     assert outcome.status == "finished"
     limited = results(outcome.events)[-2]

@@ -119,7 +119,7 @@ async def test_calls_waiting_for_approval_count_against_the_budget_and_rate_limi
         waiting = await agent.run("pay three")
         assert [p.call_id for p in waiting.pending] == ["p0"]
         resumed = Agent(
-            model=ScriptedModel([finish("done")]),
+            model=ScriptedModel([turn, finish("done")]),
             tools=[pay],
             policy=policy,
             limits=limits,
@@ -193,17 +193,17 @@ async def test_a_recheck_deny_of_edited_arguments_stands_after_a_crash() -> None
         ToolCall(id="b", name="fetch", arguments={"path": "/tmp/x"}),
     ]
 
-    def agent(script: list[object]) -> Agent:
-        return Agent(model=ScriptedModel(script), tools=[slow, fetch], policy=policy, store=store)  # pyright: ignore[reportArgumentType]
+    def agent(script: Sequence[ScriptStep]) -> Agent:
+        return Agent(model=ScriptedModel(script), tools=[slow, fetch], policy=policy, store=store)
 
     waiting = await agent([turn, finish("done")]).run("go")
     a, b = waiting.pending
     edited = Approval.approve(b, arguments={"path": "/etc/shadow"})
     with contextlib.suppress(Crash):
-        await agent([finish("done")]).resume(
+        await agent([turn, finish("done")]).resume(
             waiting.run_id, approvals=[Approval.approve(a), edited]
         )
-    recovered = await agent([finish("done")]).resume(waiting.run_id)
+    recovered = await agent([turn, finish("done")]).resume(waiting.run_id)
     assert recovered.status == "finished"
     assert fetched == []
 
@@ -218,11 +218,10 @@ async def test_an_edited_approval_is_not_refused_by_its_own_rate_limit_place() -
                 rate_limits=(RateLimit(tools=("pay",), max_calls=1, scope=scope),),
             )
         )
-        model = ScriptedModel([call("pay", amount=500), finish("done")])
+        script = [call("pay", amount=500), finish("done")]
+        model = ScriptedModel(script)
         waiting = await Agent(model=model, tools=[pay], policy=policy, store=store).run("pay")
-        resumed = Agent(
-            model=ScriptedModel([finish("done")]), tools=[pay], policy=policy, store=store
-        )
+        resumed = Agent(model=ScriptedModel(script), tools=[pay], policy=policy, store=store)
         edited = Approval.approve(waiting.pending[0], arguments={"amount": 50})
         await resumed.resume(waiting.run_id, approvals=[edited])
     assert paid == [50, 50]
@@ -238,11 +237,12 @@ async def test_a_human_denial_gives_back_a_process_wide_place() -> None:
         )
     )
 
-    def agent(script: list[object]) -> Agent:
-        return Agent(model=ScriptedModel(script), tools=[pay], policy=policy, store=store)  # pyright: ignore[reportArgumentType]
+    def agent(script: Sequence[ScriptStep]) -> Agent:
+        return Agent(model=ScriptedModel(script), tools=[pay], policy=policy, store=store)
 
-    first = await agent([call("pay", amount=1), finish("done")]).run("pay")
-    await agent([finish("done")]).resume(first.run_id, approvals=[Approval.deny(first.pending[0])])
+    script = [call("pay", amount=1), finish("done")]
+    first = await agent(script).run("pay")
+    await agent(script).resume(first.run_id, approvals=[Approval.deny(first.pending[0])])
     second = await agent([call("pay", amount=2), finish("done")]).run("pay")
     assert second.status == "waiting_for_approval"  # not refused by the rate limit
 
@@ -270,20 +270,19 @@ async def test_a_call_masked_by_a_custom_redaction_is_not_rerun_after_a_crash() 
 
     store = MemoryStore()
 
-    def agent(script: list[object]) -> Agent:
+    def agent(script: Sequence[ScriptStep]) -> Agent:
         return Agent(
-            model=ScriptedModel(script),  # pyright: ignore[reportArgumentType]
+            model=ScriptedModel(script),
             tools=[put],
             policy=RulePolicy(None, allow("put")),
             store=store,
             redactor=Redactor(callables=[mask]),
         )
 
+    script = [call("put", key="owner", value="EMP-4711"), finish("done")]
     with contextlib.suppress(Crash):
-        await agent([call("put", key="owner", value="EMP-4711"), finish("done")]).run(
-            "store it", run_id="r1"
-        )
-    recovered = await agent([finish("done")]).resume("r1")
+        await agent(script).run("store it", run_id="r1")
+    recovered = await agent(script).resume("r1")
     assert recovered.status == "finished"
     assert stored == []  # never written with the masked value
     assert any(isinstance(e, ToolCallUnknown) for e in recovered.events)

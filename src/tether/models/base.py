@@ -126,8 +126,9 @@ class Model(ABC):
     real: ClassVar[bool] = True
     """False for test doubles; real models are refused where requests are blocked (tests)."""
     reusable: ClassVar[bool] = True
-    """False for models with per-run state (a script's position): a model string naming one
-    is resolved again for every run instead of once per agent."""
+    """False for models with state that belongs to one run (a replay's position in its
+    recording): a model string naming one is resolved again for every run instead of once
+    per agent."""
 
     @property
     @abstractmethod

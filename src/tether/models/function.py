@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 
+from tether.messages import AssistantMessage
 from tether.models.base import Model, ModelRequest, ModelResponse
 from tether.models.scripted import ScriptStep, as_response
 from tether.usage import Usage
@@ -16,7 +17,10 @@ class FunctionModel(Model):
     """Calls ``function(request)`` (sync or async) for every request.
 
     The function may return what a ``ScriptedModel`` step may be: a ``ModelResponse``, text,
-    a ``ToolCall`` or a list of them; calls without an id get one.
+    a ``ToolCall`` or a list of them. Calls without an id get ``call_<turn>_<index>``, where
+    ``turn`` counts the model turns in the request's history: the model keeps no state of its
+    own, so one instance serves any number of runs, and a resumed run gets the ids it would
+    have had without the interruption.
     """
 
     real = False
@@ -29,7 +33,6 @@ class FunctionModel(Model):
     ) -> None:
         self._function = function
         self._name = name
-        self._turn = 0
 
     @property
     def name(self) -> str:
@@ -41,6 +44,5 @@ class FunctionModel(Model):
         result = self._function(request)
         if inspect.isawaitable(result):
             result = await result
-        turn = self._turn
-        self._turn += 1
+        turn = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
         return as_response(result, Usage(), turn)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tether.errors import ModelError, ReplayDivergence
+from tether.errors import ModelError, ReplayDivergence, UserError
 from tether.events import Event, ModelFailed, ModelResponded
 from tether.messages import Message
 from tether.models.base import Model, ModelRequest, ModelResponse
@@ -26,7 +26,13 @@ class _Recorded:
 
 
 class ReplayModel(Model):
-    """Replays the model attempts of ``events`` in order: responses, and failures as errors."""
+    """Replays the model attempts of ``events`` in order: responses, and failures as errors.
+
+    One instance replays the recording for one run. Unlike ``ScriptedModel`` it keeps no
+    position per run: each request is checked against the recorded history, which another
+    run does not have, so another run asking is refused with ``UserError`` (make one
+    ``ReplayModel`` per replay).
+    """
 
     real = False
     reusable = False
@@ -42,6 +48,7 @@ class ReplayModel(Model):
         self._name = name or (recorded[0].event.model if recorded else "replay")
         self.served = 0
         """How many recorded responses were served."""
+        self._run_id = ""
 
     @property
     def name(self) -> str:
@@ -50,6 +57,15 @@ class ReplayModel(Model):
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """The next recorded response, if the request matches the recording."""
+        if request.run_id:
+            if not self._run_id:
+                self._run_id = request.run_id
+            elif request.run_id != self._run_id:
+                raise UserError(
+                    f"this ReplayModel replays its recording for run {self._run_id!r}, and run "
+                    f"{request.run_id!r} asked it too: one instance replays one run, so make "
+                    "a new ReplayModel(events) for each replay"
+                )
         index = self.served
         if index >= len(self._recorded):
             raise ReplayDivergence(

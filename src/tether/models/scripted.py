@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias, cast
 
@@ -10,7 +12,7 @@ import orjson
 
 from tether.content import JsonObject
 from tether.errors import ConfigError, ModelError
-from tether.messages import ToolCall
+from tether.messages import AssistantMessage, ToolCall
 from tether.models.base import Model, ModelRequest, ModelResponse
 from tether.usage import Usage
 
@@ -52,14 +54,24 @@ def as_response(step: ScriptStep, usage: Usage, turn: int) -> ModelResponse:
 
 
 class ScriptedModel(Model):
-    """Answers request *n* with step *n* of a script; running out of steps is a model error.
+    """Answers a run's requests with the steps of a script, in order (a test double).
 
-    Tool calls without an id get ``call_<turn>_<index>``. ``usage`` is reported for every
+    Each run keeps its own position in the script, so one instance serves any number of
+    runs, one after another or at once. A run the instance has not seen (a run resumed after
+    a crash, by a fresh instance built from the same script) starts where its history left
+    off: after the step that gave its last model turn (error steps give no turn). Requests
+    outside a run (an empty ``run_id``) share one position. Running out of steps is a model
+    error.
+
+    Tool calls without an id get ``call_<step>_<index>``. ``usage`` is reported for every
     step that is not a whole ``ModelResponse``.
+
+    What a history cannot tell a fresh instance: whether the error steps just after its last
+    turn were played before the crash (they are played again), and how many steps the repair
+    rounds of a ``PromptedToolsModel`` took (each leaves no turn; the run continues early).
     """
 
     real = False
-    reusable = False
 
     def __init__(
         self,
@@ -67,10 +79,26 @@ class ScriptedModel(Model):
         *,
         name: str = "scripted",
         usage: Usage = Usage(),
+        max_runs: int = 1024,
     ) -> None:
+        """Build the model.
+
+        Args:
+            steps: The script: what each request is answered with, in order.
+            name: The model's name, as recorded in events.
+            usage: Tokens and cost reported for each step that is not a ``ModelResponse``.
+            max_runs: How many runs' positions are kept; the least recently used is
+                forgotten, and continues from its history if it asks again.
+        """
+        if max_runs < 1:
+            raise ConfigError(f"max_runs must be 1 or more, got {max_runs}")
         self._steps = list(steps)
+        self._answers = [i for i, s in enumerate(self._steps) if not isinstance(s, BaseException)]
         self._name = name
         self._usage = usage
+        self._max_runs = max_runs
+        self._runs: OrderedDict[str, _Position] = OrderedDict()
+        self._shared = _Position(step=0, turns=0, resumed=0)
         self.requests: list[ModelRequest] = []
         """Every request received, in order (for assertions)."""
 
@@ -79,16 +107,66 @@ class ScriptedModel(Model):
         """The model's name."""
         return self._name
 
+    def _start(self, turns: int) -> int:
+        """Where a run whose history holds ``turns`` model turns continues the script.
+
+        Every answer step gave one turn and every error step none, so it continues just past
+        the step that gave its last turn. Errors after that step are played (the history
+        cannot say whether they were).
+        """
+        if turns == 0:
+            return 0
+        if turns > len(self._answers):
+            return len(self._steps)
+        return self._answers[turns - 1] + 1
+
     async def request(self, request: ModelRequest) -> ModelResponse:
-        """Play the next step."""
-        turn = len(self.requests)
+        """Play the run's next step."""
         self.requests.append(request)
-        if turn >= len(self._steps):
-            raise ModelError(
-                f"the script has {len(self._steps)} steps and request {turn + 1} asked for more",
-                model=self._name,
+        turns = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+        position = self._position(request.run_id, turns)
+        step = position.step
+        position.step += 1
+        position.turns = turns
+        if step >= len(self._steps):
+            raise self._exhausted(request.run_id, step, position)
+        return as_response(self._steps[step], self._usage, step)
+
+    def _position(self, run_id: str, turns: int) -> _Position:
+        if not run_id:
+            return self._shared
+        runs = self._runs
+        position = runs.get(run_id)
+        # A history shorter than at this run's last request is a new run under a reused id.
+        if position is None or turns < position.turns:
+            position = _Position(step=self._start(turns), turns=turns, resumed=turns)
+            runs[run_id] = position
+            if len(runs) > self._max_runs:
+                runs.popitem(last=False)
+        else:
+            runs.move_to_end(run_id)
+        return position
+
+    def _exhausted(self, run_id: str, step: int, position: _Position) -> ModelError:
+        who = f"run {run_id!r}" if run_id else "a request"
+        message = f"the script has {len(self._steps)} steps and {who} asked for step {step + 1}"
+        if position.resumed:
+            message += (
+                f". The run had {position.resumed} model turns before this model saw it, and "
+                "continues the script after the step that gave its last one: give the model "
+                "of a resumed run the whole script, not the steps that remain"
             )
-        return as_response(self._steps[turn], self._usage, turn)
+        return ModelError(message, model=self._name)
+
+
+@dataclass(slots=True)
+class _Position:
+    step: int
+    """The script step the run plays next."""
+    turns: int
+    """Model turns in the run's history at its last request."""
+    resumed: int
+    """Model turns in the run's history before this model first saw it."""
 
 
 def _step_from_json(raw: object, index: int) -> ScriptStep:
