@@ -14,10 +14,10 @@ from typing import cast
 import pytest
 from typer.testing import CliRunner
 
-from tests.support import add
+from tests.support import add, long_line
 from tether import Agent, Event, Usage
 from tether.cli.app import app
-from tether.codec import encode_event, read_jsonl, write_jsonl
+from tether.codec import MAX_LINE_BYTES, encode_event, read_jsonl, write_jsonl
 from tether.content import TextBlock
 from tether.events import ToolCallFinished
 from tether.stores import RunInfo, RunNotFound, SqliteStore
@@ -299,6 +299,30 @@ def test_show_of_a_directory_exits_2(tmp_path: Path) -> None:
     assert flat(result.stderr) == "error: logs is not a file: give a run id or a run's JSONL log"
 
 
+@pytest.mark.parametrize("content", [b"", b"\n  \n"], ids=["empty", "blank"])
+def test_show_of_a_log_without_events_exits_2(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "run.jsonl").write_bytes(content)
+
+    result = invoke("show", "run.jsonl")
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert flat(result.stderr).startswith("error: the log run.jsonl holds no events")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_show_of_a_line_over_the_cap_exits_2_naming_the_line(tmp_path: Path) -> None:
+    (tmp_path / "run.jsonl").write_bytes(b"\n" + long_line(MAX_LINE_BYTES + 1))
+
+    result = invoke("show", "run.jsonl")
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    message = flat(result.stderr)
+    assert message.startswith("error: run.jsonl: a line is longer than 16 MiB")
+    assert message.endswith("(line 2)")
+
+
 @pytest.mark.parametrize("command", ["show", "export"])
 def test_a_log_tampered_inside_the_store_exits_2(tmp_path: Path, command: str) -> None:
     log = store_run(tmp_path / "t.db")
@@ -403,6 +427,29 @@ def test_import_of_a_line_that_is_not_json_names_the_line(tmp_path: Path) -> Non
     assert result.exit_code == 2
     assert "error: an event is not valid JSON" in flat(result.stderr)
     assert flat(result.stderr).endswith("(line 2)")
+
+
+def test_import_of_an_empty_log_exits_2_saying_it_holds_no_events(tmp_path: Path) -> None:
+    (tmp_path / "run.jsonl").write_bytes(b"\n")
+
+    result = invoke("import", "run.jsonl")
+
+    assert result.exit_code == 2
+    assert flat(result.stderr).startswith("error: the log run.jsonl holds no events")
+
+
+def test_import_of_a_line_over_the_cap_names_the_file_line_and_cap(tmp_path: Path) -> None:
+    log = store_run(tmp_path / "source.db")
+    (tmp_path / "run.jsonl").write_bytes(
+        jsonl(log[:1]) + long_line(MAX_LINE_BYTES + 1) + b"\n" + jsonl(log[1:])
+    )
+
+    result = invoke("import", "run.jsonl")
+
+    assert result.exit_code == 2
+    message = flat(result.stderr)
+    assert message.startswith("error: run.jsonl: a line is longer than 16 MiB, the limit on one")
+    assert message.endswith("(line 2)")
 
 
 def test_import_over_a_different_stored_run_exits_2_and_keeps_it(tmp_path: Path) -> None:
