@@ -429,6 +429,39 @@ def test_import_of_a_line_that_is_not_json_names_the_line(tmp_path: Path) -> Non
     assert flat(result.stderr).endswith("(line 2)")
 
 
+def store_files(db: Path) -> list[str]:
+    """The store's database and the files SQLite and the store keep beside it."""
+    return sorted(p.name for p in db.parent.iterdir() if p.name.startswith(db.name))
+
+
+@pytest.mark.parametrize(
+    "case", ["not json", "broken chain", "empty", "blank", "line over the cap", "stdin"]
+)
+def test_a_failed_import_creates_no_store(tmp_path: Path, case: str) -> None:
+    log = store_run(tmp_path / "source.db")
+    contents = {
+        "not json": b"{oops\n",
+        "broken chain": jsonl(tampered(log)[0]),
+        "empty": b"",
+        "blank": b"\n \n",
+        "line over the cap": long_line(MAX_LINE_BYTES + 1) + b"\n",
+        "stdin": b"{oops\n",
+    }
+    (tmp_path / "run.jsonl").write_bytes(contents[case])
+    db = tmp_path / "new" / "t.db"
+    (tmp_path / "new").mkdir()
+
+    if case == "stdin":
+        result = invoke("import", "-", "--db", str(db), input=contents[case])
+    else:
+        result = invoke("import", "run.jsonl", "--db", str(db))
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert flat(result.stderr).startswith("error: ")
+    assert store_files(db) == []
+
+
 def test_import_of_an_empty_log_exits_2_saying_it_holds_no_events(tmp_path: Path) -> None:
     (tmp_path / "run.jsonl").write_bytes(b"\n")
 

@@ -28,6 +28,7 @@ from tether.stores import (
     SqliteStore,
     StoreConflict,
     export_run,
+    import_events,
     import_run,
 )
 from tether.testing import FakeClock, ScriptedModel, call, finish
@@ -292,6 +293,26 @@ async def test_import_of_a_line_over_the_cap_names_it_and_writes_nothing(
         assert str(raised.value).startswith(f"{name}: a line is longer than 16 MiB")
         assert raised.value.line == 3
     assert await target.runs() == []
+
+
+async def test_import_events_checks_the_events_before_writing(target: RunStore) -> None:
+    events = await agent_run()
+    edited, index = tamper(events)
+
+    with pytest.raises(BrokenChain) as raised:
+        await import_events(target, edited)
+    assert raised.value.seq == index
+    with pytest.raises(EmptyLog, match=r"^the log holds no events"):
+        await import_events(target, [])
+    with pytest.raises(LogError, match="not 'run_started'"):
+        await import_events(
+            target, reseal([dataclasses.replace(e, seq=i) for i, e in enumerate(events[1:])])
+        )
+    assert await target.runs() == []
+
+    assert await import_events(target, events) == events[0].run_id
+    assert await import_events(target, events) == events[0].run_id  # again: a no-op
+    assert await target.read(events[0].run_id) == events
 
 
 async def test_import_tolerates_crlf_and_blank_lines(target: RunStore) -> None:

@@ -28,7 +28,7 @@ from tether.outcome import RunStatus
 from tether.stores.base import RunIndexStatus, RunInfo, RunNotFound, RunQuery, RunStore
 from tether.stores.retention import parse_age, prune
 from tether.stores.sqlite import SqliteStore, default_store_path
-from tether.stores.transfer import export_run, import_run
+from tether.stores.transfer import decode_jsonl, export_run, import_events
 
 __all__ = ["open_store", "resolve_run_id", "store_app"]
 
@@ -246,8 +246,16 @@ def _import_command(
     if file != "-" and not path.is_file():
         problem = "is not a file" if path.exists() else "does not exist"
         raise _fail(UserError(f"the file {file} {problem}: give a run's JSONL log, or - for stdin"))
-    source = typer.get_binary_stream("stdin").read() if file == "-" else path
-    run_id = _with_store(db, lambda store: import_run(store, source), create=True)
+    try:
+        if file == "-":
+            events = decode_jsonl(typer.get_binary_stream("stdin"), name="stdin")
+        else:
+            with path.open("rb") as fh:
+                events = decode_jsonl(fh, name=file)
+    except TetherError as exc:
+        raise _fail(exc) from None
+    # Only a log that decodes and verifies opens (or creates) the store.
+    run_id = _with_store(db, lambda store: import_events(store, events), create=True)
     typer.echo(run_id)
 
 

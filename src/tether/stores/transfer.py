@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -21,7 +21,7 @@ from tether.errors import BrokenChain, EmptyLog, LogError
 from tether.events import Event, RunStarted
 from tether.stores.base import RunNotFound, RunStore, StoreConflict
 
-__all__ = ["decode_jsonl", "export_run", "import_run"]
+__all__ = ["decode_jsonl", "export_run", "import_events", "import_run"]
 
 
 async def export_run(store: RunStore, run_id: str) -> bytes:
@@ -125,6 +125,26 @@ async def import_run(store: RunStore, source: bytes | str | os.PathLike[str]) ->
     else:
         events = await asyncio.to_thread(_read_file, Path(source))
     return await _store(store, events)
+
+
+async def import_events(store: RunStore, events: Iterable[Event]) -> str:
+    """Import a run's events, decoded already (``decode_jsonl``), into ``store``.
+
+    The events are checked first as ``import_run`` checks a log (one whole, untampered
+    run), then appended in one atomic append; a run stored already with identical events
+    is a no-op. Decoding before opening a store keeps a bad log from creating one.
+
+    Returns:
+        The run's id.
+
+    Raises:
+        LogError: the events are empty, not a whole run, or tampered with; nothing was
+            written.
+        StoreConflict: a run with this id is stored with different events.
+    """
+    chosen = list(events)
+    _check_whole_run(chosen, None, None)
+    return await _store(store, chosen)
 
 
 async def _store(store: RunStore, events: list[Event]) -> str:
