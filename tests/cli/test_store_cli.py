@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import io
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -12,10 +13,12 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.support import add, long_line
 from tether import Agent, Event, Usage
+from tether.cli import store_commands
 from tether.cli.app import app
 from tether.codec import MAX_LINE_BYTES, encode_event, read_jsonl, write_jsonl
 from tether.content import TextBlock
@@ -148,19 +151,52 @@ def test_runs_without_a_store_says_so_and_creates_nothing(tmp_path: Path) -> Non
     assert not (tmp_path / "t.db").exists()
 
 
-def test_runs_prints_a_table_newest_first(tmp_path: Path) -> None:
+def created(log: Sequence[Event]) -> str:
+    return log[0].at.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def test_runs_not_on_a_terminal_prints_whole_values_tab_separated_newest_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "40")  # a narrow terminal width must not matter to a pipe
     [old] = store_runs(tmp_path / "t.db", timedelta(days=3), agent="adder")
+    [new] = store_runs(tmp_path / "t.db", timedelta(hours=2), agent="a helper\twith\nspaces")
+
+    result = invoke("runs")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        f"{new[0].run_id}\ta helper with spaces\tfinished\t2\t30\t{created(new)}",
+        f"{old[0].run_id}\tadder\tfinished\t2\t30\t{created(old)}",
+    ]
+
+
+class Terminal(io.StringIO):
+    """What Rich writes to, standing in for a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("width", [20, 60, 200])
+def test_runs_on_a_terminal_prints_a_table_that_never_cuts_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    terminal = Terminal()
+    monkeypatch.setattr(
+        store_commands, "out", Console(file=terminal, width=width, color_system=None)
+    )
+    [old] = store_runs(tmp_path / "t.db", timedelta(days=3), agent="a-rather-long-agent-name")
     [new] = store_runs(tmp_path / "t.db", timedelta(hours=2), agent="helper")
 
     result = invoke("runs")
 
     assert result.exit_code == 0, result.output
-    rows = [line.split() for line in result.stdout.splitlines()]
-    assert rows == [
-        ["id", "agent", "status", "steps", "tokens", "age"],
-        [new[0].run_id, "helper", "finished", "2", "30", "2h"],
-        [old[0].run_id, "adder", "finished", "2", "30", "3d"],
-    ]
+    rows = [line.split() for line in terminal.getvalue().splitlines()]
+    assert [row[0] for row in rows] == ["id", new[0].run_id, old[0].run_id]
+    assert [row[3:] for row in rows[1:]] == [["2", "30", "2h"], ["2", "30", "3d"]]
+    wide = width == 200
+    assert rows[2][1] == ("a-rather-long-agent-name" if wide else "a-ra…")
 
 
 def test_runs_filters_by_status_agent_and_limit(tmp_path: Path) -> None:
@@ -172,7 +208,7 @@ def test_runs_filters_by_status_agent_and_limit(tmp_path: Path) -> None:
     def ids(*args: str) -> list[str]:
         result = invoke("runs", *args)
         assert result.exit_code == 0, result.output
-        return [line.split()[0] for line in result.stdout.splitlines()[1:]]
+        return [line.split("\t")[0] for line in result.stdout.splitlines()]
 
     assert ids() == [other[0].run_id, live[0].run_id, done[0].run_id]
     assert ids("--status", "running") == [live[0].run_id]
@@ -197,8 +233,8 @@ def test_runs_reads_the_store_given_by_db(tmp_path: Path) -> None:
     result = invoke("runs", "--db", str(tmp_path / "other.db"))
 
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[1].split()[0] == log[0].run_id
-    assert result.stdout.splitlines()[1].split()[-1].endswith("s")
+    assert result.stdout.split("\t")[0] == log[0].run_id
+    assert result.stdout.split("\t")[-1] == f"{created(log)}\n"
 
 
 # -- show ----------------------------------------------------------------------------------------

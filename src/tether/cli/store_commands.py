@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, TypeVar, cast, get_args
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -159,13 +160,30 @@ def _runs(
     if not rows:
         err.print("no runs match")
         return
-    out.print(_table(rows, datetime.now(UTC)))
+    if not out.file.isatty():
+        # For scripts: whole values, one run a line, tab-separated, no header, no colour.
+        for row in rows:
+            typer.echo("\t".join(_plain_fields(row)), file=out.file)
+        return
+    table = _table(rows, datetime.now(UTC))
+    out.print(table, crop=False)
+
+
+def _plain_fields(row: RunInfo) -> tuple[str, ...]:
+    tokens = row.usage.input_tokens + row.usage.output_tokens
+    created = row.created_at.astimezone(UTC).isoformat(timespec="seconds")
+    agent = " ".join(row.agent.split())  # a tab or newline in a name would split the row
+    return (row.run_id, agent, row.status, str(row.steps), str(tokens), created)
+
+
+_GIVE_WAY = ("agent", "status")
+"""The columns that a narrow terminal shortens; ids and numbers are never cut."""
+_SHORTEST = 5
+"""How narrow a column that gives way may become."""
 
 
 def _table(rows: list[RunInfo], now: datetime) -> Table:
     table = Table("id", "agent", "status", "steps", "tokens", "age", box=None, pad_edge=False)
-    for col in table.columns[3:]:
-        col.justify = "right"
     for row in rows:
         color = _STATUS_COLORS.get(row.status, "red")
         tokens = row.usage.input_tokens + row.usage.output_tokens
@@ -177,6 +195,17 @@ def _table(rows: list[RunInfo], now: datetime) -> Table:
             str(tokens),
             _age(now - row.created_at),
         )
+    for col in table.columns[3:]:
+        col.justify = "right"
+    for col in table.columns:
+        if col.header in _GIVE_WAY:
+            col.overflow, col.min_width = "ellipsis", _SHORTEST
+        else:  # plain text cells, no markup: their length is their width
+            col.no_wrap = True
+            col.min_width = max(cell_len(str(c)) for c in (col.header, *col.cells))
+    narrowest = sum(c.min_width or 0 for c in table.columns) + 2 * (len(table.columns) - 1)
+    if out.width < narrowest:
+        table.width = narrowest  # wider than the terminal: it wraps the lines, ids stay whole
     return table
 
 
