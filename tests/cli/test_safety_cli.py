@@ -123,6 +123,22 @@ def test_approve_without_calls_lists_what_is_pending(tmp_path: Path) -> None:
     assert "pending: c1 (send), c2 (send)" in output
 
 
+def test_resume_with_an_answer_for_a_run_waiting_for_approval_exits_2(tmp_path: Path) -> None:
+    sent.clear()
+    db = tmp_path / "t.db"
+    run_id = waiting_run(db).run_id
+
+    code, output = cli("resume", run_id, "--answer", "yes", "--db", str(db))
+
+    assert code == 2
+    assert " ".join(output.split()) == (
+        f"error: run {run_id} does not wait for an answer: it waits for approvals, so --answer "
+        f"was not used; see its calls with `tether show {run_id}`, then `tether approve {run_id} "
+        "CALL`"
+    )
+    assert sent == []
+
+
 def test_audit_prints_every_decision_of_an_untampered_run(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     run_id = waiting_run(db).run_id
