@@ -57,6 +57,12 @@ async def explode(reason: str) -> str:
     raise RuntimeError(reason)
 
 
+def long_line(size: int) -> bytes:
+    """A JSONL line of ``size`` bytes (its newline not counted) that begins like an event."""
+    start = b'{"kind":"run_started","goal":"'
+    return start + b"x" * (size - len(start) - 2) + b'"}'
+
+
 def assert_protocol_valid(events: Sequence[Event]) -> None:
     """Every call the model made has exactly one result; executed calls were decided first."""
     called: list[str] = []

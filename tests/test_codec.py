@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import io
+import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -14,19 +16,21 @@ from hypothesis import strategies as st
 
 from tether import Agent, Event, Limits, Usage
 from tether.codec import (
+    MAX_LINE_BYTES,
     compute_hash,
     decode_event,
     encode_event,
+    iter_jsonl,
     read_jsonl,
     seal,
     verify_chain,
     write_jsonl,
 )
-from tether.errors import BrokenChain, LogError, UnknownEventKind
+from tether.errors import BrokenChain, EmptyLog, LogError, UnknownEventKind
 from tether.events import EVENT_TYPES, GENESIS_HASH, RunStarted, ToolCallFinished
 from tether.testing import FakeClock, ScriptedModel, call, finish
 
-from .support import add
+from .support import add, long_line
 
 
 async def recorded_run() -> tuple[Event, ...]:
@@ -133,6 +137,66 @@ async def test_jsonl_files_round_trip_and_name_the_bad_line(tmp_path: Path) -> N
     path.write_bytes(b"\n".join(lines) + b"\n")
     with pytest.raises(LogError, match=r"line 5"):
         read_jsonl(path)
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"\n", b"  \n\r\n\t\n"], ids=["empty", "newline", "blank"]
+)
+def test_read_jsonl_of_a_log_without_events_is_an_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(content)
+
+    with pytest.raises(EmptyLog, match=f"the log {path} holds no events"):
+        read_jsonl(path)
+    assert read_jsonl(path, verify=False) == []
+
+
+async def test_a_line_over_the_cap_is_an_error_naming_the_file_line_and_cap(
+    tmp_path: Path,
+) -> None:
+    events = await recorded_run()
+    path = tmp_path / "run.jsonl"
+    write_jsonl(path, events[:2])
+    with path.open("ab") as fh:
+        fh.write(long_line(MAX_LINE_BYTES + 1) + b"\n")
+
+    with pytest.raises(LogError) as info:
+        read_jsonl(path)
+    assert info.value.line == 3
+    message = str(info.value)
+    assert message.startswith(f"{path}: a line is longer than 16 MiB, the limit on one event")
+    assert "pass max_line_bytes" in message
+    assert message.endswith("(line 3)")
+
+
+async def test_a_line_at_the_cap_is_read(tmp_path: Path) -> None:
+    events = await recorded_run()
+    [event] = events[:1]
+    assert isinstance(event, RunStarted)
+    encoded = encode_event(event)
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(encoded + b"\r\n")
+
+    assert read_jsonl(path, max_line_bytes=len(encoded) + 1) == [event]  # \r counts, \n not
+    with pytest.raises(LogError, match="longer than"):
+        read_jsonl(path, max_line_bytes=len(encoded))
+
+
+def test_reading_a_long_line_holds_only_about_the_cap_in_memory(tmp_path: Path) -> None:
+    cap = 1024 * 1024
+    path = tmp_path / "huge.jsonl"
+    path.write_bytes(long_line(16 * cap) + b"\n")
+    in_memory = io.BytesIO(path.read_bytes())  # allocated before tracing starts: not counted
+
+    for source in (path, in_memory):
+        tracemalloc.start()
+        try:
+            with pytest.raises(LogError, match="longer than 1 MiB"):
+                list(iter_jsonl(source, max_line_bytes=cap))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 4 * cap, f"reading {source} took {peak} bytes for a 16 MiB line"
 
 
 def test_event_kinds_are_unique_and_complete() -> None:

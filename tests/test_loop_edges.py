@@ -16,7 +16,7 @@ from tether.content import content_text
 from tether.errors import ConfigError
 from tether.events import Event, ModelFailed, RunFinished, ToolCallFinished
 from tether.loop import AgentRun
-from tether.messages import ToolCall
+from tether.messages import ToolCall, ToolResultMessage
 from tether.models.base import Model
 from tether.testing import FunctionModel, ScriptedModel, call, finish
 
@@ -237,3 +237,35 @@ async def test_max_steps_zero_makes_no_model_call() -> None:
     outcome = await Agent(model=model, limits=Limits(max_steps=0)).run("x")
     assert outcome.status == "budget_exhausted"
     assert model.requests == []
+
+
+@tool(read_only=True, open_world=False)
+def stats() -> dict[str, float]:
+    """Summary statistics of an empty sample."""
+    return {"count": 0.0, "mean": float("nan")}
+
+
+async def test_a_tool_result_holding_nan_is_logged_and_shown_as_an_error() -> None:
+    seen: list[ToolResultMessage] = []
+
+    def model(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if not isinstance(last, ToolResultMessage):
+            return ModelResponse(tool_calls=(ToolCall(id="s", name="stats", arguments={}),))
+        seen.append(last)
+        return ModelResponse(tool_calls=(finish("no stats"),))
+
+    outcome = await Agent(model=FunctionModel(model), tools=[stats]).run("go")
+
+    [finished] = [r for r in results(outcome.events) if r.tool == "stats"]
+    assert (finished.is_error, finished.error_type, finished.structured) == (
+        True,
+        "tool_error",
+        None,
+    )
+    message = "the tool's result holds nan (at mean), a number JSON cannot carry"
+    assert content_text(finished.content).startswith(message)
+    assert [(m.is_error, content_text(m.content)[: len(message)]) for m in seen] == [
+        (True, message)
+    ]
+    assert_protocol_valid(outcome.events)

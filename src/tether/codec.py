@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import fields
 from functools import cache
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 import orjson
 
 from tether._internal.sealed import remember
-from tether.errors import BrokenChain, LogError, UnknownEventKind
+from tether.errors import BrokenChain, EmptyLog, LogError, UnknownEventKind
 from tether.events import EVENT_TYPES, GENESIS_HASH, Event
 from tether.jsontypes import JsonValue
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
 __all__ = [
+    "MAX_LINE_BYTES",
     "canonical_json",
     "compute_hash",
     "decode_event",
@@ -35,6 +37,7 @@ __all__ = [
     "event_to_dict",
     "hashed_fields",
     "iter_jsonl",
+    "iter_jsonl_lines",
     "read_jsonl",
     "seal",
     "verify_chain",
@@ -42,6 +45,15 @@ __all__ = [
 ]
 
 E = TypeVar("E", bound=Event)
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""The longest line (one event, its line ending not counted) a JSONL reader accepts: 16 MiB.
+
+Readers stop at a longer line with a ``LogError`` instead of holding it in memory: tether
+never writes such an event unless a tool result escaped every size limit, so the line is
+corrupt or the file is not a run's log. Every reader takes ``max_line_bytes`` to read a
+genuine log with larger events.
+"""
 
 _sha256 = hashlib.sha256
 _dumps = orjson.dumps
@@ -153,18 +165,82 @@ def verify_chain(events: Iterable[Event], *, run_id: str | None = None, start_se
         seq += 1
 
 
-def iter_jsonl(path: str | Path) -> Iterator[Event]:
-    """Decode events from a JSONL file, line by line, without checking the chain."""
-    with Path(path).open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):g} MiB" if size >= 1024 * 1024 else f"{size} bytes"
+
+
+def iter_jsonl_lines(
+    source: str | Path | BinaryIO,
+    *,
+    name: str | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines of a JSONL file or binary stream, with their numbers (from 1).
+
+    A line is read with a bounded ``readline``, so memory stays within about twice
+    ``max_line_bytes`` whatever the file holds.
+
+    Args:
+        source: A file's path, or a binary stream open for reading (not closed here).
+        name: What to call the source in errors (default: the path, or ``the log``).
+        max_line_bytes: The longest line accepted, its line ending not counted.
+
+    Raises:
+        LogError: a line is longer than ``max_line_bytes`` (the message names the source,
+            the line and the limit).
+    """
+    with ExitStack() as stack:
+        if isinstance(source, str | Path):
+            fh: BinaryIO = stack.enter_context(Path(source).open("rb"))
+            shown = name or str(source)
+        else:
+            fh, shown = source, name or "the log"
+        number = 0
+        while raw := fh.readline(max_line_bytes + 1):
+            number += 1
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                raise LogError(
+                    f"{shown}: a line is longer than {_mib(max_line_bytes)}, the limit on one "
+                    "event (tether.codec.MAX_LINE_BYTES), and was not read. The line is corrupt "
+                    "or the file is not a run's log: check the file; to read a genuine log with "
+                    "larger events, pass max_line_bytes to the reader",
+                    line=number,
+                )
             if raw.strip():
-                yield decode_event(raw, line=number)
+                yield number, raw
 
 
-def read_jsonl(path: str | Path, *, verify: bool = True) -> list[Event]:
-    """Read a run's JSONL log and (by default) verify its hash chain."""
-    events = list(iter_jsonl(path))
+def iter_jsonl(
+    source: str | Path | BinaryIO, *, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[Event]:
+    """Decode events from a JSONL file or binary stream, line by line, without checking the chain.
+
+    Raises:
+        LogError: a line is not a valid event, or is longer than ``max_line_bytes``.
+    """
+    for number, raw in iter_jsonl_lines(source, max_line_bytes=max_line_bytes):
+        yield decode_event(raw, line=number)
+
+
+def read_jsonl(
+    source: str | Path | BinaryIO, *, verify: bool = True, max_line_bytes: int = MAX_LINE_BYTES
+) -> list[Event]:
+    """Read a run's JSONL log and (by default) verify it: one unbroken chain, not empty.
+
+    Args:
+        source: A file's path, or a binary stream open for reading.
+        verify: Check the hash chain, and that there is at least one event.
+        max_line_bytes: The longest line accepted (see ``MAX_LINE_BYTES``).
+
+    Raises:
+        EmptyLog: ``verify`` is set and the file holds no events (empty or blank).
+        BrokenChain: ``verify`` is set and the events do not form one untampered chain.
+        LogError: a line is not a valid event, or is longer than ``max_line_bytes``.
+    """
+    events = list(iter_jsonl(source, max_line_bytes=max_line_bytes))
     if verify:
+        if not events:
+            raise EmptyLog(str(source) if isinstance(source, str | Path) else None)
         verify_chain(events)
     return events
 

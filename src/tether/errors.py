@@ -17,6 +17,7 @@ run, and control signals that are not failures at all::
     │   ├── ToolTimeout            a tool exceeded its timeout
     │   ├── LoopBlocked            a tool blocked the event loop past its timeout
     │   ├── LogError               a stored or streamed event log cannot be trusted
+    │   │   ├── EmptyLog           a log file that holds no events at all
     │   │   ├── UnknownEventKind   an event of a kind this version does not know
     │   │   └── BrokenChain        a gap in ``seq`` or a hash that does not match
     │   ├── ReplayDivergence       a replayed run did something other than the recording
@@ -46,6 +47,7 @@ __all__ = [
     "ConfigError",
     "ControlSignal",
     "DuplicateToolError",
+    "EmptyLog",
     "InvalidEntry",
     "LeaseHeld",
     "LogError",
@@ -206,6 +208,20 @@ class LogError(RunError):
         where = f" (line {line})" if line is not None else ""
         super().__init__(message + where, run_id=run_id)
         self.line = line
+
+
+class EmptyLog(LogError):
+    """A log that holds no events (an empty or blank file): no run's log is empty."""
+
+    def __init__(self, source: str | None = None, *, run_id: str | None = None) -> None:
+        shown = f"the log {source}" if source else "the log"
+        super().__init__(
+            f"{shown} holds no events (it is empty or blank), so it is not a run's log and "
+            "there is no chain to verify. Check that it is the right file; "
+            "`tether export RUN > FILE` writes a stored run's log",
+            run_id=run_id,
+        )
+        self.source = source
 
 
 class UnknownEventKind(LogError):

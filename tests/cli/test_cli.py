@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 import tether
-from tests.support import reseal
+from tests.support import long_line, reseal
 from tether.cli.app import app
-from tether.codec import read_jsonl, write_jsonl
+from tether.codec import MAX_LINE_BYTES, read_jsonl, write_jsonl
 from tether.content import TextBlock, content_text
 from tether.events import (
     Event,
@@ -222,6 +222,30 @@ def test_replay_with_an_agent_that_cannot_be_imported_exits_2(tmp_path: Path) ->
 
     assert result.exit_code == 2
     assert "error: cannot import agent 'tether.examples.demo:nope'" in flat(result.stderr)
+
+
+@pytest.mark.parametrize("content", [b"", b"\n \n"], ids=["empty", "blank"])
+def test_replay_of_a_log_without_events_exits_2(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "run.jsonl").write_bytes(content)
+
+    result = invoke("replay", "run.jsonl")
+
+    assert result.exit_code == 2, result.output
+    assert flat(result.stderr).startswith("error: the log run.jsonl holds no events")
+
+
+def test_replay_of_a_line_over_the_cap_exits_2_naming_the_line(tmp_path: Path) -> None:
+    log = demo_log(tmp_path)
+    lines = len(read_jsonl(log))
+    with log.open("ab") as fh:
+        fh.write(long_line(MAX_LINE_BYTES + 1))
+
+    result = invoke("replay", str(log))
+
+    assert result.exit_code == 2, result.output
+    message = flat(result.stderr)
+    assert message.startswith(f"error: {log}: a line is longer than 16 MiB")
+    assert message.endswith(f"(line {lines + 1})")
 
 
 def test_replay_of_an_edited_and_resealed_finish_result_diverges(tmp_path: Path) -> None:

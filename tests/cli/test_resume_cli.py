@@ -53,6 +53,37 @@ def test_run_is_stored_and_resuming_a_finished_run_changes_nothing(
         asyncio.run(store.close())
 
 
+def test_resume_with_an_answer_for_a_finished_run_exits_2_saying_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "2000")
+    runner = CliRunner()
+    model = script(tmp_path, "s.json", CALC_THEN_FINISH)
+    ran = runner.invoke(app, ["run", "what is 6*7?", "--model", model, "--no-log"])
+    assert ran.exit_code == 0, ran.output
+    store = SqliteStore(tmp_path / ".tether" / "tether.db")
+    try:
+        (row,) = asyncio.run(store.runs())
+        before = asyncio.run(store.read(row.run_id))
+    finally:
+        asyncio.run(store.close())
+
+    answered = runner.invoke(app, ["resume", row.run_id[:13], "--answer", "Paris"])
+
+    assert answered.exit_code == 2, answered.output
+    assert answered.stdout == ""
+    assert answered.stderr.splitlines() == [
+        f"error: run {row.run_id} does not wait for an answer: it ended finished, so --answer "
+        f"was not used; see how with `tether show {row.run_id}`"
+    ]
+    store = SqliteStore(tmp_path / ".tether" / "tether.db")
+    try:
+        assert asyncio.run(store.read(row.run_id)) == before
+    finally:
+        asyncio.run(store.close())
+
+
 def test_resume_continues_a_crashed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "runs.db"

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.support import long_line
 from tether import Agent, tool
 from tether.cli.app import app
+from tether.codec import MAX_LINE_BYTES
 from tether.messages import ToolCall, ToolResultMessage
 from tether.models.base import ModelRequest, ModelResponse
 from tether.outcome import RunOutcome
@@ -121,6 +123,22 @@ def test_approve_without_calls_lists_what_is_pending(tmp_path: Path) -> None:
     assert "pending: c1 (send), c2 (send)" in output
 
 
+def test_resume_with_an_answer_for_a_run_waiting_for_approval_exits_2(tmp_path: Path) -> None:
+    sent.clear()
+    db = tmp_path / "t.db"
+    run_id = waiting_run(db).run_id
+
+    code, output = cli("resume", run_id, "--answer", "yes", "--db", str(db))
+
+    assert code == 2
+    assert " ".join(output.split()) == (
+        f"error: run {run_id} does not wait for an answer: it waits for approvals, so --answer "
+        f"was not used; see its calls with `tether show {run_id}`, then `tether approve {run_id} "
+        "CALL`"
+    )
+    assert sent == []
+
+
 def test_audit_prints_every_decision_of_an_untampered_run(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     run_id = waiting_run(db).run_id
@@ -188,3 +206,27 @@ def test_audit_of_a_jsonl_log(tmp_path: Path) -> None:
     code, output = cli("audit", str(log))
     assert code == 1
     assert "first bad event at seq 3" in output
+
+
+@pytest.mark.parametrize("content", [b"", b"\n \n"], ids=["empty", "blank"])
+def test_audit_of_a_jsonl_log_without_events_fails(tmp_path: Path, content: bytes) -> None:
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(content)
+
+    code, output = cli("audit", str(log))
+
+    assert code == 2
+    assert " ".join(output.split()).startswith(f"error: the log {log} holds no events")
+    assert "verified" not in output
+
+
+def test_audit_of_a_jsonl_log_with_a_line_over_the_cap_fails(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(long_line(MAX_LINE_BYTES + 1) + b"\n")
+
+    code, output = cli("audit", str(log))
+
+    assert code == 2
+    flat = " ".join(output.split())
+    assert flat.startswith(f"error: {log}: a line is longer than 16 MiB")
+    assert flat.endswith("(line 1)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import io
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -12,12 +13,14 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
-from tests.support import add
+from tests.support import add, long_line
 from tether import Agent, Event, Usage
+from tether.cli import store_commands
 from tether.cli.app import app
-from tether.codec import encode_event, read_jsonl, write_jsonl
+from tether.codec import MAX_LINE_BYTES, encode_event, read_jsonl, write_jsonl
 from tether.content import TextBlock
 from tether.events import ToolCallFinished
 from tether.stores import RunInfo, RunNotFound, SqliteStore
@@ -148,19 +151,52 @@ def test_runs_without_a_store_says_so_and_creates_nothing(tmp_path: Path) -> Non
     assert not (tmp_path / "t.db").exists()
 
 
-def test_runs_prints_a_table_newest_first(tmp_path: Path) -> None:
+def created(log: Sequence[Event]) -> str:
+    return log[0].at.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def test_runs_not_on_a_terminal_prints_whole_values_tab_separated_newest_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "40")  # a narrow terminal width must not matter to a pipe
     [old] = store_runs(tmp_path / "t.db", timedelta(days=3), agent="adder")
+    [new] = store_runs(tmp_path / "t.db", timedelta(hours=2), agent="a helper\twith\nspaces")
+
+    result = invoke("runs")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        f"{new[0].run_id}\ta helper with spaces\tfinished\t2\t30\t{created(new)}",
+        f"{old[0].run_id}\tadder\tfinished\t2\t30\t{created(old)}",
+    ]
+
+
+class Terminal(io.StringIO):
+    """What Rich writes to, standing in for a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("width", [20, 60, 200])
+def test_runs_on_a_terminal_prints_a_table_that_never_cuts_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    terminal = Terminal()
+    monkeypatch.setattr(
+        store_commands, "out", Console(file=terminal, width=width, color_system=None)
+    )
+    [old] = store_runs(tmp_path / "t.db", timedelta(days=3), agent="a-rather-long-agent-name")
     [new] = store_runs(tmp_path / "t.db", timedelta(hours=2), agent="helper")
 
     result = invoke("runs")
 
     assert result.exit_code == 0, result.output
-    rows = [line.split() for line in result.stdout.splitlines()]
-    assert rows == [
-        ["id", "agent", "status", "steps", "tokens", "age"],
-        [new[0].run_id, "helper", "finished", "2", "30", "2h"],
-        [old[0].run_id, "adder", "finished", "2", "30", "3d"],
-    ]
+    rows = [line.split() for line in terminal.getvalue().splitlines()]
+    assert [row[0] for row in rows] == ["id", new[0].run_id, old[0].run_id]
+    assert [row[3:] for row in rows[1:]] == [["2", "30", "2h"], ["2", "30", "3d"]]
+    wide = width == 200
+    assert rows[2][1] == ("a-rather-long-agent-name" if wide else "a-ra…")
 
 
 def test_runs_filters_by_status_agent_and_limit(tmp_path: Path) -> None:
@@ -172,7 +208,7 @@ def test_runs_filters_by_status_agent_and_limit(tmp_path: Path) -> None:
     def ids(*args: str) -> list[str]:
         result = invoke("runs", *args)
         assert result.exit_code == 0, result.output
-        return [line.split()[0] for line in result.stdout.splitlines()[1:]]
+        return [line.split("\t")[0] for line in result.stdout.splitlines()]
 
     assert ids() == [other[0].run_id, live[0].run_id, done[0].run_id]
     assert ids("--status", "running") == [live[0].run_id]
@@ -197,8 +233,8 @@ def test_runs_reads_the_store_given_by_db(tmp_path: Path) -> None:
     result = invoke("runs", "--db", str(tmp_path / "other.db"))
 
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[1].split()[0] == log[0].run_id
-    assert result.stdout.splitlines()[1].split()[-1].endswith("s")
+    assert result.stdout.split("\t")[0] == log[0].run_id
+    assert result.stdout.split("\t")[-1] == f"{created(log)}\n"
 
 
 # -- show ----------------------------------------------------------------------------------------
@@ -297,6 +333,30 @@ def test_show_of_a_directory_exits_2(tmp_path: Path) -> None:
 
     assert result.exit_code == 2
     assert flat(result.stderr) == "error: logs is not a file: give a run id or a run's JSONL log"
+
+
+@pytest.mark.parametrize("content", [b"", b"\n  \n"], ids=["empty", "blank"])
+def test_show_of_a_log_without_events_exits_2(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "run.jsonl").write_bytes(content)
+
+    result = invoke("show", "run.jsonl")
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert flat(result.stderr).startswith("error: the log run.jsonl holds no events")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_show_of_a_line_over_the_cap_exits_2_naming_the_line(tmp_path: Path) -> None:
+    (tmp_path / "run.jsonl").write_bytes(b"\n" + long_line(MAX_LINE_BYTES + 1))
+
+    result = invoke("show", "run.jsonl")
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    message = flat(result.stderr)
+    assert message.startswith("error: run.jsonl: a line is longer than 16 MiB")
+    assert message.endswith("(line 2)")
 
 
 @pytest.mark.parametrize("command", ["show", "export"])
@@ -403,6 +463,62 @@ def test_import_of_a_line_that_is_not_json_names_the_line(tmp_path: Path) -> Non
     assert result.exit_code == 2
     assert "error: an event is not valid JSON" in flat(result.stderr)
     assert flat(result.stderr).endswith("(line 2)")
+
+
+def store_files(db: Path) -> list[str]:
+    """The store's database and the files SQLite and the store keep beside it."""
+    return sorted(p.name for p in db.parent.iterdir() if p.name.startswith(db.name))
+
+
+@pytest.mark.parametrize(
+    "case", ["not json", "broken chain", "empty", "blank", "line over the cap", "stdin"]
+)
+def test_a_failed_import_creates_no_store(tmp_path: Path, case: str) -> None:
+    log = store_run(tmp_path / "source.db")
+    contents = {
+        "not json": b"{oops\n",
+        "broken chain": jsonl(tampered(log)[0]),
+        "empty": b"",
+        "blank": b"\n \n",
+        "line over the cap": long_line(MAX_LINE_BYTES + 1) + b"\n",
+        "stdin": b"{oops\n",
+    }
+    (tmp_path / "run.jsonl").write_bytes(contents[case])
+    db = tmp_path / "new" / "t.db"
+    (tmp_path / "new").mkdir()
+
+    if case == "stdin":
+        result = invoke("import", "-", "--db", str(db), input=contents[case])
+    else:
+        result = invoke("import", "run.jsonl", "--db", str(db))
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert flat(result.stderr).startswith("error: ")
+    assert store_files(db) == []
+
+
+def test_import_of_an_empty_log_exits_2_saying_it_holds_no_events(tmp_path: Path) -> None:
+    (tmp_path / "run.jsonl").write_bytes(b"\n")
+
+    result = invoke("import", "run.jsonl")
+
+    assert result.exit_code == 2
+    assert flat(result.stderr).startswith("error: the log run.jsonl holds no events")
+
+
+def test_import_of_a_line_over_the_cap_names_the_file_line_and_cap(tmp_path: Path) -> None:
+    log = store_run(tmp_path / "source.db")
+    (tmp_path / "run.jsonl").write_bytes(
+        jsonl(log[:1]) + long_line(MAX_LINE_BYTES + 1) + b"\n" + jsonl(log[1:])
+    )
+
+    result = invoke("import", "run.jsonl")
+
+    assert result.exit_code == 2
+    message = flat(result.stderr)
+    assert message.startswith("error: run.jsonl: a line is longer than 16 MiB, the limit on one")
+    assert message.endswith("(line 2)")
 
 
 def test_import_over_a_different_stored_run_exits_2_and_keeps_it(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from tether.events import (
     ToolCallUnknown,
 )
 from tether.messages import ToolResultMessage
-from tether.policy import RulePolicy, allow
+from tether.policy import RulePolicy, allow, require_approval
 from tether.stores import LeaseHeld, RunStore, SqliteStore, StaleLease
 from tether.testing import FunctionModel, ScriptedModel, ScriptStep, call, finish
 
@@ -153,6 +153,50 @@ async def test_waiting_for_user_resumes_with_the_answer(store: RunStore) -> None
     assert outcome.output == "weather in Paris"
     assert (await store.info(first.run_id)).status == "finished"
     assert_protocol_valid(outcome.events)
+
+
+async def stopped_run(store: RunStore, how: str) -> str:
+    """A stored run that does not wait for the user: it ended, waits for approvals, or crashed."""
+    match how:
+        case "finished":
+            agent = Agent(model=ScriptedModel([finish("done")]), store=store)
+        case "failed":
+            agent = Agent(model=ScriptedModel([]), store=store)  # the script runs out
+        case "waiting_for_approval":
+            agent = Agent(
+                model=ScriptedModel([call("send_email", to="a@x")]),
+                tools=[send_email],
+                policy=RulePolicy(None, require_approval("send_email", reason="mail")),
+                store=store,
+            )
+        case _:
+            run_id, _ = await record(store, [call("read_inbox"), finish("x")], [read_inbox])
+            return run_id
+    outcome = await agent.run("goal")
+    assert outcome.status == how
+    return outcome.run_id
+
+
+@pytest.mark.parametrize(
+    ("how", "state"),
+    [
+        ("finished", "it ended finished"),
+        ("failed", "it ended failed"),
+        ("waiting_for_approval", "it waits for approvals"),
+        ("crashed", "it has not stopped"),
+    ],
+)
+async def test_an_answer_for_a_run_that_does_not_wait_for_one_is_refused(
+    store: RunStore, how: str, state: str
+) -> None:
+    run_id = await stopped_run(store, how)
+    before = await store.read(run_id)
+    agent = Agent(model=ScriptedModel([finish("x")]), tools=[read_inbox, send_email], store=store)
+
+    with pytest.raises(UserError, match=f"does not wait for an answer \\({state}\\)"):
+        await agent.resume(run_id, answer="Paris")
+
+    assert await store.read(run_id) == before
 
 
 async def test_resuming_a_finished_run_changes_nothing(store: RunStore) -> None:

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support import add, open_store, reseal
+from tests.support import add, long_line, open_store, reseal
 from tether import Agent, Event
-from tether.codec import encode_event, read_jsonl, write_jsonl
+from tether.codec import MAX_LINE_BYTES, encode_event, read_jsonl, write_jsonl
 from tether.content import TextBlock
-from tether.errors import BrokenChain, LogError, UnknownEventKind
+from tether.errors import BrokenChain, EmptyLog, LogError, UnknownEventKind
 from tether.events import ToolCallFinished
 from tether.messages import ToolCall
 from tether.stores import (
@@ -29,6 +29,7 @@ from tether.stores import (
     SqliteStore,
     StoreConflict,
     export_run,
+    import_events,
     import_run,
 )
 from tether.testing import FakeClock, ScriptedModel, call, finish
@@ -266,7 +267,7 @@ async def test_import_of_a_log_with_a_missing_event_writes_nothing(target: RunSt
 
 
 async def test_import_of_an_empty_log_says_what_to_do(target: RunStore) -> None:
-    with pytest.raises(LogError, match="holds no events: export a run with `tether export RUN`"):
+    with pytest.raises(EmptyLog, match=r"holds no events .* `tether export RUN > FILE`"):
         await import_run(target, b"\n  \n")
 
 
@@ -278,6 +279,42 @@ async def test_import_of_a_log_that_is_not_a_whole_run_is_refused(target: RunSto
         await import_run(target, jsonl(tail))
 
     assert await target.runs() == []
+
+
+async def test_import_of_a_line_over_the_cap_names_it_and_writes_nothing(
+    target: RunStore, tmp_path: Path
+) -> None:
+    events = await agent_run()
+    data = jsonl(events[:2]) + long_line(MAX_LINE_BYTES + 1) + b"\n" + jsonl(events[2:])
+    log = tmp_path / "run.jsonl"
+    log.write_bytes(data)
+
+    for source, name in ((data, "the log"), (log, str(log))):
+        with pytest.raises(LogError) as raised:
+            await import_run(target, source)
+        assert str(raised.value).startswith(f"{name}: a line is longer than 16 MiB")
+        assert raised.value.line == 3
+    assert await target.runs() == []
+
+
+async def test_import_events_checks_the_events_before_writing(target: RunStore) -> None:
+    events = await agent_run()
+    edited, index = tamper(events)
+
+    with pytest.raises(BrokenChain) as raised:
+        await import_events(target, edited)
+    assert raised.value.seq == index
+    with pytest.raises(EmptyLog, match=r"^the log holds no events"):
+        await import_events(target, [])
+    with pytest.raises(LogError, match="not 'run_started'"):
+        await import_events(
+            target, reseal([dataclasses.replace(e, seq=i) for i, e in enumerate(events[1:])])
+        )
+    assert await target.runs() == []
+
+    assert await import_events(target, events) == events[0].run_id
+    assert await import_events(target, events) == events[0].run_id  # again: a no-op
+    assert await target.read(events[0].run_id) == events
 
 
 async def test_import_tolerates_crlf_and_blank_lines(target: RunStore) -> None:

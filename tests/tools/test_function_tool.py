@@ -12,7 +12,14 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from tether.content import ImageBlock, JsonObject, ResourceBlock, TextBlock, ToolResult
+from tether.content import (
+    ImageBlock,
+    JsonObject,
+    ResourceBlock,
+    TextBlock,
+    ToolResult,
+    content_text,
+)
 from tether.errors import ConfigError, ModelRetry
 from tether.tools import Tool, ToolAnnotations, ToolContext, function_tool, to_tool_result, tool
 
@@ -847,3 +854,56 @@ def test_tool_result_passes_through() -> None:
     assert to_tool_result(original) is original
     structured = ToolResult.text("x", structured={"k": 1})
     assert to_tool_result(structured) is structured
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        (NAN, "nan"),
+        (-INF, "-inf"),
+        ({"rows": [{"mean": 1.0}, {"mean": INF}]}, "inf (at rows[1].mean)"),
+        ([1.0, [2.0, NAN]], "nan (at [1][1])"),
+        ((0.5, NAN), "nan (at [1])"),
+        (Summary(total=NAN, rows=[1]), "nan (at total)"),
+        ([Summary(total=1.0, rows=[]), Summary(total=-INF, rows=[])], "-inf (at [1].total)"),
+        (ToolResult.text("x", structured={"scores": [INF]}), "inf (at scores[0])"),
+    ],
+    ids=["nan", "-inf", "dict", "list", "tuple", "model", "models", "tool_result"],
+)
+def test_a_non_finite_float_in_a_result_is_an_error_naming_where(value: object, found: str) -> None:
+    assert to_tool_result(value) == ToolResult.error(
+        f"the tool's result holds {found}, a number JSON cannot carry (it would reach you as "
+        "null), so the result was withheld. The tool must return a string or None for such a "
+        "value"
+    )
+
+
+def test_null_and_finite_floats_in_a_result_stay_as_they_are() -> None:
+    result = to_tool_result({"mean": None, "max": 1e308, "min": -0.0})
+    assert result == ToolResult(
+        content=(TextBlock(text='{"mean":null,"max":1e+308,"min":-0.0}'),),
+        structured={"mean": None, "max": 1e308, "min": -0.0},
+    )
+
+
+@tool
+def average(values: list[float]) -> float:
+    """The mean of some numbers (NaN for none, as numpy gives).
+
+    Args:
+        values: The numbers.
+    """
+    return sum(values) / len(values) if values else NAN
+
+
+async def test_a_tool_returning_nan_gives_the_model_an_error() -> None:
+    assert await call(average, {"values": [1, 2]}) == ToolResult(
+        content=(TextBlock(text="1.5"),), structured=1.5
+    )
+    result = await call(average, {"values": []})
+    assert result.is_error
+    assert result.structured is None
+    assert "holds nan, a number JSON cannot carry" in content_text(result.content)

@@ -51,6 +51,17 @@ class Recovery(Approving[OutputT]):
                 f"run {self.run_id!r} does not wait for approvals (it {where}); approvals "
                 "apply only to the calls a waiting run lists (resume it without approvals)"
             )
+        if self._answer is not None and (finished is None or finished.status != "waiting_for_user"):
+            if finished is None:
+                state, then = "has not stopped", "resume it without an answer to continue it"
+            elif finished.status == "waiting_for_approval":
+                state, then = "waits for approvals", "resume it with approvals=[...] instead"
+            else:
+                state, then = f"ended {finished.status}", "its log shows how it ended"
+            raise UserError(
+                f"run {self.run_id!r} does not wait for an answer (it {state}), so the answer "
+                f"was not given to it: {then}"
+            )
         if finished is not None:
             if finished.status == "waiting_for_user":
                 if self._answer is None:

@@ -11,8 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from tether.cli.driving import drive
-from tether.errors import ConfigError, TetherError
-from tether.events import Event, RunStarted
+from tether.errors import ConfigError, TetherError, UserError
+from tether.events import Event, RunFinished, RunStarted
 from tether.outcome import RunOutcome
 from tether.policy.approvals import Approval
 
@@ -71,6 +71,8 @@ def continue_run(
     try:
         run_id = asyncio.run(resolve_run_id(store, run))
         events = asyncio.run(store.read(run_id))
+        if answer is not None:
+            _check_waits_for_answer(run_id, events)
         started = events[0]
         if not isinstance(started, RunStarted):
             raise ConfigError(f"run {run_id!r} does not begin with run_started")
@@ -94,6 +96,25 @@ def continue_run(
         return asyncio.run(drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
     finally:
         asyncio.run(store.close())
+
+
+def _check_waits_for_answer(run_id: str, events: Sequence[Event]) -> None:
+    """Refuse ``--answer`` for a run that does not wait for the user, saying what to do."""
+    last = events[-1] if events else None
+    status = last.status if isinstance(last, RunFinished) else None
+    if status == "waiting_for_user":
+        return
+    if status is None:
+        state = "has not stopped (it crashed, or another process is running it)"
+        then = f"continue it without --answer: `tether resume {run_id}`"
+    elif status == "waiting_for_approval":
+        state = "waits for approvals"
+        then = f"see its calls with `tether show {run_id}`, then `tether approve {run_id} CALL`"
+    else:
+        state, then = f"ended {status}", f"see how with `tether show {run_id}`"
+    raise UserError(
+        f"run {run_id} does not wait for an answer: it {state}, so --answer was not used; {then}"
+    )
 
 
 def continue_and_report(run: str, **options: Any) -> None:

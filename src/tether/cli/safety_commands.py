@@ -20,7 +20,8 @@ from tether.cli.continuing import (
     VerboseOption,
 )
 from tether.cli.store_commands import DbOption
-from tether.errors import TetherError, UserError
+from tether.codec import iter_jsonl_lines
+from tether.errors import EmptyLog, TetherError, UserError
 from tether.events import ApprovalGiven, ApprovalRequested, Event
 from tether.jsontypes import JsonObject
 from tether.policy.approvals import Approval
@@ -149,7 +150,9 @@ def _audit(
 def _audit_report(run: str, db: Path | None) -> AuditReport:
     path = Path(run)
     if path.suffix == ".jsonl" and path.is_file():
-        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+        lines = [line for _, line in iter_jsonl_lines(path)]
+        if not lines:
+            raise EmptyLog(run)
         return audit_encoded(lines)
     from tether.cli.store_commands import open_store, resolve_run_id
 

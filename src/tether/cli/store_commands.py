@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, TypeVar, cast, get_args
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -28,7 +29,7 @@ from tether.outcome import RunStatus
 from tether.stores.base import RunIndexStatus, RunInfo, RunNotFound, RunQuery, RunStore
 from tether.stores.retention import parse_age, prune
 from tether.stores.sqlite import SqliteStore, default_store_path
-from tether.stores.transfer import export_run, import_run
+from tether.stores.transfer import decode_jsonl, export_run, import_events
 
 __all__ = ["open_store", "resolve_run_id", "store_app"]
 
@@ -159,13 +160,30 @@ def _runs(
     if not rows:
         err.print("no runs match")
         return
-    out.print(_table(rows, datetime.now(UTC)))
+    if not out.file.isatty():
+        # For scripts: whole values, one run a line, tab-separated, no header, no colour.
+        for row in rows:
+            typer.echo("\t".join(_plain_fields(row)), file=out.file)
+        return
+    table = _table(rows, datetime.now(UTC))
+    out.print(table, crop=False)
+
+
+def _plain_fields(row: RunInfo) -> tuple[str, ...]:
+    tokens = row.usage.input_tokens + row.usage.output_tokens
+    created = row.created_at.astimezone(UTC).isoformat(timespec="seconds")
+    agent = " ".join(row.agent.split())  # a tab or newline in a name would split the row
+    return (row.run_id, agent, row.status, str(row.steps), str(tokens), created)
+
+
+_GIVE_WAY = ("agent", "status")
+"""The columns that a narrow terminal shortens; ids and numbers are never cut."""
+_SHORTEST = 5
+"""How narrow a column that gives way may become."""
 
 
 def _table(rows: list[RunInfo], now: datetime) -> Table:
     table = Table("id", "agent", "status", "steps", "tokens", "age", box=None, pad_edge=False)
-    for col in table.columns[3:]:
-        col.justify = "right"
     for row in rows:
         color = _STATUS_COLORS.get(row.status, "red")
         tokens = row.usage.input_tokens + row.usage.output_tokens
@@ -177,6 +195,17 @@ def _table(rows: list[RunInfo], now: datetime) -> Table:
             str(tokens),
             _age(now - row.created_at),
         )
+    for col in table.columns[3:]:
+        col.justify = "right"
+    for col in table.columns:
+        if col.header in _GIVE_WAY:
+            col.overflow, col.min_width = "ellipsis", _SHORTEST
+        else:  # plain text cells, no markup: their length is their width
+            col.no_wrap = True
+            col.min_width = max(cell_len(str(c)) for c in (col.header, *col.cells))
+    narrowest = sum(c.min_width or 0 for c in table.columns) + 2 * (len(table.columns) - 1)
+    if out.width < narrowest:
+        table.width = narrowest  # wider than the terminal: it wraps the lines, ids stay whole
     return table
 
 
@@ -246,8 +275,16 @@ def _import_command(
     if file != "-" and not path.is_file():
         problem = "is not a file" if path.exists() else "does not exist"
         raise _fail(UserError(f"the file {file} {problem}: give a run's JSONL log, or - for stdin"))
-    source = typer.get_binary_stream("stdin").read() if file == "-" else path
-    run_id = _with_store(db, lambda store: import_run(store, source), create=True)
+    try:
+        if file == "-":
+            events = decode_jsonl(typer.get_binary_stream("stdin"), name="stdin")
+        else:
+            with path.open("rb") as fh:
+                events = decode_jsonl(fh, name=file)
+    except TetherError as exc:
+        raise _fail(exc) from None
+    # Only a log that decodes and verifies opens (or creates) the store.
+    run_id = _with_store(db, lambda store: import_events(store, events), create=True)
     typer.echo(run_id)
 
 

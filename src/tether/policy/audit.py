@@ -121,6 +121,9 @@ def audit_encoded(lines: Sequence[bytes], *, expected_events: int | None = None)
         lines: The encoded events.
         expected_events: How many events an outside record (the store's index) says the
             run has; fewer lines means the log was cut at its end.
+
+    Returns:
+        The report; an empty log is never ``ok``.
     """
     entries: list[AuditEntry] = []
     run_id = ""
@@ -137,6 +140,8 @@ def audit_encoded(lines: Sequence[bytes], *, expected_events: int | None = None)
             last_hash=prev,
         )
 
+    if not lines:  # no run's log is empty: there is nothing to vouch for
+        return bad(0, "the log holds no events, so there is no chain to verify")
     for position, raw in enumerate(lines):
         try:
             event = decode_event(raw)

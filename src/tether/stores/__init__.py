@@ -20,7 +20,7 @@ from tether.stores.kv import InvalidEntry, KeyValueStore, KvEntry
 from tether.stores.memory import MemoryStore
 from tether.stores.retention import parse_age, prune
 from tether.stores.sqlite import SqliteStore, default_store_path
-from tether.stores.transfer import export_run, import_run
+from tether.stores.transfer import export_run, import_events, import_run
 
 __all__ = [
     "InvalidEntry",
@@ -41,6 +41,7 @@ __all__ = [
     "default_owner",
     "default_store_path",
     "export_run",
+    "import_events",
     "import_run",
     "parse_age",
     "prune",

@@ -10,16 +10,18 @@ that is already stored with other content.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
-from tether.codec import decode_event, encode_event, verify_chain
-from tether.errors import BrokenChain, LogError
+from tether.codec import MAX_LINE_BYTES, decode_event, encode_event, iter_jsonl_lines, verify_chain
+from tether.errors import BrokenChain, EmptyLog, LogError
 from tether.events import Event, RunStarted
 from tether.stores.base import RunNotFound, RunStore, StoreConflict
 
-__all__ = ["decode_jsonl", "export_run", "import_run"]
+__all__ = ["decode_jsonl", "export_run", "import_events", "import_run"]
 
 
 async def export_run(store: RunStore, run_id: str) -> bytes:
@@ -41,32 +43,46 @@ async def export_run(store: RunStore, run_id: str) -> bytes:
     return b"".join(encode_event(event) + b"\n" for event in events)
 
 
-def decode_jsonl(data: bytes) -> list[Event]:
-    """Decode a run's JSONL log and verify its hash chain; blank lines are skipped.
+def decode_jsonl(
+    data: bytes | BinaryIO, *, name: str | None = None, max_line_bytes: int = MAX_LINE_BYTES
+) -> list[Event]:
+    """Decode a run's JSONL log and verify it is one whole run; blank lines are skipped.
 
     Args:
-        data: The log's bytes.
+        data: The log's bytes, or a binary stream of them (read line by line, not closed).
+        name: What to call the log in errors (a file's name, ``stdin``).
+        max_line_bytes: The longest line accepted (see ``codec.MAX_LINE_BYTES``).
 
     Returns:
         The events, in order.
 
     Raises:
-        LogError: a line is not a valid event (the message names the line), the log is
-            empty, or it does not begin with ``run_started``.
+        EmptyLog: the log holds no events.
+        LogError: a line is not a valid event or is longer than ``max_line_bytes`` (the
+            message names the line), or the log does not begin with ``run_started``.
         BrokenChain: the events do not form one untampered chain (the line is named).
     """
+    stream = io.BytesIO(data) if isinstance(data, bytes) else data
+    numbered = iter_jsonl_lines(stream, name=name, max_line_bytes=max_line_bytes)
     events: list[Event] = []
     lines: list[int] = []
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        if raw.strip():
-            events.append(decode_event(raw, line=number))
-            lines.append(number)
+    for number, raw in numbered:
+        events.append(decode_event(raw, line=number))
+        lines.append(number)
+    _check_whole_run(events, lines, name)
+    return events
+
+
+def _check_whole_run(
+    events: Sequence[Event], lines: Sequence[int] | None, name: str | None
+) -> None:
+    """One untampered chain from ``run_started``; ``lines`` maps seq to the line, if known."""
     if not events:
-        raise LogError("the log holds no events: export a run with `tether export RUN` first")
+        raise EmptyLog(name)
     try:
         verify_chain(events)
     except BrokenChain as exc:
-        if exc.line is None and exc.seq < len(lines):
+        if exc.line is None and lines is not None and exc.seq < len(lines):
             exc.line = lines[exc.seq]
             exc.args = (f"{exc.args[0]} (line {exc.line})",)
         raise
@@ -75,9 +91,13 @@ def decode_jsonl(data: bytes) -> list[Event]:
             f"the log begins with a {events[0].kind!r} event, not 'run_started': it is not a "
             "whole run. Export the complete run and import that",
             run_id=events[0].run_id,
-            line=lines[0],
+            line=lines[0] if lines else None,
         )
-    return events
+
+
+def _read_file(path: Path) -> list[Event]:
+    with path.open("rb") as fh:
+        return decode_jsonl(fh, name=str(path))
 
 
 async def import_run(store: RunStore, source: bytes | str | os.PathLike[str]) -> str:
@@ -95,12 +115,39 @@ async def import_run(store: RunStore, source: bytes | str | os.PathLike[str]) ->
         The run's id.
 
     Raises:
-        LogError: the log is malformed, empty or tampered with (``BrokenChain``); nothing
-            was written.
+        LogError: the log is malformed, empty (``EmptyLog``), has a line longer than
+            ``codec.MAX_LINE_BYTES``, or is tampered with (``BrokenChain``); nothing was
+            written.
         StoreConflict: a run with this id is stored with different events.
     """
-    data = source if isinstance(source, bytes) else await asyncio.to_thread(Path(source).read_bytes)
-    events = decode_jsonl(data)
+    if isinstance(source, bytes):
+        events = decode_jsonl(source)
+    else:
+        events = await asyncio.to_thread(_read_file, Path(source))
+    return await _store(store, events)
+
+
+async def import_events(store: RunStore, events: Iterable[Event]) -> str:
+    """Import a run's events, decoded already (``decode_jsonl``), into ``store``.
+
+    The events are checked first as ``import_run`` checks a log (one whole, untampered
+    run), then appended in one atomic append; a run stored already with identical events
+    is a no-op. Decoding before opening a store keeps a bad log from creating one.
+
+    Returns:
+        The run's id.
+
+    Raises:
+        LogError: the events are empty, not a whole run, or tampered with; nothing was
+            written.
+        StoreConflict: a run with this id is stored with different events.
+    """
+    chosen = list(events)
+    _check_whole_run(chosen, None, None)
+    return await _store(store, chosen)
+
+
+async def _store(store: RunStore, events: list[Event]) -> str:
     run_id = events[0].run_id
     try:
         stored = await store.read(run_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
@@ -242,11 +243,40 @@ class Tool:
 _SCALARS = (int, float, bool)
 
 
+def _non_finite(value: object, where: str = "") -> str | None:
+    """The first NaN or infinity in JSON data and where (``nan (at rows[2].mean)``), else ``None``."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return None
+        return f"{value!r} (at {where})" if where else repr(value)
+    if isinstance(value, dict):
+        for key, item in cast(dict[object, object], value).items():
+            found = _non_finite(item, f"{where}.{key}" if where else str(key))
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(cast(Sequence[object], value)):
+            found = _non_finite(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _unrepresentable(found: str) -> ToolResult:
+    return ToolResult.error(
+        f"the tool's result holds {found}, a number JSON cannot carry (it would reach you as "
+        "null), so the result was withheld. The tool must return a string or None for such "
+        "a value"
+    )
+
+
 def to_tool_result(value: object) -> ToolResult:
     """Turn whatever a tool returned into a ``ToolResult``.
 
     ``str`` becomes text; content blocks stay blocks; models, dataclasses, dicts, lists and
-    scalars become structured content with their JSON as text.
+    scalars become structured content with their JSON as text. A value holding NaN or an
+    infinity becomes an error result saying so: JSON has no such numbers, and sending them
+    as ``null`` would hide a failure from the model and the log.
     """
     kind = type(value)
     if kind is int:
@@ -257,8 +287,12 @@ def to_tool_result(value: object) -> ToolResult:
     if kind is str:
         return ToolResult(content=(TextBlock(text=cast(str, value)),))
     if isinstance(value, ToolResult):
-        return value
+        found = None if value.structured is None else _non_finite(value.structured)
+        return value if found is None else _unrepresentable(found)
     if kind in _SCALARS:
+        found = _non_finite(value)
+        if found is not None:
+            return _unrepresentable(found)
         return ToolResult(
             content=(TextBlock(text=orjson.dumps(value).decode()),), structured=cast(float, value)
         )
@@ -280,4 +314,9 @@ def to_tool_result(value: object) -> ToolResult:
         data = value.model_dump(mode="json")
     else:
         data = to_jsonable_python(value)
-    return ToolResult(content=(TextBlock(text=orjson.dumps(data).decode()),), structured=data)
+    text = orjson.dumps(data)
+    # orjson writes NaN and infinities as null: only then can there be one to find
+    found = _non_finite(data) if b"null" in text else None
+    if found is not None:
+        return _unrepresentable(found)
+    return ToolResult(content=(TextBlock(text=text.decode()),), structured=data)
