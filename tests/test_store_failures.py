@@ -15,13 +15,20 @@ from typing import IO
 import pytest
 
 from tests.support import add, assert_protocol_valid
-from tether import Agent
+from tether import Agent, Model, ModelRequest, ModelResponse, ToolCall
 from tether._internal.journal import JsonlSink
-from tether.errors import ConfigError, StaleLease, StoreError, StoreUnavailable, StoreWriteError
+from tether.errors import (
+    ConfigError,
+    ModelRequestsBlocked,
+    StaleLease,
+    StoreError,
+    StoreUnavailable,
+    StoreWriteError,
+)
 from tether.events import Event, RunFinished
 from tether.stores import Lease, MemoryStore, RunStore, SqliteStore
 from tether.stores.base import RunInfo, RunQuery
-from tether.testing import ScriptedModel, call, finish
+from tether.testing import FunctionModel, ScriptedModel, call, finish
 
 SCRIPT = [call("add", a=1, b=2), call("add", a=3, b=4), finish("done")]
 
@@ -151,3 +158,33 @@ def test_a_log_dir_below_a_regular_file_is_a_config_error(tmp_path: Path) -> Non
     agent = Agent(model=ScriptedModel(SCRIPT), tools=[add], log_dir=tmp_path / "f" / "logs")
     with pytest.raises(ConfigError, match="is a file, not a directory"):
         agent.stream("add")
+
+
+async def test_a_user_error_mid_run_ends_the_stored_run_failed_before_it_propagates() -> None:
+    store = MemoryStore()
+
+    def second_request_is_a_mistake(request: ModelRequest) -> ModelResponse:
+        if any(m.kind == "assistant" for m in request.messages):
+            raise ConfigError("the model was configured wrongly")
+        return ModelResponse(tool_calls=(ToolCall(id="c", name="add", arguments={"a": 1, "b": 2}),))
+
+    agent = Agent(model=FunctionModel(second_request_is_a_mistake), tools=[add], store=store)
+    with pytest.raises(ConfigError, match="configured wrongly"):
+        await agent.run("add")
+    (row,) = await store.runs()
+    assert row.status == "failed"  # not left "running" forever
+
+
+async def test_a_real_model_that_may_not_be_called_stores_nothing() -> None:
+    class Real(Model):
+        @property
+        def name(self) -> str:
+            return "real:model"
+
+        async def request(self, request: ModelRequest) -> ModelResponse:
+            raise AssertionError("never called")
+
+    store = MemoryStore()
+    with pytest.raises(ModelRequestsBlocked):
+        await Agent(model=Real(), store=store).run("x")
+    assert await store.runs() == []

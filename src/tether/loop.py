@@ -276,8 +276,10 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                 self._end_unstored(exc)
                 return
             except UserError as exc:
-                # the calling code must change; a run that exists is ended first, as failed
-                await self._end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)
+                # the calling code must change; a run this process went on with is ended
+                # first, as failed (one it did not touch is left as it was)
+                if journal.committed > self._loaded:
+                    await self._end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)
                 raise
             except Exception as exc:  # a bug: end the run as failed rather than vanish
                 await self._end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)

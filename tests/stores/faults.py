@@ -12,7 +12,7 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -72,7 +72,7 @@ def _immutable(path: Path, on: bool) -> None:
 
 
 @contextmanager
-def read_only(*paths: Path) -> Iterator[None]:
+def read_only(*paths: Path) -> Generator[None]:
     """Make ``paths`` (files or directories) unwritable for the ``with`` block."""
     root = os.geteuid() == 0
     modes = {p: p.stat().st_mode for p in paths}
