@@ -7,6 +7,7 @@ A "crash" here closes the store's pending file without applying it (the kernel d
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from pathlib import Path
@@ -192,3 +193,17 @@ async def test_a_record_whose_lease_was_replaced_is_kept_not_applied(
         assert "could not be applied" in caplog.text
     finally:
         await second.close()
+
+
+async def test_leased_appends_reach_the_database_without_a_read(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db", apply_interval=0.05)
+    log = await agent_log()
+    run_id = log[0].run_id
+    lease = await store.acquire(run_id, "worker-a")
+    await store.append(run_id, log, lease=lease)
+    for _ in range(600):  # the store's thread applies them on its own, within moments
+        if db_rows(store.path, run_id) == len(log):
+            break
+        await asyncio.sleep(0.05)
+    assert db_rows(store.path, run_id) == len(log)
+    await store.close()

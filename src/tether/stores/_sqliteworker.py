@@ -45,6 +45,7 @@ class Worker:
         self._jobs: deque[_Job] = deque()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._kicked = False
         self._db: sqlite3.Connection | None = None
 
     @property
@@ -86,6 +87,7 @@ class Worker:
         """Run the periodic work again now (something became due sooner)."""
         with self._cond:
             if self._thread is not None:
+                self._kicked = True
                 self._cond.notify()
 
     def stop(self) -> None:
@@ -101,11 +103,12 @@ class Worker:
         next_tick: float | None = None
         while True:
             with self._cond:
-                while not self._jobs and not self._stopping:
+                while not self._jobs and not self._stopping and not self._kicked:
                     wait = None if next_tick is None else next_tick - time.monotonic()
                     if wait is not None and wait <= 0:
                         break
                     self._cond.wait(wait)
+                self._kicked = False
                 job = self._jobs.popleft() if self._jobs else None
                 stopping = self._stopping and job is None
             if stopping:
