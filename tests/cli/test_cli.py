@@ -375,7 +375,7 @@ def test_run_json_prints_the_outcome(tmp_path: Path) -> None:
         "answer": "4",
         "steps": 2,
         "tool_calls": 1,
-        "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 2, "cost": 0.0},
+        "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 2, "cost": None},
         "error": None,
         "limit": None,
     }

@@ -16,7 +16,8 @@ class FunctionModel(Model):
     """Calls ``function(request)`` (sync or async) for every request.
 
     The function may return what a ``ScriptedModel`` step may be: a ``ModelResponse``, text,
-    a ``ToolCall`` or a list of them; calls without an id get one.
+    a ``ToolCall`` or a list of them; calls without an id get one. Only a whole
+    ``ModelResponse`` can report usage; the others report none (an unknown cost).
     """
 
     real = False

@@ -55,7 +55,8 @@ class ScriptedModel(Model):
     """Answers request *n* with step *n* of a script; running out of steps is a model error.
 
     Tool calls without an id get ``call_<turn>_<index>``. ``usage`` is reported for every
-    step that is not a whole ``ModelResponse``.
+    step that is not a whole ``ModelResponse``; by default its cost is unknown (``None``), as
+    a model that reports no cost is: pass ``usage=Usage(cost=...)`` to script one.
     """
 
     real = False
