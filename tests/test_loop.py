@@ -293,16 +293,35 @@ async def test_max_cost_is_enforced_when_known() -> None:
     assert outcome.usage.cost == pytest.approx(1.2)
 
 
-async def test_unknown_cost_is_reported_as_unknown() -> None:
-    model = ScriptedModel([call("add", a=1, b=1), finish("2")], usage=Usage(cost=None))
+async def test_a_model_that_reports_no_cost_makes_the_cost_unknown_never_zero() -> None:
+    model = ScriptedModel([call("add", a=1, b=1), finish("2")])  # no usage given: no cost
     outcome = await Agent(model=model, tools=[add], limits=Limits(max_cost=1.0)).run("x")
     assert outcome.status == "finished"
     assert outcome.usage.cost is None
     assert not outcome.usage.cost_known
     assert outcome.warnings == (
-        "max_cost (1 USD) was not enforced: this run's cost is unknown "
-        "(a model without a known price; pass price=... to its adapter)",
+        "max_cost (1 USD) was not enforced: this run's cost is unknown, because model "
+        "'scripted' reported no cost (pass price=... to its adapter, or set Usage.cost in "
+        "your own model's responses)",
     )
+
+
+async def test_one_unpriced_request_makes_the_whole_cost_unknown() -> None:
+    priced = ModelResponse(tool_calls=(call("add", a=1, b=1),), usage=Usage(cost=0.25))
+    model = FunctionModel(lambda r: priced if len(r.messages) == 1 else finish("2"))
+    outcome = await Agent(model=model, tools=[add], limits=Limits(max_cost=1.0)).run("x")
+    assert outcome.status == "finished"
+    assert [e.usage.cost for e in outcome.events if isinstance(e, ModelResponded)] == [0.25, None]
+    assert outcome.usage.cost is None
+    assert "because model 'function' reported no cost" in outcome.warnings[0]
+
+
+async def test_a_run_that_made_no_model_request_cost_nothing() -> None:
+    model = ScriptedModel([ModelError("refused", transient=False)])
+    outcome = await Agent(model=model, tools=[add], limits=Limits(max_cost=1.0)).run("x")
+    assert outcome.status == "failed"
+    assert outcome.usage == Usage(cost=0.0)
+    assert outcome.warnings == ()
 
 
 async def test_a_known_cost_within_max_cost_gives_no_warning() -> None:

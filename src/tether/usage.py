@@ -9,7 +9,12 @@ __all__ = ["Usage"]
 
 @frozen(slots=False)
 class Usage:
-    """Tokens and cost. An unknown cost is ``None``, never counted as zero."""
+    """Tokens and cost. An unknown cost is ``None``, never counted as zero.
+
+    ``cost`` defaults to ``None``: a model that reports no cost (a test double, an adapter
+    that knows no price) has spent an unknown amount, not nothing. What costs nothing says
+    so: ``Usage(cost=0.0)`` is a local model's request, or a run that made none.
+    """
 
     input_tokens: int = 0
     """Prompt tokens sent to the model."""
@@ -17,8 +22,8 @@ class Usage:
     """Tokens the model generated."""
     requests: int = 0
     """Model requests answered (a run's usage counts its ``model_responded`` events)."""
-    cost: float | None = 0.0
-    """Cost in US dollars; ``None`` when any part of it is unknown."""
+    cost: float | None = None
+    """Cost in US dollars; ``None`` (the default) when it, or any part of it, is unknown."""
 
     @property
     def total_tokens(self) -> int:

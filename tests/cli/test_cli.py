@@ -376,6 +376,16 @@ def test_run_where_the_model_calls_finish_task_at_once(tmp_path: Path) -> None:
     assert (ended.status, ended.steps, ended.tool_calls) == ("finished", 1, 0)
 
 
+def test_run_reports_a_cost_no_model_reported_as_unknown(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)  # a script reports no cost
+
+    result = invoke("run", "What is 2+2?", "--model", f"scripted:{script}")
+
+    assert result.exit_code == 0, result.output
+    assert "0+0 tokens · cost unknown ·" in flat(result.stderr)
+    assert "$0" not in result.stderr
+
+
 def test_run_where_the_model_answers_in_text(tmp_path: Path) -> None:
     script = write_script(tmp_path, [{"text": "Hello there."}])
 
@@ -399,7 +409,7 @@ def test_run_json_prints_the_outcome(tmp_path: Path) -> None:
         "answer": "4",
         "steps": 2,
         "tool_calls": 1,
-        "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 2, "cost": 0.0},
+        "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 2, "cost": None},
         "error": None,
         "limit": None,
     }

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from genai_prices import Usage, calc_price
 
 from tests.support import lookup
 from tether import Agent
@@ -33,12 +34,20 @@ from tether.models.base import (
     StreamEvent,
     TextDelta,
 )
-from tether.models.prices import Price
+from tether.models.prices import PRICES, Price
 from tether.testing import allow_model_requests
 
 WIRE = Path(__file__).parent / "wire" / "anthropic"
-MODEL = "claude-haiku-4-5"  # $1 in, $5 out per million tokens (tether.models.prices)
+MODEL = "claude-haiku-4-5"
 LOOKUP = lookup.definition
+
+
+def listed(input_tokens: int, output_tokens: int, *, cache_read: int = 0) -> float:
+    """What genai-prices (the adapter's source of prices) says a request to MODEL costs."""
+    usage = Usage(
+        input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cache_read
+    )
+    return float(calc_price(usage, MODEL, provider_id="anthropic").total_price)
 
 
 def recorded(name: str, status: int = 200, **headers: str) -> httpx2.Response:
@@ -143,12 +152,29 @@ async def test_a_text_answer_with_its_thinking(wire: Wire) -> None:
     assert response.finish_reason == "end_turn"
 
 
-async def test_usage_counts_cached_input_and_prices_a_known_model(wire: Wire) -> None:
+async def test_usage_counts_cached_input_and_prices_cache_reads_at_their_rate(
+    wire: Wire,
+) -> None:
     wire.reply("tool_use.json")
     usage = (await wire.model().request(ask())).usage
     # 412 fresh + 1024 read from the cache + 0 written to it
     assert (usage.input_tokens, usage.output_tokens, usage.requests) == (1436, 58, 1)
-    assert usage.cost == pytest.approx((1436 * 1.0 + 58 * 5.0) / 1e6)
+    assert usage.cost is not None
+    assert usage.cost == pytest.approx(listed(1436, 58, cache_read=1024))
+    assert usage.cost < listed(1436, 58)  # a cache read costs less than fresh input
+
+
+async def test_a_server_at_another_base_url_is_unknown_unless_priced(
+    wire: Wire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wire.reply("end_turn.json", "end_turn.json")
+    proxy = "https://llm-gateway.example.com/anthropic"
+    assert (await wire.model(base_url=proxy).request(ask())).usage.cost is None
+    monkeypatch.setitem(PRICES, MODEL, Price(input_per_mtok=2.0, output_per_mtok=10.0))
+    usage = (await wire.model(base_url=proxy).request(ask())).usage
+    assert usage.cost == pytest.approx(
+        (usage.input_tokens * 2.0 + usage.output_tokens * 10.0) / 1e6
+    )
 
 
 async def test_an_unknown_model_costs_none_never_zero(wire: Wire) -> None:
@@ -161,7 +187,7 @@ async def test_an_unknown_model_costs_none_never_zero(wire: Wire) -> None:
 async def test_a_given_price_sets_the_cost(wire: Wire) -> None:
     wire.reply("tool_use.json", "tool_use.json")
     price = Price(input_per_mtok=2.0, output_per_mtok=10.0)
-    for name in ("claude-private-finetune", MODEL):  # set, and overriding the table
+    for name in ("claude-private-finetune", MODEL):  # set, and overriding genai-prices
         usage = (await wire.model(name, price=price).request(ask())).usage
         assert usage.cost == pytest.approx((1436 * 2.0 + 58 * 10.0) / 1e6)
 
@@ -359,7 +385,7 @@ async def test_streaming_yields_deltas_then_the_whole_response(wire: Wire) -> No
     )
     assert response.finish_reason == "tool_use"
     assert (response.usage.input_tokens, response.usage.output_tokens) == (472, 61)
-    assert response.usage.cost == pytest.approx((472 * 1.0 + 61 * 5.0) / 1e6)
+    assert response.usage.cost == pytest.approx(listed(472, 61))
     (body,) = wire.bodies
     assert body["stream"] is True
 
@@ -521,7 +547,7 @@ async def test_an_agent_runs_a_two_turn_task_on_recorded_responses(wire: Wire) -
     assert (outcome.steps, outcome.tool_calls) == (2, 1)
     assert outcome.usage.input_tokens == 1436 + 1530
     assert outcome.usage.output_tokens == 58 + 71
-    assert outcome.usage.cost == pytest.approx(((1436 + 1530) * 1.0 + (58 + 71) * 5.0) / 1e6)
+    assert outcome.usage.cost == pytest.approx(listed(1436, 58, cache_read=1024) + listed(1530, 71))
 
     first, second = wire.bodies
     assert [t["name"] for t in first["tools"]] == ["lookup", "finish_task"]

@@ -14,12 +14,14 @@ from typing import Any
 
 import httpx2
 import pytest
+from genai_prices import Usage, calc_price
 
 from tether.content import TextBlock
 from tether.errors import ModelError
 from tether.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from tether.models.base import ModelRequest, ModelSettings, ResponseDone, TextDelta
 from tether.models.openai import OpenAIModel
+from tether.models.prices import Price
 from tether.models.registry import resolve_model
 from tether.tools.builtin import calculate, days_until
 
@@ -43,7 +45,9 @@ def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def serve(handler: Handler, model: str = "gpt-4o-mini") -> tuple[OpenAIModel, list[Any]]:
+def serve(
+    handler: Handler, model: str = "gpt-4o-mini", **options: Any
+) -> tuple[OpenAIModel, list[Any]]:
     seen: list[Any] = []
 
     def record(request: httpx2.Request) -> httpx2.Response:
@@ -52,7 +56,21 @@ def serve(handler: Handler, model: str = "gpt-4o-mini") -> tuple[OpenAIModel, li
         return handler(request)
 
     client = httpx2.AsyncClient(transport=httpx2.MockTransport(record))
-    return OpenAIModel(model, api_key="sk-test", http_client=client), seen
+    return OpenAIModel(model, api_key="sk-test", http_client=client, **options), seen
+
+
+def listed(
+    model: str, input_tokens: int, output_tokens: int, *, cached: int = 0, provider: str = "openai"
+) -> float:
+    """What genai-prices (the adapter's source of prices) says one request costs."""
+    usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cached)
+    return float(calc_price(usage, model, provider_id=provider).total_price)
+
+
+@pytest.fixture(autouse=True)
+def _openai_itself(monkeypatch: pytest.MonkeyPatch) -> None:  # pyright: ignore[reportUnusedFunction]
+    """Requests go to OpenAI's API unless a test says otherwise (priced by where they go)."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
 
 
 REQUEST = ModelRequest(
@@ -91,7 +109,7 @@ async def test_parallel_native_tool_calls_and_the_request_body() -> None:
     assert response.finish_reason == "tool_calls"
     assert response.usage.input_tokens == 120
     assert response.usage.output_tokens == 30
-    assert response.usage.cost == pytest.approx((120 * 0.15 + 30 * 0.60) / 1e6)
+    assert response.usage.cost == pytest.approx(listed("gpt-4o-mini", 120, 30))
     body = seen[0]
     assert body["model"] == "gpt-4o-mini"
     assert body["messages"][0] == {"role": "system", "content": "Be precise."}
@@ -137,6 +155,59 @@ async def test_an_unknown_model_costs_none_and_a_free_one_zero() -> None:
     async with unknown:
         assert (await unknown.request(REQUEST)).usage.cost is None
     assert resolve_model("ollama:qwen2.5-coder:1.5b").name == "ollama:qwen2.5-coder:1.5b"
+    free, _ = serve(
+        lambda _: httpx2.Response(200, json=reply),
+        "qwen2.5-coder:1.5b",
+        base_url="http://127.0.0.1:11434/v1",
+        provider="ollama",
+        free=True,
+    )
+    async with free:
+        assert (await free.request(REQUEST)).usage.cost == 0.0
+
+
+async def test_a_server_at_a_custom_base_url_is_unknown_unless_priced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # vLLM or llama.cpp serving a model under OpenAI's name: not OpenAI's model, nor its price.
+    reply = completion({"content": "hi"})
+    local = "http://127.0.0.1:8000/v1"
+    model, _ = serve(lambda _: httpx2.Response(200, json=reply), base_url=local)
+    async with model:
+        assert (await model.request(REQUEST)).usage.cost is None
+    monkeypatch.setenv("OPENAI_BASE_URL", local)  # the same server, named by the environment
+    model, _ = serve(lambda _: httpx2.Response(200, json=reply))
+    async with model:
+        assert (await model.request(REQUEST)).usage.cost is None
+    price = Price(input_per_mtok=1.0, output_per_mtok=2.0)
+    model, _ = serve(lambda _: httpx2.Response(200, json=reply), base_url=local, price=price)
+    async with model:
+        assert (await model.request(REQUEST)).usage.cost == pytest.approx((120 + 60) / 1e6)
+
+
+async def test_a_hosted_service_is_priced_by_its_url() -> None:
+    reply = completion({"content": "hi"})
+    model, _ = serve(
+        lambda _: httpx2.Response(200, json=reply),
+        "llama-3.3-70b-versatile",
+        base_url="https://api.groq.com/openai/v1",
+        provider="groq",
+    )
+    async with model:
+        cost = (await model.request(REQUEST)).usage.cost
+    assert cost == pytest.approx(listed("llama-3.3-70b-versatile", 120, 30, provider="groq"))
+
+
+async def test_cached_input_is_priced_at_the_cache_rate() -> None:
+    reply = completion({"content": "hi"})
+    reply["usage"]["prompt_tokens_details"] = {"cached_tokens": 100}
+    model, _ = serve(lambda _: httpx2.Response(200, json=reply))
+    async with model:
+        usage = (await model.request(REQUEST)).usage
+    assert usage.input_tokens == 120  # cached tokens are input tokens too
+    assert usage.cost is not None
+    assert usage.cost == pytest.approx(listed("gpt-4o-mini", 120, 30, cached=100))
+    assert usage.cost < listed("gpt-4o-mini", 120, 30)
 
 
 def sse(*chunks: dict[str, Any]) -> bytes:
@@ -175,7 +246,15 @@ async def test_streaming_text_and_a_tool_call_assembled_from_fragments() -> None
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'get": "2027-01-01"}'}}]}),
         chunk({}, None, None),
         chunk({"content": None}, "tool_calls"),
-        chunk({}, usage={"prompt_tokens": 50, "completion_tokens": 12, "total_tokens": 62}),
+        chunk(
+            {},
+            usage={
+                "prompt_tokens": 50,
+                "completion_tokens": 12,
+                "total_tokens": 62,
+                "prompt_tokens_details": {"cached_tokens": 40},
+            },
+        ),
     )
     model, seen = serve(
         lambda _: httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
@@ -190,6 +269,7 @@ async def test_streaming_text_and_a_tool_call_assembled_from_fragments() -> None
         ToolCall(id="call_z", name="days_until", arguments={"target": "2027-01-01"}),
     )
     assert done.response.usage.output_tokens == 12
+    assert done.response.usage.cost == pytest.approx(listed("gpt-4o-mini", 50, 12, cached=40))
     assert done.response.finish_reason == "tool_calls"
     assert seen[0]["stream"] is True
     assert seen[0]["stream_options"] == {"include_usage": True}

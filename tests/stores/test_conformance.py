@@ -377,7 +377,7 @@ async def test_status_is_running_until_run_finished(store: RunStore) -> None:
     end = first_finish(log)
     await store.append(run_id, log[:1])
     info = await store.info(run_id)
-    assert (info.status, info.events, info.steps, info.usage) == ("running", 1, 0, Usage())
+    assert (info.status, info.events, info.steps, info.usage) == ("running", 1, 0, Usage(cost=0.0))
     await store.append(run_id, log[1:end])
     info = await store.info(run_id)
     assert info.status == "running"

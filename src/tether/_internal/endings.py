@@ -20,6 +20,7 @@ from tether.events import (
     Event,
     LimitReached,
     ModelFailed,
+    ModelResponded,
     PolicyDecided,
     RunFinished,
 )
@@ -322,9 +323,24 @@ class Endings(RunBase[OutputT]):
         warnings: list[str] = list(self._journal.warnings)
         max_cost = self._spec.limits.max_cost
         if max_cost is not None and usage.cost is None:
+            unpriced = sorted(
+                {
+                    e.model
+                    for e in self._journal.events
+                    if isinstance(e, ModelResponded) and e.usage.cost is None
+                }
+            )
+            who = (
+                "a model"
+                if not unpriced
+                else f"model {unpriced[0]!r}"
+                if len(unpriced) == 1
+                else f"models {', '.join(map(repr, unpriced))}"
+            )
             warnings.append(
-                f"max_cost ({max_cost:g} USD) was not enforced: this run's cost is unknown "
-                "(a model without a known price; pass price=... to its adapter)"
+                f"max_cost ({max_cost:g} USD) was not enforced: this run's cost is unknown, "
+                f"because {who} reported no cost (pass price=... to its adapter, or set "
+                "Usage.cost in your own model's responses)"
             )
         defaulted = sorted(
             {

@@ -22,7 +22,7 @@ def index_row(row: RunInfo | None, events: Sequence[Event]) -> RunInfo | None:
                 status="running",
                 created_at=event.at,
                 updated_at=event.at,
-                usage=Usage(),
+                usage=Usage(cost=0.0),  # no model request yet: nothing spent
                 steps=0,
                 events=1,
                 parent_run_id=event.parent_run_id,

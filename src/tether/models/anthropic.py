@@ -84,8 +84,11 @@ class AnthropicModel(Model):
         api_key: Default: ``$ANTHROPIC_API_KEY`` (or the SDK's other credential sources).
         base_url: The API's base URL (default: Anthropic, or ``$ANTHROPIC_BASE_URL``).
         max_tokens: The cap on generated tokens when a request's settings name none.
-        price: The price per million tokens; default: the table in ``tether.models.prices``.
-            A model on no table costs ``None`` (unknown), never 0.
+        price: The price per million tokens. Default: ``tether.models.prices`` (your
+            ``PRICES``, then genai-prices' price at the server the requests go to: Anthropic's
+            API is priced, a proxy at another ``base_url`` is not). A model with no known
+            price costs ``None`` (unknown), never 0. Prompt-cache reads and writes are priced
+            at their own rates.
         client: A ready ``anthropic.AsyncAnthropic`` (overrides ``api_key`` and ``base_url``).
         http_client: An ``httpx2.AsyncClient`` (the SDK's HTTP library) for the client to use
             (proxies, tests).
@@ -259,7 +262,15 @@ class AnthropicModel(Model):
                 input_tokens=input_tokens,
                 output_tokens=reply.output_tokens,
                 requests=1,
-                cost=cost_of(self._model, input_tokens, reply.output_tokens, price=self._price),
+                cost=cost_of(
+                    self._model,
+                    input_tokens,
+                    reply.output_tokens,
+                    price=self._price,
+                    api_url=str(self._connect().base_url),  # where the requests went
+                    cache_read_tokens=reply.cache_read,
+                    cache_write_tokens=reply.cache_creation,
+                ),
             ),
             finish_reason=reply.stop_reason,
         )

@@ -20,7 +20,8 @@ class FunctionModel(Model):
     a ``ToolCall`` or a list of them. Calls without an id get ``call_<turn>_<index>``, where
     ``turn`` counts the model turns in the request's history: the model keeps no state of its
     own, so one instance serves any number of runs, and a resumed run gets the ids it would
-    have had without the interruption.
+    have had without the interruption. Only a whole ``ModelResponse`` can report usage; the
+    others report none (an unknown cost).
     """
 
     real = False

@@ -37,6 +37,7 @@ from tether.usage import Usage
 if TYPE_CHECKING:
     import httpx2
     from openai import AsyncOpenAI, AsyncStream
+    from openai.types import CompletionUsage
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 __all__ = ["OLLAMA_URL", "OpenAIModel", "ollama_base_url"]
@@ -61,8 +62,11 @@ class OpenAIModel(Model):
         base_url: The API's base URL (default: OpenAI, or ``$OPENAI_BASE_URL``).
         api_key: Default: ``$OPENAI_API_KEY``; servers that need none get a placeholder.
         provider: The prefix of the model's name in events (``openai``, ``ollama``).
-        price: The price per million tokens; default: the table in ``tether.models.prices``.
-            A model on no table costs ``None`` (unknown), never 0, unless ``free``.
+        price: The price per million tokens. Default: ``tether.models.prices`` (your
+            ``PRICES``, then genai-prices' price at the server the requests go to: OpenAI's
+            own API and the hosted services genai-prices knows by URL are priced, your own
+            server is not). A model with no known price costs ``None`` (unknown), never 0,
+            unless ``free``. Cached input tokens are priced at the cache rate.
         free: The model runs on your own machine (Ollama, llama.cpp): every request costs 0.
         tool_calling: ``native``: the API's own tool calls. ``constrained``: every step is one
             call decoded under a JSON Schema of the tools (``response_format``), for small
@@ -195,15 +199,11 @@ class OpenAIModel(Model):
             for c in message.tool_calls or ()
             if c.type == "function"
         )
-        usage = completion.usage
         return ModelResponse(
             text=message.content or "",
             tool_calls=calls,
             reasoning=_reasoning(message),
-            usage=self._usage(
-                0 if usage is None else usage.prompt_tokens,
-                0 if usage is None else usage.completion_tokens,
-            ),
+            usage=self._usage(*_counts(completion.usage)),
             finish_reason=choice.finish_reason,
         )
 
@@ -219,11 +219,7 @@ class OpenAIModel(Model):
         if not completion.choices:
             raise ModelError("the server answered with no choices", model=self.name)
         self._calls += 1
-        usage = completion.usage
-        cost = self._usage(
-            0 if usage is None else usage.prompt_tokens,
-            0 if usage is None else usage.completion_tokens,
-        ).cost
+        cost = self._usage(*_counts(completion.usage)).cost
         reply = completion.model_dump()
         return step_response(reply, call_id=f"call_{self._calls}", cost=cost)
 
@@ -251,17 +247,26 @@ class OpenAIModel(Model):
             response=ModelResponse(
                 text="".join(parts.text),
                 tool_calls=parts.tool_calls(),
-                usage=self._usage(parts.input_tokens, parts.output_tokens),
+                usage=self._usage(parts.input_tokens, parts.output_tokens, parts.cached_tokens),
                 finish_reason=parts.finish_reason,
             )
         )
 
-    def _usage(self, input_tokens: int, output_tokens: int) -> Usage:
-        cost = (
-            0.0
-            if self._free
-            else cost_of(self.model, input_tokens, output_tokens, price=self._price)
-        )
+    def _usage(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> Usage:
+        """The usage of one request, priced for the server it went to (``base_url``)."""
+        if self._free:
+            cost = 0.0
+        else:
+            cost = cost_of(
+                self.model,
+                input_tokens,
+                output_tokens,
+                price=self._price,
+                # Where the requests went, as the SDK resolved it (base_url, $OPENAI_BASE_URL,
+                # a given client's): your own server must not be priced as OpenAI.
+                api_url=str(self._connect().base_url),
+                cache_read_tokens=cached_tokens,
+            )
         return Usage(input_tokens=input_tokens, output_tokens=output_tokens, requests=1, cost=cost)
 
     # -- discovery and errors ---------------------------------------------------------
@@ -321,12 +326,12 @@ class _Assembler:
         self.finish_reason: str | None = None
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cached_tokens = 0
 
     def add(self, chunk: ChatCompletionChunk) -> str:
         """Take one chunk; returns its new text."""
         if chunk.usage is not None:
-            self.input_tokens = chunk.usage.prompt_tokens
-            self.output_tokens = chunk.usage.completion_tokens
+            self.input_tokens, self.output_tokens, self.cached_tokens = _counts(chunk.usage)
         new: list[str] = []
         for choice in chunk.choices:
             delta = choice.delta
@@ -349,6 +354,15 @@ class _Assembler:
             _tool_call(entry[0] or f"call_{index}", entry[1], "".join(entry[2:]))
             for index, entry in sorted(self.calls.items())
         )
+
+
+def _counts(usage: CompletionUsage | None) -> tuple[int, int, int]:
+    """Input, output and cached input tokens (servers that report none: 0)."""
+    if usage is None:
+        return 0, 0, 0
+    details = usage.prompt_tokens_details
+    cached = 0 if details is None else details.cached_tokens or 0
+    return usage.prompt_tokens, usage.completion_tokens, cached
 
 
 def _server_message(exc: Any) -> str:

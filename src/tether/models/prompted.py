@@ -176,7 +176,7 @@ class PromptedToolsModel(Model):
         instructions = f"{request.instructions}\n\n{section}" if request.instructions else section
         tools = ToolNames(request.tools)
         first = sum(len(m.tool_calls) for m in request.messages if isinstance(m, AssistantMessage))
-        usage = Usage()
+        usage = Usage(cost=0.0)  # the sum of the rounds' usage: nothing spent yet
         rounds = 0
         kept: tuple[ModelResponse, ParseResult, tuple[ToolCall, ...]] | None = None
         while True:

@@ -64,7 +64,8 @@ class ScriptedModel(Model):
     error.
 
     Tool calls without an id get ``call_<step>_<index>``. ``usage`` is reported for every
-    step that is not a whole ``ModelResponse``.
+    step that is not a whole ``ModelResponse``; by default its cost is unknown (``None``), as
+    a model that reports no cost is: pass ``usage=Usage(cost=...)`` to script one.
 
     What a history cannot tell a fresh instance: whether the error steps just after its last
     turn were played before the crash (they are played again), and how many steps the repair
