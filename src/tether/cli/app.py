@@ -51,7 +51,7 @@ def _log_dir(option: Path | None, disabled: bool) -> Path | None:
 
 
 def _fail(exc: TetherError) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(str(exc))}")
+    err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
     return typer.Exit(2)
 
 

@@ -127,7 +127,7 @@ def continue_and_report(run: str, **options: Any) -> None:
     try:
         outcome = continue_run(run, **options)
     except TetherError as exc:
-        Console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}")
+        Console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
     report(outcome, None, False)
     raise typer.Exit(0 if outcome.success else 1)

