@@ -206,9 +206,14 @@ class Agent(Generic[OutputT]):
     ) -> AgentRun[OutputT]:
         """Start a run; iterate the result for its events, then read ``.outcome``.
 
+        With a store, a ``run_id`` names one run for good: if a run is stored under it
+        already (a process was killed, and a supervisor issues the same call again), that run
+        continues from its log instead (after a crash), or its outcome is returned as stored
+        (it ended, or waits for a human). A stored run with another goal is ``RunExists``.
+
         Args:
             goal: The task.
-            run_id: The run's id (a new time-ordered id by default).
+            run_id: The run's id (a new time-ordered id by default); see above.
             model: Use this model instead of the agent's for this run.
             tags: Labels recorded with the run.
             parent_run_id: The run that started this one.
@@ -237,6 +242,7 @@ class Agent(Generic[OutputT]):
             parent_run_id=parent_run_id,
             tool_runner=tool_runner,
             store=store or self.store,
+            existing=run_id is not None,
             max_recoveries=self.max_recoveries,
         )
 

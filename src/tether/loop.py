@@ -29,7 +29,7 @@ from tether._internal.runbase import Cancelled, OutputT, Retry, Stop, ToolRunner
 from tether._internal.toolcalls import ToolCalls, run_tool, tool_error
 from tether._internal.watchdog import Watchdog
 from tether.codec import canonical_json
-from tether.errors import ModelError, StoreError, UserError
+from tether.errors import ModelError, RunExists, RunNotFound, StoreError, UserError
 from tether.events import (
     BudgetWarning,
     Event,
@@ -92,6 +92,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         store: RunStore | None = None,
         owner: str | None = None,
         resume: bool = False,
+        existing: bool = False,
         answer: str | None = None,
         approvals: Sequence[Approval] = (),
         max_recoveries: int = 3,
@@ -131,6 +132,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         self._owner = owner or ""  # decided when a lease is taken (syscalls: not per run)
         self._lease: Lease | None = None
         self._resume = resume
+        self._existing = existing
         self._answer = answer
         self._max_recoveries = max_recoveries
         self._policy_run = None
@@ -209,9 +211,14 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                     self._lease = await self._store.acquire(self.run_id, self._owner)
                     if self._resume:
                         journal.load(await self._store.read(self.run_id))
+                    elif self._existing:  # started under this id before: continue that run
+                        self._resume = await self._load_existing()
                     # the store is the commit point: no other sink gets what it refused
                     journal.add_sink(StoreSink(self._store, self.run_id, self._lease), first=True)
                 self._loaded = journal.committed
+                if self._resume and self._existing and self._state.finished is not None:
+                    self._finish_outcome()  # it ended or waits: what it said is the outcome
+                    return
                 if self._resume:
                     stop = await self._recover()
                     if stop is None and self._state.finished is not None:
@@ -297,6 +304,35 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
             self._watchdog.close()
             await journal.close()
             await self._release()
+
+    async def _load_existing(self) -> bool:
+        """Load the run stored under this id, if any (the caller named the id: it may exist).
+
+        Raises:
+            RunExists: a run with another goal or agent is stored under the id.
+        """
+        assert self._store is not None
+        try:
+            stored = await self._store.read(self.run_id)
+        except RunNotFound:
+            return False
+        started = stored[0]
+        if not isinstance(started, RunStarted) or (started.goal, started.agent) != (
+            self.goal,
+            self._spec.name,
+        ):
+            what = (
+                f"agent {started.agent!r} with the goal {started.goal!r}"
+                if isinstance(started, RunStarted)
+                else "a log that does not begin with run_started"
+            )
+            raise RunExists(
+                f"run {self.run_id!r} is stored already, for {what}: a run id names one run. "
+                "Use another id, or resume that run (`tether resume`, agent.resume)",
+                run_id=self.run_id,
+            )
+        self._journal.load(stored)
+        return True
 
     def _start(self) -> None:
         spec = self._spec

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
-from tether.errors import ModelError
+from tether.errors import ModelError, ModelWeightsError
 from tether.models._constrained import step_schema
 from tether.models.local import LocalModel
 from tether.models.registry import resolve_model
+from tether.models.weights import KNOWN_MODELS, installed
 from tether.tools.builtin import calculate, days_until
 
 
@@ -28,11 +30,21 @@ def test_the_step_schema_admits_exactly_one_call_of_a_known_tool() -> None:
     assert not valid({"tool": "calculate", "arguments": {"expression": "1", "extra": True}})
 
 
-def test_local_model_strings() -> None:
+def test_local_model_strings(tmp_path: Path) -> None:
     assert resolve_model("local").name == "local:qwen2.5-coder-1.5b"
-    assert resolve_model("local:qwen2.5-coder-0.5b").name == "local:qwen2.5-coder-0.5b"
-    assert resolve_model("local:/models/x.gguf").name == "local:x.gguf"
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert resolve_model(f"local:{gguf}").name == "local:x.gguf"
     assert resolve_model("local") is resolve_model("local")  # loaded once per process
+
+
+def test_a_local_model_that_is_not_installed_is_refused_when_named(tmp_path: Path) -> None:
+    if installed(KNOWN_MODELS["qwen2.5-coder-0.5b"]):
+        pytest.skip("the small model is installed here")
+    with pytest.raises(ModelWeightsError, match=r"tether\[local-small\]"):
+        resolve_model("local:qwen2.5-coder-0.5b")
+    with pytest.raises(ModelWeightsError, match="does not exist"):
+        resolve_model(f"local:{tmp_path / 'missing.gguf'}")
     with pytest.raises(ModelError, match="unknown local model"):
         LocalModel(model="gpt-9")
 

@@ -178,6 +178,7 @@ class RunBase(Generic[OutputT]):
     _owner: str
     _lease: Lease | None
     _resume: bool
+    _existing: bool
     _answer: str | None
     _max_recoveries: int
     _policy_run: PolicyContext | None
