@@ -19,9 +19,10 @@ from tether.cli.continuing import (
     VerboseOption,
 )
 from tether.cli.driving import drive, report
+from tether.cli.failures import fail, store_failure
 from tether.cli.model_commands import model_app
 from tether.cli.safety_commands import safety_app
-from tether.cli.store_commands import store_app
+from tether.cli.store_commands import BusyTimeoutOption, store_app
 from tether.codec import read_jsonl
 from tether.errors import TetherError
 from tether.limits import Limits
@@ -34,7 +35,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-app.add_typer(store_app)  # runs, show, export, import, prune (tether.cli.store_commands)
+app.add_typer(store_app)  # runs, show, export, import, prune, abandon (cli.store_commands)
 app.add_typer(model_app)  # models (tether.cli.model_commands)
 app.add_typer(safety_app)  # approve, audit (tether.cli.safety_commands)
 out = Console()
@@ -48,11 +49,6 @@ def _log_dir(option: Path | None, disabled: bool) -> Path | None:
     if disabled:
         return None
     return option or Path(os.environ.get("TETHER_LOG_DIR") or DEFAULT_LOG_DIR)
-
-
-def _fail(exc: TetherError) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
-    return typer.Exit(2)
 
 
 @app.command("run")
@@ -89,6 +85,7 @@ def _run(
             dir_okay=False,
         ),
     ] = None,
+    busy_timeout: BusyTimeoutOption = None,
 ) -> None:
     """Run an agent on a goal, with a live status line; exit 0 only if it finished.
 
@@ -107,7 +104,7 @@ def _run(
         limits: Limits = (
             agent.limits if max_steps is None else replace(agent.limits, max_steps=max_steps)
         )
-        store = None if no_store else open_store(db, create=True)
+        store = None if no_store else open_store(db, create=True, busy_timeout=busy_timeout)
         agent = replace(
             agent, model=model or agent.model, limits=limits, log_dir=directory, store=store
         )
@@ -118,10 +115,13 @@ def _run(
         stream = agent.stream(goal, agent_ref=agent_ref)
         outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=limits.max_steps))
     except TetherError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     finally:
         if store is not None:
             asyncio.run(store.close())
+    failure = store_failure(outcome)
+    if failure is not None:
+        raise fail(failure)  # the store, not the run, needs fixing: it says how to go on
     report(outcome, directory, as_json)
     if store is not None and outcome.status in ("waiting_for_user", "cancelled"):
         err.print(f"[dim]continue it with: tether resume {outcome.run_id}[/]")
@@ -142,6 +142,7 @@ def _resume(
     ] = None,
     verbose: VerboseOption = False,
     policy: PolicyOption = None,
+    busy_timeout: BusyTimeoutOption = None,
 ) -> None:
     """Continue a stored run: after a crash, or with the answer it waits for.
 
@@ -151,7 +152,14 @@ def _resume(
     from tether.cli.continuing import continue_and_report
 
     continue_and_report(
-        run, db=db, agent_ref=agent_ref, model=model, policy=policy, verbose=verbose, answer=answer
+        run,
+        db=db,
+        agent_ref=agent_ref,
+        model=model,
+        policy=policy,
+        verbose=verbose,
+        answer=answer,
+        busy_timeout=busy_timeout,
     )
 
 
@@ -172,8 +180,11 @@ def _demo(
     err.print(
         f"[dim]goal:[/] {DEMO_GOAL}\n[dim]model: a scripted stand-in (deterministic, not a language model)[/]"
     )
-    stream = agent.stream(DEMO_GOAL, agent_ref="tether.examples.demo:demo_agent")
-    outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
+    try:
+        stream = agent.stream(DEMO_GOAL, agent_ref="tether.examples.demo:demo_agent")
+        outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
+    except TetherError as exc:
+        raise fail(exc) from None
     report(outcome, directory, False)
     raise typer.Exit(0 if outcome.success else 1)
 
@@ -198,7 +209,7 @@ def _replay(
         agent = load_agent(agent_ref) if agent_ref else None
         report = asyncio.run(do_replay(events, agent=agent))
     except TetherError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     if report.ok:
         err.print(f"[green]replay matches[/]: {len(report.replayed)} events reproduced")
         raise typer.Exit(0)

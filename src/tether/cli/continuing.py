@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from tether.cli.driving import drive
 from tether.errors import ConfigError, TetherError, UserError
@@ -56,6 +57,7 @@ def continue_run(
     verbose: bool,
     answer: str | None = None,
     decide: Decide | None = None,
+    busy_timeout: float | None = None,
 ) -> RunOutcome[Any]:
     """Resume a stored run with the agent that ran it; ``TetherError`` for the caller to show.
 
@@ -67,12 +69,21 @@ def continue_run(
     from tether.policy.gate import RulePolicy
     from tether.replay import load_agent
 
-    store = open_store(db)
+    store = open_store(db, busy_timeout=busy_timeout)
     try:
         run_id = asyncio.run(resolve_run_id(store, run))
         events = asyncio.run(store.read(run_id))
         if answer is not None:
             _check_waits_for_answer(run_id, events)
+        last = events[-1]
+        if decide is None and isinstance(last, RunFinished) and not last.status.startswith("wait"):
+            # Ended for good (finished, failed, abandoned...): its log says how; no agent
+            # needs loading to report it.
+            Console(stderr=True).print(
+                f"run {run_id} has ended already ({last.status}): resuming it changes nothing",
+                soft_wrap=True,
+            )
+            return _ended(run_id, events, last)
         started = events[0]
         if not isinstance(started, RunStarted):
             raise ConfigError(f"run {run_id!r} does not begin with run_started")
@@ -98,6 +109,24 @@ def continue_run(
         asyncio.run(store.close())
 
 
+def _ended(run_id: str, events: Sequence[Event], last: RunFinished) -> RunOutcome[Any]:
+    """The outcome of a run that has ended, as its ``run_finished`` records it."""
+    return RunOutcome[Any](
+        run_id=run_id,
+        status=last.status,
+        output=last.output,
+        answer=last.answer,
+        usage=last.usage,
+        steps=last.steps,
+        tool_calls=last.tool_calls,
+        events=tuple(events),
+        started_at=events[0].at,
+        finished_at=last.at,
+        error=last.error,
+        limit=last.limit,
+    )
+
+
 def _check_waits_for_answer(run_id: str, events: Sequence[Event]) -> None:
     """Refuse ``--answer`` for a run that does not wait for the user, saying what to do."""
     last = events[-1] if events else None
@@ -118,16 +147,19 @@ def _check_waits_for_answer(run_id: str, events: Sequence[Event]) -> None:
 
 
 def continue_and_report(run: str, **options: Any) -> None:
-    """``continue_run``, then the report; exits 0 if the run finished, 1 if not, 2 on errors."""
-    from rich.console import Console
-    from rich.markup import escape
+    """``continue_run``, then the report; exits 0 if the run finished, 1 if not, 2 on errors.
 
+    A run that its store failed is an error: one ``error:`` line, exit 2.
+    """
     from tether.cli.driving import report
+    from tether.cli.failures import fail, store_failure
 
     try:
         outcome = continue_run(run, **options)
     except TetherError as exc:
-        Console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise fail(exc) from None
+    failure = store_failure(outcome)
+    if failure is not None:
+        raise fail(failure)
     report(outcome, None, False)
     raise typer.Exit(0 if outcome.success else 1)

@@ -19,7 +19,8 @@ from tether.cli.continuing import (
     RunArgument,
     VerboseOption,
 )
-from tether.cli.store_commands import DbOption
+from tether.cli.failures import fail
+from tether.cli.store_commands import BusyTimeoutOption, DbOption
 from tether.codec import iter_jsonl_lines
 from tether.errors import EmptyLog, TetherError, UserError
 from tether.events import ApprovalGiven, ApprovalRequested, Event
@@ -70,6 +71,7 @@ def _approve(
     model: ModelOption = None,
     policy: PolicyOption = None,
     verbose: VerboseOption = False,
+    busy_timeout: BusyTimeoutOption = None,
 ) -> None:
     """Approve (or --deny) calls a run waits for, then continue the run.
 
@@ -83,11 +85,11 @@ def _approve(
         try:
             parsed = orjson.loads(args)
         except orjson.JSONDecodeError as exc:
-            raise _fail(UserError(f"--args is not valid JSON: {exc}")) from None
+            raise fail(UserError(f"--args is not valid JSON: {exc}")) from None
         if not isinstance(parsed, dict):
-            raise _fail(UserError("--args must be a JSON object of the tool's arguments"))
+            raise fail(UserError("--args must be a JSON object of the tool's arguments"))
         if deny:
-            raise _fail(UserError("--args edits what is approved; it cannot go with --deny"))
+            raise fail(UserError("--args edits what is approved; it cannot go with --deny"))
         edited = cast(JsonObject, parsed)
 
     def decide(run_id: str, events: list[Event]) -> list[Approval]:
@@ -119,7 +121,14 @@ def _approve(
         return decisions
 
     continue_and_report(
-        run, db=db, agent_ref=agent_ref, model=model, policy=policy, verbose=verbose, decide=decide
+        run,
+        db=db,
+        agent_ref=agent_ref,
+        model=model,
+        policy=policy,
+        verbose=verbose,
+        decide=decide,
+        busy_timeout=busy_timeout,
     )
 
 
@@ -130,6 +139,7 @@ def _audit(
     ],
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    busy_timeout: BusyTimeoutOption = None,
 ) -> None:
     """Verify a run's hash chain and list every policy decision and approval.
 
@@ -137,9 +147,9 @@ def _audit(
     reordered or cut (a cut at the very end shows only against the store's index).
     """
     try:
-        result = _audit_report(run, db)
+        result = _audit_report(run, db, busy_timeout)
     except TetherError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     if as_json:
         out.print_json(orjson.dumps(result).decode())
     else:
@@ -147,7 +157,7 @@ def _audit(
     raise typer.Exit(0 if result.ok else 1)
 
 
-def _audit_report(run: str, db: Path | None) -> AuditReport:
+def _audit_report(run: str, db: Path | None, busy_timeout: float | None) -> AuditReport:
     path = Path(run)
     if path.suffix == ".jsonl" and path.is_file():
         lines = [line for _, line in iter_jsonl_lines(path)]
@@ -157,7 +167,7 @@ def _audit_report(run: str, db: Path | None) -> AuditReport:
     from tether.cli.store_commands import open_store, resolve_run_id
 
     async def go() -> AuditReport:
-        store = open_store(db)
+        store = open_store(db, busy_timeout=busy_timeout)
         try:
             run_id = await resolve_run_id(store, run)
             lines = await store.read_encoded(run_id)
@@ -190,8 +200,3 @@ def _print_report(result: AuditReport) -> None:
             f"[red]tampered[/]: first bad event at seq {result.bad_seq}: "
             f"{escape(result.problem or '')}"
         )
-
-
-def _fail(exc: TetherError) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
-    return typer.Exit(2)

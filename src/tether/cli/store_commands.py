@@ -1,15 +1,16 @@
-"""``tether runs / show / export / import / prune``: the runs kept in a run store.
+"""``tether runs / show / export / import / prune / abandon``: the runs kept in a run store.
 
 The store is the SQLite file given by ``--db``, else ``$TETHER_DB``, else
 ``./.tether/tether.db``. A run is named by its id or by any prefix of it that only one
-stored run has. These commands are merged into the main ``tether`` app.
+stored run has. These commands are merged into the main ``tether`` app. A store that fails
+(damaged, locked, read-only, full, not a store) is one ``error:`` line and exit code 2.
 """
 
 from __future__ import annotations
 
 import asyncio
+import getpass
 import os
-import sqlite3
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,17 +22,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tether.cli.failures import fail
 from tether.cli.render import describe
 from tether.codec import read_jsonl, verify_chain
-from tether.errors import TetherError, UserError
+from tether.errors import StoreUnavailable, TetherError, UserError
 from tether.events import Event
 from tether.outcome import RunStatus
 from tether.stores.base import RunIndexStatus, RunInfo, RunNotFound, RunQuery, RunStore
 from tether.stores.retention import parse_age, prune
 from tether.stores.sqlite import SqliteStore, default_store_path
+from tether.stores.stale import Abandoned, StaleRun, abandon_run, stale_runs
 from tether.stores.transfer import decode_jsonl, export_run, import_events
 
-__all__ = ["open_store", "resolve_run_id", "store_app"]
+__all__ = ["BusyTimeoutOption", "DbOption", "open_store", "resolve_run_id", "store_app"]
 
 T = TypeVar("T")
 
@@ -55,29 +58,47 @@ DbOption = Annotated[
 ]
 
 
-def open_store(db: Path | None = None, *, create: bool = False) -> SqliteStore:
+BusyTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--busy-timeout",
+        envvar="TETHER_BUSY_TIMEOUT",
+        min=0,
+        show_default=False,
+        help="Seconds to wait while another process holds the store locked, then fail "
+        "(default: $TETHER_BUSY_TIMEOUT, else 30).",
+    ),
+]
+
+
+def open_store(
+    db: Path | None = None, *, create: bool = False, busy_timeout: float | None = None
+) -> SqliteStore:
     """Open the SQLite run store at ``db`` (default: ``default_store_path()``).
+
+    Nothing is read until the store is used: a file that is damaged, locked, read-only or
+    not a store fails then, with a ``StoreError`` that names it.
 
     Args:
         db: The store's file, as given by ``--db``.
         create: Create the store if it does not exist yet (otherwise that is an error).
+        busy_timeout: Seconds to wait for another process's lock (default: the store's).
 
     Raises:
-        UserError: the store does not exist (and ``create`` is false), or the file is not
-            an SQLite database.
+        StoreUnavailable: a regular file is in the way of the store's path.
+        UserError: the store does not exist (and ``create`` is false).
     """
-    path = _store_path(db)
-    if not create and not path.exists():
-        raise UserError(
-            f"no run store at {path}: pass --db PATH or set $TETHER_DB to the store's file"
-        )
-    try:
+    path = _existing_store(db)
+    if path is None:
+        if not create:
+            shown = _store_path(db)
+            raise UserError(
+                f"no run store at {shown}: pass --db PATH or set $TETHER_DB to the store's file"
+            )
+        path = _store_path(db)
+    if busy_timeout is None:
         return SqliteStore(path)
-    except sqlite3.DatabaseError as exc:
-        raise UserError(
-            f"{path} is not a tether run store ({exc}): pass --db PATH or set $TETHER_DB to "
-            "the store's file"
-        ) from None
+    return SqliteStore(path, busy_timeout=busy_timeout)
 
 
 async def resolve_run_id(store: RunStore, ref: str) -> str:
@@ -108,18 +129,34 @@ def _store_path(db: Path | None) -> Path:
     return db if db is not None else default_store_path()
 
 
-def _fail(exc: Exception) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
-    return typer.Exit(2)
+def _existing_store(db: Path | None) -> Path | None:
+    """The store's path if something is there; ``None`` if it does not exist yet.
+
+    Raises:
+        StoreUnavailable: a regular file is where a directory of the path should be, so the
+            store can neither be there nor be created.
+    """
+    path = _store_path(db)
+    blocker = next((p for p in path.parents if p.is_file()), None)
+    if blocker is not None:
+        raise StoreUnavailable(
+            f"there is no run store at {path} and none can be created: {blocker} is a file, "
+            "not a directory. Point --db or $TETHER_DB at a path inside a directory"
+        )
+    return path if path.exists() else None
 
 
 def _with_store(
-    db: Path | None, action: Callable[[RunStore], Awaitable[T]], *, create: bool = False
+    db: Path | None,
+    action: Callable[[SqliteStore], Awaitable[T]],
+    *,
+    create: bool = False,
+    busy_timeout: float | None = None,
 ) -> T:
     """Open the store, run ``action`` on it, close it; errors exit 2 with ``error: …``."""
 
     async def go() -> T:
-        store = open_store(db, create=create)
+        store = open_store(db, create=create, busy_timeout=busy_timeout)
         try:
             return await action(store)
         finally:
@@ -128,7 +165,7 @@ def _with_store(
     try:
         return asyncio.run(go())
     except TetherError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
 
 
 def _age(delta: timedelta) -> str:
@@ -146,17 +183,37 @@ def _runs(
     ] = None,
     agent: Annotated[str | None, typer.Option(help="Only this agent's runs.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many runs.")] = 50,
+    stale: Annotated[
+        bool,
+        typer.Option(
+            "--stale",
+            help="Only runs left running that nobody runs (their process died): with their "
+            "owner, why, and when their last event was.",
+        ),
+    ] = False,
     db: DbOption = None,
+    busy_timeout: BusyTimeoutOption = None,
 ) -> None:
     """List stored runs, newest first: id, agent, status, steps, tokens, age."""
     if status is not None and status not in _STATUSES:
-        raise _fail(UserError(f"unknown status {status!r}: use one of {', '.join(_STATUSES)}"))
-    path = _store_path(db)
-    if not path.exists():
-        err.print(f"no runs: no store at {escape(str(path))} yet")
+        raise fail(UserError(f"unknown status {status!r}: use one of {', '.join(_STATUSES)}"))
+    if stale and status not in (None, "running"):
+        raise fail(UserError(f"--stale lists running runs: it cannot go with --status {status}"))
+    try:
+        path = _existing_store(db)
+    except TetherError as exc:
+        raise fail(exc) from None
+    if path is None:
+        err.print(f"no runs: no store at {escape(str(_store_path(db)))} yet")
+        return
+    if stale:
+        found = _with_store(
+            db, lambda store: stale_runs(store, agent=agent), busy_timeout=busy_timeout
+        )
+        _print_stale(found[:limit])
         return
     query = RunQuery(status=cast(RunIndexStatus | None, status), agent=agent, limit=limit)
-    rows = _with_store(db, lambda store: store.runs(query))
+    rows = _with_store(db, lambda store: store.runs(query), busy_timeout=busy_timeout)
     if not rows:
         err.print("no runs match")
         return
@@ -167,6 +224,47 @@ def _runs(
         return
     table = _table(rows, datetime.now(UTC))
     out.print(table, crop=False)
+
+
+_WHY = {
+    "owner_gone": "its owner is gone",
+    "lease_expired": "its lease lapsed",
+    "no_owner": "nobody owns it",
+}
+
+
+def _print_stale(found: list[StaleRun]) -> None:
+    """The stale runs (a table, or tab-separated whole values for scripts), then what to do."""
+    if not found:
+        err.print("no stale runs: every running run has a live owner")
+        return
+    now = datetime.now(UTC)
+    if not out.file.isatty():
+        # id, agent, owner (- for none), why, when the last event was recorded
+        for run in found:
+            last = run.info.updated_at.astimezone(UTC).isoformat(timespec="seconds")
+            agent = " ".join(run.info.agent.split())
+            fields = (run.info.run_id, agent, run.owner or "-", run.reason, last)
+            typer.echo("\t".join(fields), file=out.file)
+    else:
+        table = Table("id", "agent", "owner", "why", "last event", box=None, pad_edge=False)
+        for run in found:
+            table.add_row(
+                run.info.run_id,
+                escape(run.info.agent),
+                escape(run.owner or "-"),
+                _WHY[run.reason],
+                f"{_age(now - run.info.updated_at)} ago",
+            )
+        table.columns[0].no_wrap = True
+        out.print(table, crop=False)
+    ref = found[0].info.run_id if len(found) == 1 else "RUN"
+    err.print(
+        f"{len(found)} run{'' if len(found) == 1 else 's'} stopped without an ending: continue "
+        f"with `tether resume {ref}`, or end for good (failed) with `tether abandon {ref} "
+        "--reason TEXT`",
+        soft_wrap=True,
+    )
 
 
 def _plain_fields(row: RunInfo) -> tuple[str, ...]:
@@ -228,6 +326,7 @@ def _show(
         typer.Argument(help="A run id (or a unique prefix of one), or a run's JSONL log file."),
     ],
     db: DbOption = None,
+    busy_timeout: BusyTimeoutOption = None,
 ) -> None:
     """Print a run's log readably, from the store or a JSONL file (the chain is verified)."""
     path = Path(run)
@@ -239,9 +338,9 @@ def _show(
         elif _looks_like_a_path(run):
             raise UserError(f"the file {run} does not exist (and it is not a run id)")
         else:
-            events = _with_store(db, lambda store: _read_run(store, run))
+            events = _with_store(db, lambda store: _read_run(store, run), busy_timeout=busy_timeout)
     except TetherError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     for event in events:
         out.print(f"[dim]{event.seq:>3}[/] {describe(event)}", soft_wrap=True)
 
@@ -254,9 +353,10 @@ async def _export(store: RunStore, ref: str) -> bytes:
 def _export_command(
     run: Annotated[str, typer.Argument(help="A run id, or a unique prefix of one.")],
     db: DbOption = None,
+    busy_timeout: BusyTimeoutOption = None,
 ) -> None:
     """Write a stored run's log to stdout as JSONL (`tether export RUN > run.jsonl`)."""
-    data = _with_store(db, lambda store: _export(store, run))
+    data = _with_store(db, lambda store: _export(store, run), busy_timeout=busy_timeout)
     stdout = typer.get_binary_stream("stdout")
     stdout.write(data)
     stdout.flush()
@@ -266,6 +366,7 @@ def _export_command(
 def _import_command(
     file: Annotated[str, typer.Argument(help="A run's JSONL log (`-` reads stdin).")],
     db: DbOption = None,
+    busy_timeout: BusyTimeoutOption = None,
 ) -> None:
     """Import a run's JSONL log into the store (verified first); prints the run id.
 
@@ -274,7 +375,7 @@ def _import_command(
     path = Path(file)
     if file != "-" and not path.is_file():
         problem = "is not a file" if path.exists() else "does not exist"
-        raise _fail(UserError(f"the file {file} {problem}: give a run's JSONL log, or - for stdin"))
+        raise fail(UserError(f"the file {file} {problem}: give a run's JSONL log, or - for stdin"))
     try:
         if file == "-":
             events = decode_jsonl(typer.get_binary_stream("stdin"), name="stdin")
@@ -282,9 +383,11 @@ def _import_command(
             with path.open("rb") as fh:
                 events = decode_jsonl(fh, name=file)
     except TetherError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     # Only a log that decodes and verifies opens (or creates) the store.
-    run_id = _with_store(db, lambda store: import_events(store, events), create=True)
+    run_id = _with_store(
+        db, lambda store: import_events(store, events), create=True, busy_timeout=busy_timeout
+    )
     typer.echo(run_id)
 
 
@@ -302,25 +405,77 @@ def _prune(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Only list the runs that would be deleted.")
     ] = False,
+    busy_timeout: BusyTimeoutOption = None,
 ) -> None:
-    """Delete old runs; runs still running are never deleted. Prints the ids deleted."""
+    """Delete old runs; runs still running are never deleted. Prints the ids deleted.
+
+    A run left running by a process that died is listed by `tether runs --stale`: resume it,
+    or end it with `tether abandon`, and it can be pruned.
+    """
     try:
         if older_than is None and keep_last is None:
             raise UserError("say what to prune: give --older-than AGE and/or --keep-last N")
         age = None if older_than is None else parse_age(older_than)
+        path = _existing_store(db)
     except TetherError as exc:
-        raise _fail(exc) from None
-    path = _store_path(db)
-    if not path.exists():
-        err.print(f"nothing to prune: no store at {escape(str(path))}")
+        raise fail(exc) from None
+    if path is None:
+        err.print(f"nothing to prune: no store at {escape(str(_store_path(db)))}")
         return
     deleted = _with_store(
         db,
         lambda store: prune(
             store, older_than=age, keep_last=keep_last, agent=agent, dry_run=dry_run
         ),
+        busy_timeout=busy_timeout,
     )
     for run_id in deleted:
         typer.echo(run_id)
     verb = "would delete" if dry_run else "deleted"
     err.print(f"{verb} {len(deleted)} run{'' if len(deleted) == 1 else 's'}")
+
+
+def _user() -> str:
+    """The name of the user running this command (for the log), or ``""`` if unknown."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in the environment nor the password database
+        return ""
+
+
+async def _abandon(store: RunStore, ref: str, reason: str, by: str) -> Abandoned:
+    return await abandon_run(store, await resolve_run_id(store, ref), reason=reason, by=by)
+
+
+@store_app.command("abandon")
+def _abandon_command(
+    run: Annotated[str, typer.Argument(help="A run id, or a unique prefix of one.")],
+    reason: Annotated[str, typer.Option(help="Why it is ended (recorded in its log).")] = "",
+    by: Annotated[
+        str | None, typer.Option(help="Who ends it (recorded; default: this user's name).")
+    ] = None,
+    db: DbOption = None,
+    busy_timeout: BusyTimeoutOption = None,
+) -> None:
+    """End, for good, a run left running by a process that died: it fails, as "Abandoned".
+
+    Its log gets what a crash recovery would record for the calls left without a result
+    (not executed; or, for a call that may have run, an unknown outcome), then its ending.
+    Refused while its owner is alive, and for a run that has ended. `tether runs --stale`
+    lists the runs it applies to; `tether resume RUN` continues one instead.
+    """
+    who = _user() if by is None else by
+    done = _with_store(
+        db, lambda store: _abandon(store, run, reason, who), busy_timeout=busy_timeout
+    )
+    calls = done.closed_calls
+    closed = (
+        f"; {calls} call{'' if calls == 1 else 's'} left without a result closed" if calls else ""
+    )
+    err.print(
+        f"abandoned {done.run_id}: it ended failed (Abandoned){closed}. See its log with "
+        f"`tether show {done.run_id}`",
+        soft_wrap=True,
+    )
+    for warning in done.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
