@@ -24,9 +24,11 @@ from typing_extensions import TypeVar
 from tether._internal.clock import Clock, monotonic_of
 from tether._internal.endings import Endings, error_info
 from tether._internal.journal import EventSink, Journal, StoreSink
+from tether._internal.loopmonitor import monitor
 from tether._internal.recovery import Recovery
 from tether._internal.runbase import Cancelled, OutputT, Retry, Stop, ToolRunner
-from tether._internal.toolcalls import ToolCalls, run_tool, tool_error
+from tether._internal.toolcalls import ToolCalls
+from tether._internal.toolexec import run_tool, tool_error
 from tether._internal.watchdog import Watchdog
 from tether.codec import canonical_json
 from tether.errors import ModelError, RunExists, RunNotFound, StoreError, UserError
@@ -140,6 +142,9 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         self._decided = None
         self._caps = {}
         self._loaded = 0
+        self._fatal = None
+        self._interrupted = False
+        self._calling = None
         policy = self._spec.policy
         self._checks_results = type(policy).check_result is not Policy.check_result
         self._gen = self._drive()
@@ -172,11 +177,13 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
             return
         self._cancel_reason = reason
         task = self._task
+        current = asyncio.current_task()
         if (
             self._interruptible
             and task is not None
             and not task.done()
-            and asyncio.current_task() is not task  # from inside the run: the flag suffices
+            and current is not task  # from inside the run (a tool of its own, too): the flag
+            and current is not self._calling  # suffices
         ):
             self._cancel_requests += 1
             task.cancel()
@@ -200,6 +207,8 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         self._task = task
         self._watchdog = Watchdog(task)
         journal = self._journal
+        loop = task.get_loop()
+        monitor.watch(loop)
         try:
             try:
                 stop: Stop | None = None
@@ -262,6 +271,8 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                             else:
                                 async for event in self._execute_parallel(planned):
                                     yield event
+                            if self._interrupted:  # Ctrl-C reached a tool: end the run here
+                                raise Cancelled
                             stop = self._after_turn(planned)
                     if stop is not None:
                         async for event in self._stop(stop):
@@ -300,7 +311,10 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
             for event in committed:
                 yield event
             self._finish_outcome()
+            if self._interrupted:  # the run is ended and logged: now Ctrl-C goes on up
+                raise KeyboardInterrupt
         finally:
+            monitor.unwatch(loop)
             self._watchdog.close()
             await journal.close()
             await self._release()
@@ -445,7 +459,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
             model.request(request), self._model_timeout(request, now=now, final=final)
         )
 
-    def _model_failed(self, exc: Exception, step: int) -> Stop | Retry:
+    def _model_failed(self, exc: BaseException, step: int) -> Stop | Retry:
         """Record a failed model request; decide whether to retry, stop or fail."""
         limits = self._spec.limits
         remaining = self._remaining()
@@ -538,7 +552,11 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                     raise
         except UserError:
             raise
-        except Exception as exc:
+        except KeyboardInterrupt:  # Ctrl-C reached the model call: cancel the run, logged
+            self._cancel_reason = "interrupted by KeyboardInterrupt during the model request"
+            self._interrupted = True
+            raise Cancelled from None
+        except (Exception, SystemExit) as exc:
             return self._model_failed(exc, step)
         finally:
             self._interruptible = False

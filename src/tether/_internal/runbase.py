@@ -179,6 +179,9 @@ class RunBase(Generic[OutputT]):
     _lease: Lease | None
     _resume: bool
     _existing: bool
+    _fatal: ErrorInfo | None
+    _interrupted: bool
+    _calling: asyncio.Task[Any] | None
     _answer: str | None
     _max_recoveries: int
     _policy_run: PolicyContext | None

@@ -7,15 +7,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any, cast
-from weakref import WeakKeyDictionary
 
 from tether._internal.approving import arguments_hash
-from tether._internal.runbase import Cancelled, OutputT, Planned, RunBase, Stop, ToolRunner
+from tether._internal.loopmonitor import Call, monitor
+from tether._internal.runbase import Cancelled, OutputT, Planned, RunBase, Stop
+from tether._internal.toolexec import (
+    ABANDONED,
+    GRACE,
+    INTERRUPTED,
+    Turn,
+    abandon,
+    abandoned_text,
+    bounded,
+    no_turn,
+    run_tool,
+    settle_within,
+    slot_for,
+    tool_error,
+    wake,
+)
 from tether.content import TextBlock, ToolResult
-from tether.errors import ApprovalRequired, ModelRetry
+from tether.errors import LoopBlocked, ModelRetry
 from tether.events import (
     ApprovalRequested,
     Event,
@@ -23,6 +39,7 @@ from tether.events import (
     RetryPrompted,
     ToolCallFinished,
     ToolCallRequested,
+    ToolCallUnknown,
 )
 from tether.jsontypes import JsonObject
 from tether.messages import ASK_USER, FINISH_TASK, ToolCall
@@ -30,99 +47,19 @@ from tether.models.base import (
     ModelResponse,
 )
 from tether.outcome import ErrorInfo
-from tether.policy.base import Policy, PolicyContext, PolicyDecision
+from tether.policy.base import PolicyContext, PolicyDecision
 from tether.tools.base import Tool, ToolContext, ToolDefinition
 
-__all__ = ["ToolCalls", "ToolRunner", "run_tool", "slot_for", "timed_out", "tool_error"]
+__all__ = ["ToolCalls"]
 
 _NO_CONTEXT = ToolContext(run_id="", call_id="", tool="")
+
+
+def _deadline_of(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
 """Passed to handlers that declared they do not read their context."""
-
-
-def tool_error(tool: Tool, exc: Exception, timeout: float | None) -> tuple[ToolResult, str]:
-    """The result the model sees when a tool raised ``exc`` (a timeout included)."""
-    match exc:
-        case ModelRetry():
-            return ToolResult.error(exc.message), "model_retry"
-        case TimeoutError() if timeout is not None:
-            return timed_out(tool.name, timeout), "timeout"
-        case ApprovalRequired():
-            return ToolResult.error(
-                f"{tool.name} needs approval: {exc.reason}"
-            ), "approval_required"
-        case _:
-            return ToolResult.error(f"{tool.name} failed: {type(exc).__name__}: {exc}"), "exception"
-
-
-async def run_tool(
-    tool: Tool,
-    call: ToolCall,
-    ctx: ToolContext,
-    arguments: Mapping[str, Any],
-    timeout: float | None,
-) -> tuple[ToolResult, str | None]:
-    """Run one call, turning every failure into an error result the model can read."""
-    try:
-        if timeout is None:
-            result = await tool.handler(ctx, arguments)
-        else:
-            async with asyncio.timeout(timeout) as scope:
-                try:
-                    result = await tool.handler(ctx, arguments)
-                except TimeoutError as exc:
-                    if scope.expired():
-                        raise
-                    return tool_error(tool, exc, None)
-    except Exception as exc:
-        return tool_error(tool, exc, timeout)
-    except asyncio.CancelledError as exc:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling() > 0:
-            raise  # really cancelled
-        return tool_error(tool, RuntimeError(f"raised CancelledError: {exc!r}"), None)
-    return result, ("tool_error" if result.is_error else None)
-
-
-async def _capped(
-    slot: asyncio.Semaphore,
-    work: Callable[[float | None], Awaitable[tuple[ToolResult, str | None]]],
-    timeout: float | None,
-    tool: Tool,
-) -> tuple[ToolResult, str | None]:
-    """Run ``work`` holding a concurrency slot; waiting for it counts against ``timeout``.
-
-    ``work`` gets what is left of ``timeout`` once the slot is held.
-    """
-    started = time.monotonic()
-    try:
-        async with asyncio.timeout(timeout):
-            await slot.acquire()
-    except TimeoutError:
-        return ToolResult.error(
-            f"{tool.name} did not get a turn within {timeout:g}s: the policy caps how many "
-            "calls of it run at once and all were busy"
-        ), "timeout"
-    try:
-        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        return await work(left)
-    finally:
-        slot.release()
-
-
-_SLOTS: WeakKeyDictionary[
-    Policy, WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
-] = WeakKeyDictionary()
-
-
-def slot_for(policy: Policy, tool: str, cap: int) -> asyncio.Semaphore:
-    """The semaphore capping ``tool``'s concurrent calls under ``policy`` on this event loop."""
-    loop = asyncio.get_running_loop()
-    per_loop = _SLOTS.setdefault(policy, WeakKeyDictionary())
-    slots = per_loop.setdefault(loop, {})
-    semaphore = slots.get(tool)
-    if semaphore is None:
-        semaphore = slots[tool] = asyncio.Semaphore(cap)
-    return semaphore
 
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -137,10 +74,6 @@ def _same_values(validated: Mapping[str, Any], raw: JsonObject) -> bool:
         if type(value) is not type(sent) or type(value) not in _PLAIN or value != sent:
             return False
     return True
-
-
-def timed_out(name: str, timeout: float) -> ToolResult:
-    return ToolResult.error(f"{name} did not finish within {timeout:g}s and was cancelled")
 
 
 class ToolCalls(RunBase[OutputT]):
@@ -422,10 +355,14 @@ class ToolCalls(RunBase[OutputT]):
             self._in_flight.discard(item.call.id)
             self._record_result(item, result, error_type, duration)
 
-    async def _run_one(  # noqa: C901 - two await paths (own task, run's task) side by side
+    async def _run_one(
         self, item: Planned, *, child: bool = False
     ) -> tuple[ToolResult, str | None, float]:
-        """Run one allowed call; ``child`` when it runs in its own task (parallel calls)."""
+        """Run one allowed call; ``child`` when it runs in its own task (parallel calls).
+
+        Whatever the tool does, the call ends within its timeout (and the run's remaining
+        time) plus ``GRACE``: see ``toolexec``.
+        """
         tool = item.tool
         assert tool is not None
         assert item.arguments is not None
@@ -443,57 +380,157 @@ class ToolCalls(RunBase[OutputT]):
             else _NO_CONTEXT
         )
         self._in_flight.add(item.call.id)
-        runner = self._tool_runner
         slot = self._slot(tool.name)
-        if child:
-            try:
-                if slot is None:
-                    result, error_type = await runner(tool, item.call, ctx, item.arguments, timeout)
-                else:
-                    arguments = item.arguments
-                    result, error_type = await _capped(
-                        slot,
-                        lambda left: runner(tool, item.call, ctx, arguments, left),
-                        timeout,
-                        tool,
-                    )
-            except Exception as exc:  # a custom runner failed; the run must not
-                result, error_type = tool_error(tool, exc, None)
-        else:  # on the run's task: bounded by the watchdog (see _ask_model)
-            watchdog = self._watchdog
-            assert watchdog is not None
-            watchdog.arm(timeout)  # also bounds the wait for a concurrency slot
-            self._interruptible = True
-            try:
-                if slot is not None:
-                    async with slot:
-                        result, error_type = await runner(
-                            tool, item.call, ctx, item.arguments, None
-                        )
-                elif runner is run_tool:
-                    result = await tool.handler(ctx, item.arguments)
-                    error_type = "tool_error" if result.is_error else None
-                else:
-                    result, error_type = await runner(tool, item.call, ctx, item.arguments, None)
-            except asyncio.CancelledError as exc:
-                match self._settle():
-                    case "timeout":
-                        result, error_type = tool_error(tool, TimeoutError(), timeout)
-                    case "cancel":
-                        raise Cancelled from None
-                    case "tool":
-                        result, error_type = tool_error(tool, RuntimeError(repr(exc)), None)
-                    case "external":
-                        raise
-            except Exception as exc:  # the tool, or a custom runner, failed; the run must not
-                result, error_type = tool_error(tool, exc, None)
-            finally:
-                self._interruptible = False
-                watchdog.disarm()
+        if child:  # already in a task of its own: bounded by a timer
+            turn = Turn() if slot is not None else None
+            work = self._call(tool, item, ctx, slot, turn)
+            result, error_type = await bounded(work, timeout, tool, self.run_id, turn)
+        elif slot is None and tool.runs_as != "coroutine" and self._tool_runner is run_tool:
+            result, error_type = await self._inline(tool, item, ctx, timeout)
+        else:
+            result, error_type = await self._contained(tool, item, ctx, slot, timeout)
         self._in_flight.discard(item.call.id)
-        if self._checks_results:
+        if error_type == INTERRUPTED:  # Ctrl-C reached the tool: the run is cancelled
+            self._cancel_reason = f"interrupted by KeyboardInterrupt in tool {tool.name!r}"
+            self._interrupted = True
+        if self._checks_results and error_type != ABANDONED:
             result, error_type = self._checked(item, result, error_type)
         return result, error_type, self._monotonic() - t0
+
+    async def _inline(
+        self, tool: Tool, item: Planned, ctx: ToolContext, timeout: float | None
+    ) -> tuple[ToolResult, str | None]:
+        """A sync tool, on the run's own task (it cannot ignore a cancellation)."""
+        assert item.arguments is not None
+        watchdog = self._watchdog
+        assert watchdog is not None
+        task = self._task
+        assert task is not None
+        monitor.begin(task, Call(self.run_id, tool.name, _deadline_of(timeout)))
+        watchdog.arm(timeout)
+        self._interruptible = True
+        try:
+            result = await tool.handler(ctx, item.arguments)
+            outcome: tuple[ToolResult, str | None] = (
+                result,
+                "tool_error" if result.is_error else None,
+            )
+        except asyncio.CancelledError as exc:
+            match self._settle():
+                case "timeout":
+                    if tool.runs_as == "thread":  # the thread goes on: its outcome is unknown
+                        outcome = ToolResult.error(abandoned_text(tool, timeout)), ABANDONED
+                    else:
+                        outcome = tool_error(tool, TimeoutError(), timeout)
+                case "cancel":
+                    raise Cancelled from None
+                case "tool":
+                    outcome = tool_error(tool, RuntimeError(repr(exc)), None)
+                case "external":
+                    raise
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            outcome = tool_error(tool, exc, None)
+        finally:
+            self._interruptible = False
+            watchdog.disarm()
+            seen = monitor.end(task)
+        return self._unless_blocked(tool, seen, timeout, outcome)
+
+    async def _contained(
+        self,
+        tool: Tool,
+        item: Planned,
+        ctx: ToolContext,
+        slot: asyncio.Semaphore | None,
+        timeout: float | None,
+    ) -> tuple[ToolResult, str | None]:
+        """Async code, in a task of its own: past its timeout, cancelled, then abandoned."""
+        watchdog = self._watchdog
+        assert watchdog is not None
+        loop = asyncio.get_running_loop()
+        turn = Turn() if slot is not None else None
+        task = loop.create_task(self._call(tool, item, ctx, slot, turn))
+        self._calling = task
+        monitor.begin(task, Call(self.run_id, tool.name, _deadline_of(timeout)))
+        waiter: asyncio.Future[None] = loop.create_future()
+        task.add_done_callback(partial(wake, waiter))
+        watchdog.arm(timeout)  # also bounds the wait for a concurrency slot
+        self._interruptible = True
+        try:
+            await waiter
+            how = None
+        except asyncio.CancelledError:
+            how = self._settle()
+        finally:
+            self._interruptible = False
+            self._calling = None
+            watchdog.disarm()
+        if how is None or (how in ("timeout", "cancel") and task.done() and not task.cancelled()):
+            # done: a call that finished as the run was cancelled or timed out keeps its result
+            # (the run stops at its next check of the cancel flag)
+            return self._unless_blocked(tool, monitor.end(task), timeout, task.result())
+        task.cancel()
+        if how == "external":
+            if not task.done():
+                abandon(task, tool, self.run_id)
+            monitor.end(task)
+            raise asyncio.CancelledError
+        stopped = await settle_within(task, GRACE)
+        seen = monitor.end(task)
+        if not stopped:
+            abandon(task, tool, self.run_id)
+        if how == "cancel":
+            raise Cancelled
+        if seen is not None and seen.blocked_since is not None:
+            return self._blocked(tool, seen, timeout)
+        if not stopped:
+            return ToolResult.error(abandoned_text(tool, timeout)), ABANDONED
+        if turn is not None and not turn.started and timeout is not None:
+            return no_turn(tool, timeout), "timeout"
+        return tool_error(tool, TimeoutError(), timeout)
+
+    async def _call(
+        self,
+        tool: Tool,
+        item: Planned,
+        ctx: ToolContext,
+        slot: asyncio.Semaphore | None,
+        turn: Turn | None,
+    ) -> tuple[ToolResult, str | None]:
+        """The call itself, in its own task: a concurrency slot, then the tool runner."""
+        assert item.arguments is not None
+        runner = self._tool_runner
+        try:
+            if slot is None:
+                return await runner(tool, item.call, ctx, item.arguments, None)
+            async with slot:
+                if turn is not None:
+                    turn.started = True
+                return await runner(tool, item.call, ctx, item.arguments, None)
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a custom runner failed
+            return tool_error(tool, exc, None)
+
+    def _unless_blocked(
+        self,
+        tool: Tool,
+        seen: Call | None,
+        timeout: float | None,
+        outcome: tuple[ToolResult, str | None],
+    ) -> tuple[ToolResult, str | None]:
+        """The call's outcome, unless it held the event loop past its timeout."""
+        if seen is None or seen.blocked_since is None or timeout is None:
+            return outcome
+        if seen.deadline is not None and time.monotonic() <= seen.deadline:
+            return outcome  # it blocked the loop for a while, within its timeout (logged)
+        return self._blocked(tool, seen, timeout)
+
+    def _blocked(
+        self, tool: Tool, seen: Call, timeout: float | None
+    ) -> tuple[ToolResult, str | None]:
+        held = time.monotonic() - (seen.blocked_since or time.monotonic())
+        error = LoopBlocked(tool.name, held, timeout or 0.0, run_id=self.run_id)
+        self._fatal = ErrorInfo(type="LoopBlocked", message=str(error))
+        return ToolResult.error(str(error)), "loop_blocked"
 
     def _slot(self, tool: str) -> asyncio.Semaphore | None:
         """The policy's concurrency slot for ``tool`` (shared by the process's runs)."""
@@ -513,6 +550,13 @@ class ToolCalls(RunBase[OutputT]):
         *,
         synthetic: bool = False,
     ) -> None:
+        if error_type == ABANDONED:  # it may still run: unknown, unless it changes nothing
+            tool = item.tool
+            if tool is None or not tool.annotations.is_read_only:
+                reason = result.content[0].text if isinstance(result.content[0], TextBlock) else ""
+                self._add(ToolCallUnknown, call_id=item.call.id, tool=item.call.name, reason=reason)
+                return
+            error_type = "timeout"
         self._add(
             ToolCallFinished,
             call_id=item.call.id,
@@ -543,6 +587,8 @@ class ToolCalls(RunBase[OutputT]):
 
     def _after_turn(self, planned: list[Planned]) -> Stop | None:
         """After a turn's results: finished, waiting, or go on?"""
+        if self._fatal is not None:
+            return Stop("failed", error=self._fatal)
         if not planned:
             return self._no_tool_call()
         waiting = asking = limited = False

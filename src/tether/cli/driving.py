@@ -9,6 +9,7 @@ import orjson
 from rich.console import Console
 from rich.markup import escape
 
+from tether._internal.loopmonitor import exit_process, monitor
 from tether.cli.render import describe
 from tether.events import Event, ModelResponded, RunFinished, RunStarted, ToolCallRequested
 from tether.loop import AgentRun
@@ -46,7 +47,12 @@ class _Status:
 
 
 async def drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutcome[Any]:
-    """Consume a run with a live status line (and every event, when ``verbose``)."""
+    """Consume a run with a live status line (and every event, when ``verbose``).
+
+    The command owns its process: a tool that holds the event loop past its deadline ends
+    it (exit 2, with a message) rather than hanging it, and the run resumes as after a crash.
+    """
+    monitor.exit_on_hang = exit_process
     status = _Status(max_steps)
     with err.status("starting…", spinner="dots") as live:
         async for event in run:

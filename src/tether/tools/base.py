@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import orjson
 
@@ -175,6 +175,12 @@ class Tool:
     uses_idempotency_key: bool = False
     """The tool passes ``ctx.idempotency_key`` to the world, which deduplicates by it: a call
     whose outcome was lost in a crash is then safe to run again."""
+    runs_as: Literal["coroutine", "inline", "thread"] = "coroutine"
+    """How the handler runs: ``coroutine``, async code that may do anything (each call gets a
+    task of its own, so one that ignores cancellation past its timeout can be abandoned);
+    ``inline``, a sync function called on the event loop (it cannot be interrupted, but it
+    cannot ignore a cancellation either); ``thread``, a sync function in a worker thread
+    (which cannot be stopped once started: past its timeout it is left to finish)."""
 
     @property
     def safe_to_retry(self) -> bool:

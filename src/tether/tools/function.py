@@ -146,6 +146,7 @@ def function_tool(
     definition = ToolDefinition(
         name=tool_name, description=text, input_schema=schema, title=title, annotations=annotations
     )
+    is_async = inspect.iscoroutinefunction(func)
     return Tool(
         definition=definition,
         handler=handler,
@@ -153,6 +154,7 @@ def function_tool(
         takes_context=ctx_name is not None,
         uses_idempotency_key=idempotency_key,
         timeout=timeout,
+        runs_as="coroutine" if is_async else "thread" if blocking else "inline",
     )
 
 

@@ -1,0 +1,244 @@
+"""Running one tool call, bounded by its timeout whatever the tool does.
+
+A tool written as ``async`` code may do anything, ignoring cancellation included, so each of
+its calls runs in a task of its own: past its timeout the call is cancelled, and if it has
+not stopped ``GRACE`` seconds later it is abandoned (left to finish in the background, its
+result dropped, a line logged when it does) instead of holding the run. Sync functions run
+inline or in a worker thread; a thread cannot be stopped, so past its timeout it is
+abandoned the same way. An abandoned call's outcome is unknown: the run records it so.
+
+``SystemExit`` raised by a tool is an error the model reads; ``KeyboardInterrupt`` is
+reported as ``INTERRUPTED`` (it must not escape a task: asyncio would re-raise it out of the
+event loop), and the run turns it into a cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine, Mapping
+from functools import partial
+from typing import Any, TypeVar
+from weakref import WeakKeyDictionary
+
+from tether.content import ToolResult
+from tether.errors import ApprovalRequired, ModelRetry
+from tether.messages import ToolCall
+from tether.policy.base import Policy
+from tether.tools.base import Tool, ToolContext
+
+__all__ = [
+    "ABANDONED",
+    "GRACE",
+    "INTERRUPTED",
+    "Turn",
+    "abandon",
+    "abandoned_text",
+    "bounded",
+    "no_turn",
+    "run_tool",
+    "settle_within",
+    "slot_for",
+    "timed_out",
+    "tool_error",
+    "wake",
+]
+
+T = TypeVar("T")
+
+_log = logging.getLogger("tether")
+
+GRACE = 1.0
+"""Seconds a call that was cancelled gets to stop before it is abandoned."""
+ABANDONED = "abandoned"
+"""The error type of a call that did not stop when cancelled (its outcome is unknown)."""
+INTERRUPTED = "keyboard_interrupt"
+"""The error type of a call that raised ``KeyboardInterrupt`` (the run is then cancelled)."""
+
+_abandoned: set[asyncio.Future[Any]] = set()
+"""Abandoned calls still running: held here so they are not garbage-collected mid-way."""
+
+
+def tool_error(tool: Tool, exc: BaseException, timeout: float | None) -> tuple[ToolResult, str]:
+    """The result the model sees when a tool raised ``exc`` (a timeout included)."""
+    match exc:
+        case ModelRetry():
+            return ToolResult.error(exc.message), "model_retry"
+        case TimeoutError() if timeout is not None:
+            return timed_out(tool.name, timeout), "timeout"
+        case ApprovalRequired():
+            return ToolResult.error(
+                f"{tool.name} needs approval: {exc.reason}"
+            ), "approval_required"
+        case SystemExit():
+            return ToolResult.error(
+                f"{tool.name} failed: it called sys.exit({exc.code!r}), which a tool must not "
+                "do (it would end the whole program)"
+            ), "exception"
+        case KeyboardInterrupt():
+            return ToolResult.error(f"{tool.name} was interrupted (KeyboardInterrupt)"), INTERRUPTED
+        case _:
+            return ToolResult.error(f"{tool.name} failed: {type(exc).__name__}: {exc}"), "exception"
+
+
+def timed_out(name: str, timeout: float) -> ToolResult:
+    """The result of a call that did not finish within ``timeout`` and stopped when cancelled."""
+    return ToolResult.error(f"{name} did not finish within {timeout:g}s and was cancelled")
+
+
+def abandoned_text(tool: Tool, timeout: float | None) -> str:
+    """What the model is told of a call that was abandoned (its outcome unknown)."""
+    within = "" if timeout is None else f" within {timeout:g}s"
+    how = (
+        "it runs in a thread, which cannot be stopped"
+        if tool.runs_as == "thread"
+        else "it ignored cancellation"
+    )
+    return (
+        f"{tool.name} did not finish{within} and {how}: it was abandoned and may still be "
+        "running, or have taken effect. Do not assume either: check before calling it again"
+    )
+
+
+async def run_tool(
+    tool: Tool,
+    call: ToolCall,
+    ctx: ToolContext,
+    arguments: Mapping[str, Any],
+    timeout: float | None,
+) -> tuple[ToolResult, str | None]:
+    """Run one call, turning every failure into an error result the model can read.
+
+    With a ``timeout``, the call is bounded as ``bounded`` does (abandoned if it will not
+    stop); without one, the caller bounds it.
+    """
+    if timeout is not None:
+        return await bounded(run_tool(tool, call, ctx, arguments, None), timeout, tool)
+    try:
+        result = await tool.handler(ctx, arguments)
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling() > 0:
+            raise  # really cancelled
+        return tool_error(tool, RuntimeError(f"raised CancelledError: {exc!r}"), None)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
+        return tool_error(tool, exc, None)
+    return result, ("tool_error" if result.is_error else None)
+
+
+def wake(waiter: asyncio.Future[None], _: object = None) -> None:
+    """Resolve ``waiter`` (a done callback, or a timer's)."""
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+async def settle_within(task: asyncio.Future[Any], seconds: float | None) -> bool:
+    """Wait up to ``seconds`` for ``task`` to be done (not cancelling it); whether it is."""
+    if task.done():
+        return True
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    done = partial(wake, waiter)
+    task.add_done_callback(done)
+    timer = None if seconds is None else loop.call_later(seconds, wake, waiter)
+    try:
+        await waiter
+    finally:
+        task.remove_done_callback(done)
+        if timer is not None:
+            timer.cancel()
+    return task.done()
+
+
+def abandon(task: asyncio.Future[Any], tool: Tool, run_id: str) -> None:
+    """Leave a call that will not stop to finish in the background; log when it does.
+
+    It leaves the loop's task registry too: ``asyncio.run`` cancels and awaits every task
+    when it ends, and one that ignores cancellation would keep the program from exiting.
+    """
+    started = time.monotonic()
+    _abandoned.add(task)
+    unregister = getattr(asyncio.tasks, "_unregister_task", None)
+    if unregister is not None and isinstance(task, asyncio.Task):
+        unregister(task)
+
+    def finished(done: asyncio.Future[Any]) -> None:
+        _abandoned.discard(done)
+        error = None if done.cancelled() else done.exception()
+        _log.warning(
+            "tether: the abandoned call of tool %r (run %s) finished %.1fs later%s; its "
+            "result was dropped",
+            tool.name,
+            run_id,
+            time.monotonic() - started,
+            f" with {type(error).__name__}: {error}" if error is not None else "",
+        )
+
+    task.add_done_callback(finished)
+
+
+class Turn:
+    """Whether a capped call got its concurrency slot (a timeout before means it never ran)."""
+
+    __slots__ = ("started",)
+
+    def __init__(self) -> None:
+        self.started = False
+
+
+def no_turn(tool: Tool, timeout: float) -> ToolResult:
+    """The result of a call that waited for a concurrency slot past its timeout."""
+    return ToolResult.error(
+        f"{tool.name} did not get a turn within {timeout:g}s: the policy caps how many calls "
+        "of it run at once and all were busy"
+    )
+
+
+async def bounded(
+    work: Coroutine[Any, Any, tuple[ToolResult, str | None]],
+    timeout: float | None,
+    tool: Tool,
+    run_id: str = "",
+    turn: Turn | None = None,
+) -> tuple[ToolResult, str | None]:
+    """Run ``work`` in a task of its own within ``timeout`` (outside the run's own task).
+
+    Past the timeout it is cancelled; a call that has not stopped ``GRACE`` seconds later is
+    abandoned and reported as ``ABANDONED``. If the caller is cancelled meanwhile, so is the
+    call (abandoned if it will not stop) and the cancellation propagates. ``turn`` tells a
+    call that never got its concurrency slot from one that ran too long.
+    """
+    task = asyncio.get_running_loop().create_task(work)
+    try:
+        if await settle_within(task, timeout):
+            return task.result()
+    except asyncio.CancelledError:
+        task.cancel()
+        if not task.done():
+            abandon(task, tool, run_id)
+        raise
+    task.cancel()
+    assert timeout is not None
+    if await settle_within(task, GRACE):
+        if turn is not None and not turn.started:
+            return no_turn(tool, timeout), "timeout"
+        return timed_out(tool.name, timeout), "timeout"
+    abandon(task, tool, run_id)
+    return ToolResult.error(abandoned_text(tool, timeout)), ABANDONED
+
+
+_SLOTS: WeakKeyDictionary[
+    Policy, WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
+] = WeakKeyDictionary()
+
+
+def slot_for(policy: Policy, tool: str, cap: int) -> asyncio.Semaphore:
+    """The semaphore capping ``tool``'s concurrent calls under ``policy`` on this event loop."""
+    loop = asyncio.get_running_loop()
+    per_loop = _SLOTS.setdefault(policy, WeakKeyDictionary())
+    slots = per_loop.setdefault(loop, {})
+    semaphore = slots.get(tool)
+    if semaphore is None:
+        semaphore = slots[tool] = asyncio.Semaphore(cap)
+    return semaphore

@@ -1,0 +1,63 @@
+"""``tether run`` with a tool that blocks the event loop for good: the process ends, exit 2.
+
+From inside the loop nothing can stop such a tool; the monitor thread sees the loop held past
+the call's deadline and ends the process with a message, and the run goes on with
+``tether resume`` as after a crash (the call's outcome unknown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from tether.stores import SqliteStore
+
+ROOT = Path(__file__).parents[2]
+
+
+async def tether(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        "from tether.cli.app import main; main()",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_a_tool_that_blocks_the_loop_for_good_ends_the_process_not_hangs_it(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "t.db")
+    started = time.monotonic()
+    code, _, err = await tether(
+        "run", "go", "--agent", "tests.cli.hang_agent:agent", "--db", db, "--no-log"
+    )
+    assert time.monotonic() - started < 2 + 5 + 10  # max_seconds, the hang margin, start-up
+    assert code == 2, err
+    assert "blocked the event loop" in err
+    assert "Traceback" not in err
+    store = SqliteStore(db)
+    try:
+        (row,) = await store.runs()
+        kinds = [e.kind for e in await store.read(row.run_id)]
+    finally:
+        await store.close()
+    assert kinds[-1] == "policy_decided"  # the call was under way: its intent is logged
+
+    code, _, err = await tether("resume", row.run_id, "--db", db)
+    assert code == 0, err
+    store = SqliteStore(db)
+    try:
+        kinds = [e.kind for e in await store.read(row.run_id)]
+    finally:
+        await store.close()
+    assert "tool_call_unknown" in kinds  # not run again: it may have taken effect
+    assert kinds[-1] == "run_finished"
