@@ -12,10 +12,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.durability.test_leases import line, start
 from tests.support import add, assert_protocol_valid
 from tether import Agent
+from tether.cli.app import app
 from tether.errors import RunExists
 from tether.stores import RunStore, SqliteStore
 from tether.testing import ScriptedModel, call, finish
@@ -88,3 +90,31 @@ async def test_a_killed_run_issued_again_continues_without_repeating_its_effect(
     assert "tool_call_unknown" in kinds  # its outcome is unknown, and the model was told
     assert kinds[-1] == "run_finished"
     assert_protocol_valid(events)
+
+
+def stored_log(db: Path, run_id: str) -> list[str]:
+    async def read() -> list[str]:
+        store = SqliteStore(db)
+        try:
+            return [e.hash for e in await store.read(run_id)]
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def test_the_cli_run_under_an_id_can_be_issued_again(tmp_path: Path) -> None:
+    db, run_id = tmp_path / "t.db", "nightly-report"
+    script = tmp_path / "script.json"
+    script.write_text('[{"tool_calls": [{"name": "finish_task", "arguments": {"answer": "42"}}]}]')
+    args = ["run", "report", "--model", f"scripted:{script}", "--db", str(db), "--no-log"]
+    first = CliRunner().invoke(app, [*args, "--run-id", run_id])
+    assert first.exit_code == 0, first.output
+    stored = stored_log(db, run_id)
+    again = CliRunner().invoke(app, [*args, "--run-id", run_id])
+    assert again.exit_code == 0, again.output
+    assert again.stdout.strip() == first.stdout.strip() == "42"
+    assert stored_log(db, run_id) == stored  # nothing new: it had finished
+    other = CliRunner().invoke(app, ["run", "another goal", *args[2:], "--run-id", run_id])
+    assert other.exit_code == 2
+    assert "is stored already" in other.stderr

@@ -57,7 +57,6 @@ class LoopMonitor:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._loops: dict[asyncio.AbstractEventLoop, int] = {}
         self._calls: dict[asyncio.Task[Any], Call] = {}
         self._thread: threading.Thread | None = None
@@ -65,7 +64,11 @@ class LoopMonitor:
         """Called (from the monitor's thread) with a message when a call hangs the loop."""
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start watching ``loop`` (counted: once per run on it)."""
+        """Start watching ``loop`` (counted: once per run on it).
+
+        Only a count changes here: the thread is never woken on a run's hot path (a wake-up
+        costs a hand-over of the GIL); it looks at the counts on its own, every ``PING``.
+        """
         with self._lock:
             self._loops[loop] = self._loops.get(loop, 0) + 1
             if self._thread is None:
@@ -73,16 +76,11 @@ class LoopMonitor:
                     target=self._main, name="tether-loop-monitor", daemon=True
                 )
                 self._thread.start()
-        self._wake.set()
 
     def unwatch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """One run on ``loop`` ended."""
+        """One run on ``loop`` ended (the loop is forgotten once it has none and closes)."""
         with self._lock:
-            left = self._loops.get(loop, 0) - 1
-            if left > 0:
-                self._loops[loop] = left
-            else:
-                self._loops.pop(loop, None)
+            self._loops[loop] = self._loops.get(loop, 1) - 1
 
     def begin(self, task: asyncio.Task[Any], call: Call) -> None:
         """``task`` now runs ``call`` (the run's own task for a sync tool)."""
@@ -96,12 +94,9 @@ class LoopMonitor:
         pings: dict[asyncio.AbstractEventLoop, tuple[threading.Event, float]] = {}
         while True:
             with self._lock:
-                loops = list(self._loops)
-            if not loops:
-                pings.clear()
-                self._wake.wait()
-                self._wake.clear()
-                continue
+                for closed in [lp for lp, n in self._loops.items() if n <= 0 and lp.is_closed()]:
+                    del self._loops[closed]
+                loops = [lp for lp, n in self._loops.items() if n > 0]
             for gone in set(pings) - set(loops):
                 del pings[gone]
             now = time.monotonic()

@@ -24,7 +24,7 @@ from tether.cli.model_commands import model_app
 from tether.cli.safety_commands import safety_app
 from tether.cli.store_commands import BusyTimeoutOption, store_app
 from tether.codec import read_jsonl
-from tether.errors import TetherError
+from tether.errors import TetherError, UserError
 from tether.limits import Limits
 
 __all__ = ["app", "main"]
@@ -86,6 +86,15 @@ def _run(
         ),
     ] = None,
     busy_timeout: BusyTimeoutOption = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id",
+            help="Run under this id: if a run is stored under it, continue it (after a crash) "
+            "or report how it ended, instead of starting another. A supervisor can re-issue "
+            "the same command.",
+        ),
+    ] = None,
 ) -> None:
     """Run an agent on a goal, with a live status line; exit 0 only if it finished.
 
@@ -112,7 +121,9 @@ def _run(
             from tether.policy.gate import RulePolicy
 
             agent = replace(agent, policy=RulePolicy.from_toml(policy))
-        stream = agent.stream(goal, agent_ref=agent_ref)
+        if run_id is not None and store is None:
+            raise UserError("--run-id needs the run store: drop --no-store")
+        stream = agent.stream(goal, agent_ref=agent_ref, run_id=run_id)
         outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=limits.max_steps))
     except TetherError as exc:
         raise fail(exc) from None
