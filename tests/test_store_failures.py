@@ -61,8 +61,10 @@ class FailingStore(RunStore):
     async def runs(self, query: RunQuery = RunQuery()) -> list[RunInfo]:
         return await self.inner.runs(query)
 
-    async def acquire(self, run_id: str, owner: str, *, ttl: float | None = None) -> Lease:
-        return await self.inner.acquire(run_id, owner, ttl=ttl)
+    async def acquire(
+        self, run_id: str, owner: str, *, ttl: float | None = None, fresh: bool = False
+    ) -> Lease:
+        return await self.inner.acquire(run_id, owner, ttl=ttl, fresh=fresh)
 
     async def release(self, lease: Lease) -> None:
         await self.inner.release(lease)

@@ -217,7 +217,8 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                 if self._store is not None:
                     # The lease first: it fences off any other process from this run's log.
                     self._owner = self._owner or default_owner()
-                    self._lease = await self._store.acquire(self.run_id, self._owner)
+                    fresh = not self._resume and not self._existing  # an id made up here
+                    self._lease = await self._store.acquire(self.run_id, self._owner, fresh=fresh)
                     if self._resume:
                         journal.load(await self._store.read(self.run_id))
                     elif self._existing:  # started under this id before: continue that run

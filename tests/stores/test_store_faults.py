@@ -129,14 +129,27 @@ async def test_close_keeps_records_the_database_cannot_take_yet(tmp_path: Path) 
     assert await stored(path, run_id) == [e.kind for e in log]  # the next store applies it
 
 
-async def test_a_lock_at_start_is_a_busy_error_not_a_frozen_loop(tmp_path: Path) -> None:
+async def test_a_new_run_starts_and_finishes_while_the_file_is_locked(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    store = SqliteStore(path, busy_timeout=0.3)
+    await store.runs()  # create the file
+    agent = Agent(model=ScriptedModel([finish("x")]), store=store)
+    async with WriteLock(path) as lock:
+        outcome = await agent.run("go")  # its commits need the pending file, not the database
+        assert outcome.status == "finished"
+        await lock.release()
+    await store.close()
+    assert await stored(path, outcome.run_id) == [e.kind for e in outcome.events]
+
+
+async def test_a_lock_at_the_start_of_a_named_run_is_a_busy_error(tmp_path: Path) -> None:
     path = tmp_path / "t.db"
     store = SqliteStore(path, busy_timeout=0.3)
     await store.runs()  # create the file
     agent = Agent(model=ScriptedModel([finish("x")]), store=store)
     async with WriteLock(path):
         with pytest.raises(StoreBusy, match="locked by another process"):
-            await agent.run("go")
+            await agent.run("go", run_id="nightly")  # the id may exist: the database decides
     assert await store.runs() == []  # nothing was started
     await store.close()
 

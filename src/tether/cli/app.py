@@ -129,7 +129,10 @@ def _run(
         raise fail(exc) from None
     finally:
         if store is not None:
-            asyncio.run(store.close())
+            try:  # a store that could not take what the run committed says so here
+                asyncio.run(store.close())
+            except TetherError as exc:
+                raise fail(exc) from None
     failure = store_failure(outcome)
     if failure is not None:
         raise fail(failure)  # the store, not the run, needs fixing: it says how to go on

@@ -11,8 +11,10 @@ A store's file is replaced by a new one (a new *generation*) once it grows past 
 an old file is deleted only when every record written to it is in the database: a file is
 never deleted while it holds the only copy of a committed record.
 
-One record per line: ``{"run": ID, "token": N, "events": [EVENT, ...]}``, or for a lease
-given up, ``{"run": ID, "token": N, "release": true, "events": []}``.
+One record per line: ``{"run": ID, "token": N, "events": [EVENT, ...]}``; for a lease
+given up, ``{"run": ID, "token": N, "release": true, "events": []}``; for the first lease of a
+run id this store made up (no other process can know it yet),
+``{"run": ID, "token": 1, "grant": [OWNER, EXPIRES_AT], "events": []}``.
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ MAX_RECORD_BYTES = 256 * 1024 * 1024
 class Record:
     """One append: a run's new events under a lease token (``None``: appended without one).
 
-    ``release``: instead of events, the owner gave the lease up. ``gen``: the generation of
-    this store's file it was written to (``-1``: not from this store's files).
+    ``release``: instead of events, the owner gave the lease up. ``grant``: instead of
+    events, the first lease of a new run, ``(owner, expires_at)``. ``gen``: the generation
+    of this store's file it was written to (``-1``: not from this store's files).
     """
 
     run_id: str
@@ -62,15 +65,23 @@ class Record:
     bodies: list[bytes]
     release: bool = False
     gen: int = -1
+    grant: tuple[str, float] | None = None
 
 
 def record_line(
-    run_id: str, token: int | None, bodies: Sequence[bytes], *, release: bool = False
+    run_id: str,
+    token: int | None,
+    bodies: Sequence[bytes],
+    *,
+    release: bool = False,
+    grant: tuple[str, float] | None = None,
 ) -> bytes:
     """The record as one line, built from the events' encoded bodies (no re-encoding)."""
     head = b'{"run":' + orjson.dumps(run_id) + b',"token":' + orjson.dumps(token)
     if release:
         head += b',"release":true'
+    if grant is not None:
+        head += b',"grant":' + orjson.dumps(grant)
     return head + b',"events":[' + b",".join(bodies) + b"]}\n"
 
 
@@ -320,4 +331,13 @@ def _record(line: bytes) -> Record:
     bodies = [orjson.dumps(item) for item in raw["events"]]
     events = [decode_event(body) for body in bodies]
     release = raw.get("release", False) is True
-    return Record(run_id=run_id, token=token, events=events, bodies=bodies, release=release)
+    granted = raw.get("grant")
+    grant = None
+    if granted is not None:
+        owner, expires = granted
+        if not isinstance(owner, str) or not isinstance(expires, int | float):
+            raise ValueError("a grant needs an owner and an expiry time")
+        grant = (owner, float(expires))
+    return Record(
+        run_id=run_id, token=token, events=events, bodies=bodies, release=release, grant=grant
+    )

@@ -98,6 +98,15 @@ class Applier:
         """Whether a leased record's events may be applied (a release is applied here)."""
         db = self._db
         run_id = record.run_id
+        if record.grant is not None:  # a new run's first lease: granted unless a lease exists
+            owner, expires = record.grant
+            db.execute(
+                "INSERT INTO leases (run_id, owner, token, expires_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (run_id) DO NOTHING",
+                (run_id, owner, record.token, expires),
+            )
+            tokens[run_id] = lease_token(db, run_id)
+            return False
         if run_id not in tokens:
             tokens[run_id] = lease_token(db, run_id)
         if record.release:

@@ -5,7 +5,8 @@ store used from the event loop's thread would freeze every run of the process wh
 another process holds the file. Here one daemon thread per store makes every call, in the
 order they are submitted; the event loop awaits their results. Between jobs the thread runs
 the store's periodic work (``tick``: applying pending records, renewing leases), whose
-return value says when it is next due.
+return value says when it is next due; it is given a way to the connection, which it opens
+only if it has work to do.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Worker:
         self,
         name: str,
         opener: Callable[[], sqlite3.Connection],
-        tick: Callable[[sqlite3.Connection], float | None],
+        tick: Callable[[Callable[[], sqlite3.Connection]], float | None],
     ) -> None:
         self._name = name
         self._opener = opener
@@ -115,17 +116,21 @@ class Worker:
                 break
             if job is not None:
                 self._run(*job)
-            db = self._db
-            if db is not None:
-                try:
-                    delay = self._tick(db)
-                except Exception:  # a bug in the periodic work must not kill the thread
-                    _log.exception("tether: the SQLite store's periodic work failed")
-                    delay = 1.0
-                next_tick = None if delay is None else time.monotonic() + delay
+            try:
+                delay = self._tick(self._connection)
+            except Exception as exc:  # the store reports it where it matters; retry later
+                _log.warning("tether: the SQLite store's periodic work failed: %s", exc)
+                delay = 1.0
+            next_tick = None if delay is None else time.monotonic() + delay
         if self._db is not None:
             self._db.close()
             self._db = None
+
+    def _connection(self) -> sqlite3.Connection:
+        """The connection, opened now if it is not yet (periodic work with work to do)."""
+        if self._db is None:
+            self._db = self._opener()
+        return self._db
 
     def _run(self, job: Callable[[Any], Any], done: Future[Any], opening: bool) -> None:
         if not done.set_running_or_notify_cancel():

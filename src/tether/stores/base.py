@@ -193,8 +193,14 @@ class RunStore(ABC):
         """The runs index, newest first."""
 
     @abstractmethod
-    async def acquire(self, run_id: str, owner: str, *, ttl: float | None = None) -> Lease:
+    async def acquire(
+        self, run_id: str, owner: str, *, ttl: float | None = None, fresh: bool = False
+    ) -> Lease:
         """Take (or renew, for the same owner) the run's lease.
+
+        ``fresh``: the caller made the run id up just now, so no process can know it yet; a
+        store may then grant the first lease without asking anyone (it must still make the
+        grant durable before the run's first append is).
 
         The store renews a lease it granted (a heartbeat) for as long as it holds it, until
         ``release``: a run keeps its lease through long model calls and tools. A lease is

@@ -83,7 +83,9 @@ class MemoryStore(RunStore, KeyValueStore):
         rows.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return rows[: query.limit]
 
-    async def acquire(self, run_id: str, owner: str, *, ttl: float | None = None) -> Lease:
+    async def acquire(
+        self, run_id: str, owner: str, *, ttl: float | None = None, fresh: bool = False
+    ) -> Lease:
         """Grant a lease with the next fencing token."""
         now = time.time()
         found = self._leases.get(run_id)

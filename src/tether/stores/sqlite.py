@@ -148,6 +148,7 @@ class SqliteStore(RunStore, KeyValueStore):
         self._heartbeat_at = 0.0
         self._sync_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._closed = False
+        self._verified = False
 
     @property
     def read_only(self) -> bool:
@@ -172,14 +173,14 @@ class SqliteStore(RunStore, KeyValueStore):
             )
         return db
 
-    def _tick(self, db: sqlite3.Connection) -> float | None:
+    def _tick(self, connection: Callable[[], sqlite3.Connection]) -> float | None:
         """Apply this store's pending records and renew its leases when due; the next due time."""
         now = time.monotonic()
         delays: list[float] = []
         if self._pending and self._broken is None:
             due = self._first_pending_at + self._apply_interval
             if now >= due:
-                self._apply_own(db)
+                self._apply_own(connection())
                 if self._pending and self._broken is None:
                     delays.append(_RETRY_APPLY)
             else:
@@ -188,7 +189,7 @@ class SqliteStore(RunStore, KeyValueStore):
         if spans:
             interval = min(spans) / 3
             if now >= self._heartbeat_at + interval:
-                self._heartbeat(db)
+                self._heartbeat(connection())
                 self._heartbeat_at = now
             delays.append(max(0.0, self._heartbeat_at + interval - time.monotonic()))
         if self._sync_waiters:
@@ -222,14 +223,23 @@ class SqliteStore(RunStore, KeyValueStore):
                 _log.warning("tether: the run store %s is free again", self.path)
             self._busy_since = None
 
+    def _verify(self, db: sqlite3.Connection) -> None:
+        """Read a little of every table: a damaged or foreign file fails here, typed."""
+        for table in ("events", "runs", "leases"):
+            db.execute(f"SELECT * FROM {table} ORDER BY rowid DESC LIMIT 1").fetchall()
+            db.execute(f"SELECT * FROM {table} LIMIT 1").fetchall()
+        if str(self.path) != ":memory:" and not os.access(self.path, os.W_OK):
+            self._read_only = True  # read-only file, medium or immutable: found before a run
+        self._verified = True
+
     def _heartbeat(self, db: sqlite3.Connection) -> None:
         """Renew every lease this store holds, in one transaction."""
         held = list(self._held.items())
         if not held or self._read_only:
             return
         now = time.time()
-        try:
-            with self._immediate(db, "renewing leases"):
+        try:  # this store's own records first: a new run's lease may still be one of them
+            with self._transaction(db, others=False):
                 for run_id, lease in held:
                     if lease.lost or lease.ttl <= 0:
                         continue
@@ -342,7 +352,7 @@ class SqliteStore(RunStore, KeyValueStore):
             now = time.time()
             if held.ttl <= 0:  # an append proves its holder alive: from now on, a heartbeat
                 held.ttl = self._lease_ttl
-            with self._immediate(db, f"renewing the lease of run {run_id!r}"):
+            with self._transaction(db, others=False):
                 renewed = db.execute(
                     "UPDATE leases SET expires_at = MAX(expires_at, ?) WHERE run_id = ? AND token = ?",
                     (now + held.ttl, run_id, held.token),
@@ -551,15 +561,40 @@ class SqliteStore(RunStore, KeyValueStore):
 
     # -- leases --------------------------------------------------------------------------
 
-    async def acquire(self, run_id: str, owner: str, *, ttl: float | None = None) -> Lease:
+    async def acquire(
+        self, run_id: str, owner: str, *, ttl: float | None = None, fresh: bool = False
+    ) -> Lease:
         """Grant a lease with the next fencing token, atomically across processes.
 
         Every pending record is applied first, so the new owner reads the whole log: a
         crashed writer's records included. A lease whose holder is alive (its process, on
         this host) or whose heartbeat has not expired is refused with ``LeaseHeld``.
+
+        A ``fresh`` run id (made up by the caller just now: no process can know it yet) gets
+        its first lease by a record in this store's pending file, like any commit: no trip to
+        the database. Anyone who leases the run later applies that record first.
         """
         self._check_open()
         span = self._lease_ttl if ttl is None else ttl
+        log = self._log
+        if fresh and log is not None and run_id not in self._held:
+            if not self._verified:  # once per store: a damaged file is found before a run
+                await self._call(self._verify)
+            if self._broken is not None:
+                raise self._broken
+            self._check_writable()
+            now = time.time()
+            grant = (owner, now + span)
+            record = Record(run_id, 1, [], [], grant=grant)
+            try:
+                record.gen, _ = log.write(record_line(run_id, 1, [], grant=grant))
+            except OSError as exc:
+                raise os_error(exc, log.directory, f"starting run {run_id!r}") from None
+            self._queue(record)
+            self._held[run_id] = _Held(
+                token=1, owner=owner, ttl=span, tail=None, safe_until=now + span * 2 / 3
+            )
+            return Lease(run_id=run_id, owner=owner, token=1, expires_at=now + span)
 
         def job(db: sqlite3.Connection) -> tuple[int, tuple[int, str] | None, float]:
             self._check_writable()
@@ -695,6 +730,8 @@ class SqliteStore(RunStore, KeyValueStore):
         self._closed = True
         self._held.clear()
 
+        refused: list[StoreError] = []
+
         def final(db: sqlite3.Connection | None) -> None:
             if db is not None and self._pending and not self._read_only:
                 try:
@@ -702,6 +739,8 @@ class SqliteStore(RunStore, KeyValueStore):
                         pass
                 except StoreError as exc:
                     _log.warning("tether: %s", exc)
+                    if not isinstance(exc, StoreBusy):
+                        refused.append(exc)
             log = self._log
             if log is not None:
                 kept = log.close(keep=bool(self._pending))
@@ -715,12 +754,20 @@ class SqliteStore(RunStore, KeyValueStore):
                     )
 
         try:
-            if self._pending or self._worker.started:
+            if self._pending:
+                await self._worker.run(final)
+            elif self._worker.started:
                 await self._worker.run_if_open(final)
         finally:
             self._worker.stop()
             for _, done in self._sync_waiters:
                 _settle(done, StoreUnavailable(f"the run store {self.path} was closed"))
+        broken = refused[0] if refused else self._broken
+        if broken is not None and self.pending_dir is not None:
+            # the records are safe in the pending files, but this database cannot take them
+            raise type(broken)(
+                f"{broken} The records it could not take are kept in {self.pending_dir}"
+            )
 
     @contextmanager
     def _immediate(self, db: sqlite3.Connection, doing: str) -> Generator[None]:
