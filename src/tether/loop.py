@@ -24,7 +24,7 @@ from typing_extensions import TypeVar
 from tether._internal.clock import Clock, monotonic_of
 from tether._internal.endings import Endings, error_info
 from tether._internal.journal import EventSink, Journal, StoreSink
-from tether._internal.loopmonitor import monitor
+from tether._internal.loopmonitor import Call, monitor
 from tether._internal.recovery import Recovery
 from tether._internal.runbase import Cancelled, OutputT, Retry, Stop, ToolRunner
 from tether._internal.toolcalls import ToolCalls
@@ -144,7 +144,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         self._loaded = 0
         self._fatal = None
         self._interrupted = False
-        self._calling = None
+        self._watch = Call(run_id)
         policy = self._spec.policy
         self._checks_results = type(policy).check_result is not Policy.check_result
         self._gen = self._drive()
@@ -182,8 +182,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
             self._interruptible
             and task is not None
             and not task.done()
-            and current is not task  # from inside the run (a tool of its own, too): the flag
-            and current is not self._calling  # suffices
+            and current is not task  # from inside the run: the flag suffices
         ):
             self._cancel_requests += 1
             task.cancel()
@@ -209,6 +208,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         journal = self._journal
         loop = task.get_loop()
         monitor.watch(loop)
+        monitor.begin(task, self._watch)
         try:
             try:
                 stop: Stop | None = None
@@ -315,6 +315,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
             if self._interrupted:  # the run is ended and logged: now Ctrl-C goes on up
                 raise KeyboardInterrupt
         finally:
+            monitor.end(task)
             monitor.unwatch(loop)
             self._watchdog.close()
             await journal.close()

@@ -42,14 +42,26 @@ HANG = 3.0
 
 @dataclass(slots=True)
 class Call:
-    """A tool call in flight, as the monitor knows it."""
+    """What a task registered with the monitor is doing: a run's tool call, if any."""
 
     run_id: str
-    tool: str
-    deadline: float | None
-    """Monotonic time by which it should be done (``None``: no timeout)."""
+    tool: str | None = None
+    """The tool being called (``None``: none now)."""
+    deadline: float | None = None
+    """Monotonic time by which the call should be done (``None``: no timeout)."""
     blocked_since: float | None = None
-    """When it was first seen holding the loop (monotonic), if it was."""
+    """When the call was first seen holding the loop (monotonic), if it was."""
+
+    def calling(self, tool: str, timeout: float | None) -> None:
+        """A call of ``tool`` starts, due within ``timeout`` seconds."""
+        self.tool = tool
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.blocked_since = None
+
+    def done(self) -> float | None:
+        """The call is over; returns when it was first seen holding the loop, if it was."""
+        blocked, self.blocked_since, self.tool = self.blocked_since, None, None
+        return blocked
 
 
 class LoopMonitor:
@@ -117,7 +129,7 @@ class LoopMonitor:
         """``loop`` has not answered a ping for ``STALL`` seconds: find who holds it."""
         task = _running_task(loop)
         call = None if task is None else self._calls.get(task)
-        if call is None:
+        if call is None or call.tool is None:
             return
         if call.blocked_since is None:
             call.blocked_since = now - STALL

@@ -18,6 +18,7 @@ from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock
 from tether._internal.journal import Journal
+from tether._internal.loopmonitor import Call
 from tether._internal.watchdog import Watchdog
 from tether.content import TextBlock, ToolResult
 from tether.events import (
@@ -181,7 +182,7 @@ class RunBase(Generic[OutputT]):
     _existing: bool
     _fatal: ErrorInfo | None
     _interrupted: bool
-    _calling: asyncio.Task[Any] | None
+    _watch: Call
     _answer: str | None
     _max_recoveries: int
     _policy_run: PolicyContext | None

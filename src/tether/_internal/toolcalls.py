@@ -7,28 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import replace
-from functools import partial
 from typing import Any, cast
 
 from tether._internal.approving import arguments_hash
-from tether._internal.loopmonitor import Call, monitor
+from tether._internal.loopmonitor import Call
 from tether._internal.runbase import Cancelled, OutputT, Planned, RunBase, Stop
 from tether._internal.toolexec import (
     ABANDONED,
-    GRACE,
     INTERRUPTED,
+    Drive,
     Turn,
-    abandon,
     abandoned_text,
     bounded,
     no_turn,
     run_tool,
-    settle_within,
     slot_for,
+    timed_out,
     tool_error,
-    wake,
 )
 from tether.content import TextBlock, ToolResult
 from tether.errors import LoopBlocked, ModelRetry
@@ -53,13 +50,6 @@ from tether.tools.base import Tool, ToolContext, ToolDefinition
 __all__ = ["ToolCalls"]
 
 _NO_CONTEXT = ToolContext(run_id="", call_id="", tool="")
-
-
-def _deadline_of(timeout: float | None) -> float | None:
-    return None if timeout is None else time.monotonic() + timeout
-
-
-"""Passed to handlers that declared they do not read their context."""
 
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -381,113 +371,79 @@ class ToolCalls(RunBase[OutputT]):
         )
         self._in_flight.add(item.call.id)
         slot = self._slot(tool.name)
-        if child:  # already in a task of its own: bounded by a timer
-            turn = Turn() if slot is not None else None
-            work = self._call(tool, item, ctx, slot, turn)
-            result, error_type = await bounded(work, timeout, tool, self.run_id, turn)
-        elif slot is None and tool.runs_as != "coroutine" and self._tool_runner is run_tool:
-            result, error_type = await self._inline(tool, item, ctx, timeout)
+        turn = Turn() if slot is not None else None
+        work = self._call(tool, item, ctx, slot, turn)
+        if child:  # already in a task of its own: bounded by a timer, watched on its own
+            watch = Call(self.run_id)
+            watch.calling(tool.name, timeout)
+            result, error_type = await bounded(work, timeout, tool, self.run_id, turn, watch)
+            blocked = watch.done()
         else:
-            result, error_type = await self._contained(tool, item, ctx, slot, timeout)
+            result, error_type, blocked = await self._on_task(tool, work, timeout, turn)
+        if blocked is not None and timeout is not None and self._monotonic() - t0 > timeout:
+            result, error_type = self._blocked(tool, blocked, timeout)
         self._in_flight.discard(item.call.id)
         if error_type == INTERRUPTED:  # Ctrl-C reached the tool: the run is cancelled
             self._cancel_reason = f"interrupted by KeyboardInterrupt in tool {tool.name!r}"
             self._interrupted = True
-        if self._checks_results and error_type != ABANDONED:
+        if self._checks_results and error_type not in (ABANDONED, "loop_blocked"):
             result, error_type = self._checked(item, result, error_type)
         return result, error_type, self._monotonic() - t0
 
-    async def _inline(
-        self, tool: Tool, item: Planned, ctx: ToolContext, timeout: float | None
-    ) -> tuple[ToolResult, str | None]:
-        """A sync tool, on the run's own task (it cannot ignore a cancellation)."""
-        assert item.arguments is not None
-        watchdog = self._watchdog
-        assert watchdog is not None
-        task = self._task
-        assert task is not None
-        monitor.begin(task, Call(self.run_id, tool.name, _deadline_of(timeout)))
-        watchdog.arm(timeout)
-        self._interruptible = True
-        try:
-            result = await tool.handler(ctx, item.arguments)
-            outcome: tuple[ToolResult, str | None] = (
-                result,
-                "tool_error" if result.is_error else None,
-            )
-        except asyncio.CancelledError as exc:
-            match self._settle():
-                case "timeout":
-                    if tool.runs_as == "thread":  # the thread goes on: its outcome is unknown
-                        outcome = ToolResult.error(abandoned_text(tool, timeout)), ABANDONED
-                    else:
-                        outcome = tool_error(tool, TimeoutError(), timeout)
-                case "cancel":
-                    raise Cancelled from None
-                case "tool":
-                    outcome = tool_error(tool, RuntimeError(repr(exc)), None)
-                case "external":
-                    raise
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:
-            outcome = tool_error(tool, exc, None)
-        finally:
-            self._interruptible = False
-            watchdog.disarm()
-            seen = monitor.end(task)
-        return self._unless_blocked(tool, seen, timeout, outcome)
-
-    async def _contained(
+    async def _on_task(
         self,
         tool: Tool,
-        item: Planned,
-        ctx: ToolContext,
-        slot: asyncio.Semaphore | None,
+        work: Coroutine[Any, Any, tuple[ToolResult, str | None]],
         timeout: float | None,
-    ) -> tuple[ToolResult, str | None]:
-        """Async code, in a task of its own: past its timeout, cancelled, then abandoned."""
+        turn: Turn | None,
+    ) -> tuple[ToolResult, str | None, float | None]:
+        """The call on the run's own task, bounded by the watchdog; abandoned if it must be.
+
+        Returns its result, its error type, and when it was seen blocking the event loop.
+        """
         watchdog = self._watchdog
         assert watchdog is not None
-        loop = asyncio.get_running_loop()
-        turn = Turn() if slot is not None else None
-        task = loop.create_task(self._call(tool, item, ctx, slot, turn))
-        self._calling = task
-        monitor.begin(task, Call(self.run_id, tool.name, _deadline_of(timeout)))
-        waiter: asyncio.Future[None] = loop.create_future()
-        task.add_done_callback(partial(wake, waiter))
+        watch = self._watch
+        watch.calling(tool.name, timeout)
+        drive = Drive(work, self._ours, tool, self.run_id)
         watchdog.arm(timeout)  # also bounds the wait for a concurrency slot
         self._interruptible = True
+        how = None
+        result: ToolResult | None = None
+        error_type: str | None = None
         try:
-            await waiter
-            how = None
+            result, error_type = await drive
         except asyncio.CancelledError:
             how = self._settle()
         finally:
             self._interruptible = False
-            self._calling = None
             watchdog.disarm()
-        if how is None or (how in ("timeout", "cancel") and task.done() and not task.cancelled()):
-            # done: a call that finished as the run was cancelled or timed out keeps its result
-            # (the run stops at its next check of the cancel flag)
-            return self._unless_blocked(tool, monitor.end(task), timeout, task.result())
-        task.cancel()
-        if how == "external":
-            if not task.done():
-                abandon(task, tool, self.run_id)
-            monitor.end(task)
-            raise asyncio.CancelledError
-        stopped = await settle_within(task, GRACE)
-        seen = monitor.end(task)
-        if not stopped:
-            abandon(task, tool, self.run_id)
-        if how == "cancel":
-            raise Cancelled
-        if seen is not None and seen.blocked_since is not None:
-            return self._blocked(tool, seen, timeout)
-        if not stopped:
-            return ToolResult.error(abandoned_text(tool, timeout)), ABANDONED
-        if turn is not None and not turn.started and timeout is not None:
-            return no_turn(tool, timeout), "timeout"
-        return tool_error(tool, TimeoutError(), timeout)
+        blocked = watch.done()
+        if how is None and drive.swallowed:
+            how = self._settle()  # it did not follow our cancellation: withdraw it
+        match how:
+            case None:
+                assert result is not None
+                return result, error_type, blocked
+            case "cancel":
+                raise Cancelled
+            case "external":
+                raise asyncio.CancelledError
+            case "tool":  # it raised CancelledError with nobody cancelling it
+                result, error_type = tool_error(tool, RuntimeError("raised CancelledError"), None)
+                return result, error_type, blocked
+            case "timeout":
+                if error_type == ABANDONED or tool.runs_as == "thread":
+                    return ToolResult.error(abandoned_text(tool, timeout)), ABANDONED, blocked
+                assert timeout is not None
+                if turn is not None and not turn.started:
+                    return no_turn(tool, timeout), "timeout", blocked
+                return timed_out(tool.name, timeout), "timeout", blocked
+
+    def _ours(self) -> bool:
+        """Whether a cancellation reaching a tool now comes from the run (timeout, cancel)."""
+        watchdog = self._watchdog
+        return self._cancel_requests > 0 or (watchdog is not None and watchdog.expired)
 
     async def _call(
         self,
@@ -497,7 +453,7 @@ class ToolCalls(RunBase[OutputT]):
         slot: asyncio.Semaphore | None,
         turn: Turn | None,
     ) -> tuple[ToolResult, str | None]:
-        """The call itself, in its own task: a concurrency slot, then the tool runner."""
+        """The call itself: a concurrency slot (if capped), then the tool runner."""
         assert item.arguments is not None
         runner = self._tool_runner
         try:
@@ -510,25 +466,10 @@ class ToolCalls(RunBase[OutputT]):
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a custom runner failed
             return tool_error(tool, exc, None)
 
-    def _unless_blocked(
-        self,
-        tool: Tool,
-        seen: Call | None,
-        timeout: float | None,
-        outcome: tuple[ToolResult, str | None],
-    ) -> tuple[ToolResult, str | None]:
-        """The call's outcome, unless it held the event loop past its timeout."""
-        if seen is None or seen.blocked_since is None or timeout is None:
-            return outcome
-        if seen.deadline is not None and time.monotonic() <= seen.deadline:
-            return outcome  # it blocked the loop for a while, within its timeout (logged)
-        return self._blocked(tool, seen, timeout)
-
-    def _blocked(
-        self, tool: Tool, seen: Call, timeout: float | None
-    ) -> tuple[ToolResult, str | None]:
-        held = time.monotonic() - (seen.blocked_since or time.monotonic())
-        error = LoopBlocked(tool.name, held, timeout or 0.0, run_id=self.run_id)
+    def _blocked(self, tool: Tool, since: float, timeout: float) -> tuple[ToolResult, str]:
+        """A call that held the event loop past its timeout: an error, and the run ends."""
+        held = time.monotonic() - since
+        error = LoopBlocked(tool.name, held, timeout, run_id=self.run_id)
         self._fatal = ErrorInfo(type="LoopBlocked", message=str(error))
         return ToolResult.error(str(error)), "loop_blocked"
 

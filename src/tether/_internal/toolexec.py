@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from functools import partial
 from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
+from tether._internal.loopmonitor import Call, monitor
 from tether.content import ToolResult
 from tether.errors import ApprovalRequired, ModelRetry
 from tether.messages import ToolCall
@@ -32,6 +33,7 @@ __all__ = [
     "ABANDONED",
     "GRACE",
     "INTERRUPTED",
+    "Drive",
     "Turn",
     "abandon",
     "abandoned_text",
@@ -195,12 +197,156 @@ def no_turn(tool: Tool, timeout: float) -> ToolResult:
     )
 
 
+class Drive:
+    """Steps a tool call's coroutine on the awaiting task, and lets go of it if it must.
+
+    ``await Drive(coro, ours)`` is ``await coro`` (the call runs on the run's own task, as a
+    tool always did: ``asyncio.current_task()``, ``asyncio.timeout`` inside it work as
+    usual), with one difference: between the coroutine and the task sits a stand-in future
+    for each future the coroutine waits on. If a cancellation that is ``ours()`` (the run's
+    timeout, or its ``cancel()``) reaches the coroutine and it does not stop, it gets
+    ``GRACE`` seconds; then the stand-in is resolved, the task moves on with ``ABANDONED``,
+    and the coroutine continues in a task of its own (``abandon``). A call that never waits
+    (the common case) costs one ``send``: no task, no extra turn of the event loop.
+
+    ``swallowed`` is set when the coroutine kept going after one of our cancellations (the
+    caller then withdraws it from the task). ``ABANDONED`` is returned as ``(None,
+    ABANDONED)``.
+    """
+
+    __slots__ = ("_coro", "_ours", "_proxy", "_run_id", "_tool", "abandoned", "swallowed")
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, tuple[ToolResult, str | None]],
+        ours: Callable[[], bool],
+        tool: Tool,
+        run_id: str,
+    ) -> None:
+        self._coro = coro
+        self._ours = ours
+        self._tool = tool
+        self._run_id = run_id
+        self._proxy: asyncio.Future[None] | None = None
+        self.abandoned = False
+        self.swallowed = False
+
+    def __await__(self) -> Generator[Any, None, tuple[ToolResult | None, str | None]]:
+        coro = self._coro
+        value: Any = None
+        error: BaseException | None = None
+        grace: asyncio.TimerHandle | None = None
+        try:
+            while True:
+                try:
+                    yielded = coro.send(value) if error is None else coro.throw(error)
+                except StopIteration as stop:
+                    return stop.value
+                value, error = None, None
+                if grace is None and self.swallowed:
+                    loop = asyncio.get_running_loop()
+                    grace = loop.call_later(GRACE, self._give_up)
+                if yielded is None or not getattr(yielded, "_asyncio_future_blocking", False):
+                    try:  # a bare yield (sleep(0)), or something the task will refuse
+                        value = yield yielded
+                    except BaseException as exc:
+                        error = self._delivered(exc)
+                    if self.abandoned:
+                        return self._hand_over(None)
+                    continue
+                target: asyncio.Future[Any] = yielded
+                target._asyncio_future_blocking = False  # pyright: ignore[reportAttributeAccessIssue]
+                proxy: asyncio.Future[None] = target.get_loop().create_future()
+                forward = partial(_forward, proxy)
+                target.add_done_callback(forward)
+                self._proxy = proxy
+                try:
+                    proxy._asyncio_future_blocking = True  # pyright: ignore[reportAttributeAccessIssue]
+                    yield proxy
+                except BaseException as exc:
+                    target.remove_done_callback(forward)
+                    if isinstance(exc, asyncio.CancelledError) and target.cancel():
+                        self._delivered(exc)  # it sees its own future cancelled, as usual
+                    else:
+                        error = self._delivered(exc)
+                    continue
+                finally:
+                    self._proxy = None
+                if self.abandoned:
+                    target.remove_done_callback(forward)
+                    return self._hand_over(target)
+        finally:
+            if grace is not None:
+                grace.cancel()
+
+    def _delivered(self, exc: BaseException) -> BaseException:
+        """A cancellation of ours goes to the coroutine: from now on it may not stop."""
+        if isinstance(exc, asyncio.CancelledError) and self._ours():
+            self.swallowed = True  # until it shows otherwise (by raising it)
+        return exc
+
+    def _give_up(self) -> None:
+        self.abandoned = True
+        proxy = self._proxy
+        if proxy is not None and not proxy.done():
+            proxy.set_result(None)
+
+    def _hand_over(
+        self, waiting: asyncio.Future[Any] | None
+    ) -> tuple[ToolResult | None, str | None]:
+        task = asyncio.get_running_loop().create_task(_resumed(self._coro, waiting))
+        abandon(task, self._tool, self._run_id)
+        return None, ABANDONED
+
+
+def _forward(proxy: asyncio.Future[None], _: object) -> None:
+    if not proxy.done():
+        proxy.set_result(None)
+
+
+class _Resume:
+    """Continues a started coroutine in a new task: first the future it waits on, if any."""
+
+    __slots__ = ("_coro", "_waiting")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], waiting: asyncio.Future[Any] | None):
+        self._coro = coro
+        self._waiting = waiting
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro = self._coro
+        value: Any = None
+        error: BaseException | None = None
+        waiting = self._waiting
+        if waiting is not None:
+            try:
+                waiting._asyncio_future_blocking = True  # pyright: ignore[reportAttributeAccessIssue]
+                yield waiting
+            except BaseException as exc:
+                error = exc
+        while True:
+            try:
+                yielded = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                value = yield yielded
+            except BaseException as exc:
+                error = exc
+
+
+async def _resumed(coro: Coroutine[Any, Any, Any], waiting: asyncio.Future[Any] | None) -> Any:
+    return await _Resume(coro, waiting)
+
+
 async def bounded(
     work: Coroutine[Any, Any, tuple[ToolResult, str | None]],
     timeout: float | None,
     tool: Tool,
     run_id: str = "",
     turn: Turn | None = None,
+    watch: Call | None = None,
 ) -> tuple[ToolResult, str | None]:
     """Run ``work`` in a task of its own within ``timeout`` (outside the run's own task).
 
@@ -210,22 +356,28 @@ async def bounded(
     call that never got its concurrency slot from one that ran too long.
     """
     task = asyncio.get_running_loop().create_task(work)
+    if watch is not None:
+        monitor.begin(task, watch)
     try:
-        if await settle_within(task, timeout):
-            return task.result()
-    except asyncio.CancelledError:
+        try:
+            if await settle_within(task, timeout):
+                return task.result()
+        except asyncio.CancelledError:
+            task.cancel()
+            if not task.done():
+                abandon(task, tool, run_id)
+            raise
         task.cancel()
-        if not task.done():
-            abandon(task, tool, run_id)
-        raise
-    task.cancel()
-    assert timeout is not None
-    if await settle_within(task, GRACE):
-        if turn is not None and not turn.started:
-            return no_turn(tool, timeout), "timeout"
-        return timed_out(tool.name, timeout), "timeout"
-    abandon(task, tool, run_id)
-    return ToolResult.error(abandoned_text(tool, timeout)), ABANDONED
+        assert timeout is not None
+        if await settle_within(task, GRACE):
+            if turn is not None and not turn.started:
+                return no_turn(tool, timeout), "timeout"
+            return timed_out(tool.name, timeout), "timeout"
+        abandon(task, tool, run_id)
+        return ToolResult.error(abandoned_text(tool, timeout)), ABANDONED
+    finally:
+        if watch is not None:
+            monitor.end(task)
 
 
 _SLOTS: WeakKeyDictionary[
