@@ -301,8 +301,7 @@ class Agent(Generic[OutputT]):
             clock=clock,
             tool_runner=tool_runner,
         )
-        async for _ in run:
-            pass
+        await run.consume()
         return run.outcome
 
     async def run(
@@ -332,8 +331,7 @@ class Agent(Generic[OutputT]):
             tool_runner=tool_runner,
             store=store,
         )
-        async for _ in run:
-            pass
+        await run.consume()
         return run.outcome
 
     def run_sync(self, goal: str, **kwargs: Any) -> RunOutcome[OutputT]:

@@ -19,6 +19,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock, monotonic_of
@@ -49,11 +50,12 @@ from tether.models.base import (
 from tether.outcome import ErrorInfo, RunOutcome
 from tether.policy.approvals import Approval
 from tether.policy.base import Policy
+from tether.policy.redaction import Redactor
 from tether.state import StateBuilder
 from tether.stores.base import Lease, RunStore, default_owner
 
 if TYPE_CHECKING:
-    from tether.agent import Agent
+    from tether.agent import Agent, AgentSpec
 
 __all__ = ["AgentRun", "ToolRunner", "run_tool", "tool_error"]
 
@@ -67,6 +69,25 @@ _WARN_AT = 0.8
 def _digest_prefix(spec_digest: str, tool_choice: str, settings: ModelSettings, tools: int) -> Any:
     """A SHA-256 state over what is fixed per agent and request options (copied per request)."""
     return hashlib.sha256(spec_digest.encode() + canonical_json((tool_choice, settings, tools)))
+
+
+_SPEC_SEEN: dict[str, tuple[Redactor, str, bool]] = {}
+"""Whether a spec's instructions, tools and output schema pass a redactor (by spec digest)."""
+
+
+def _spec_seen(spec: AgentSpec[Any], redactor: Redactor | None, model: str) -> bool:
+    """Whether ``redactor`` passes what every ``run_started`` of ``spec`` holds unchanged."""
+    if redactor is None:
+        return True
+    known = _SPEC_SEEN.get(spec.digest)
+    if known is not None and known[0] is redactor and known[1] == model:
+        return known[2]  # the redactor is held here: its id cannot be another's
+    constant = (spec.name, spec.instructions, model, spec.tool_names, spec.output.schema)
+    clean = not redactor.might_match(orjson.dumps(constant))
+    if len(_SPEC_SEEN) > 64:
+        _SPEC_SEEN.clear()
+    _SPEC_SEEN[spec.digest] = (redactor, model, clean)
+    return clean
 
 
 class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
@@ -145,6 +166,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         self._fatal = None
         self._interrupted = False
         self._watch = Call(run_id)
+        self._answer_redacted = True  # until an answer is recorded: nothing was seen yet
         policy = self._spec.policy
         self._checks_results = type(policy).check_result is not Policy.check_result
         self._gen = self._drive()
@@ -152,7 +174,21 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
     # -- public surface ------------------------------------------------------------------
 
     def __aiter__(self) -> AsyncIterator[Event]:
-        return self._gen
+        return self._events()
+
+    async def _events(self) -> AsyncGenerator[Event]:
+        """The run's events one by one (the engine commits, and hands over, in batches)."""
+        try:
+            async for batch in self._gen:
+                for event in batch:
+                    yield event
+        finally:
+            await self._gen.aclose()  # a consumer that stopped reading ends the run
+
+    async def consume(self) -> None:
+        """Drive the run to its end without looking at its events (``Agent.run``)."""
+        async for _ in self._gen:
+            pass
 
     @property
     def events(self) -> tuple[Event, ...]:
@@ -200,7 +236,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
 
     # -- the loop ------------------------------------------------------------------------
 
-    async def _drive(self) -> AsyncGenerator[Event]:  # noqa: C901 - the loop, read top to bottom
+    async def _drive(self) -> AsyncGenerator[list[Event]]:  # noqa: C901 - the loop, top to bottom
         task = asyncio.current_task()
         assert task is not None, "a run must be iterated inside a task"
         self._task = task
@@ -225,6 +261,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                         self._resume = await self._load_existing()
                     # the store is the commit point: no other sink gets what it refused
                     journal.add_sink(StoreSink(self._store, self.run_id, self._lease), first=True)
+                    journal.remember = True  # the store then need not hash them again
                 self._loaded = journal.committed
                 if self._resume and self._existing and self._state.finished is not None:
                     self._finish_outcome()  # it ended or waits: what it said is the outcome
@@ -236,14 +273,14 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                         return
                 else:
                     self._start()
-                for event in await journal.commit():
-                    yield event
+                if batch := await journal.commit():
+                    yield batch
                 decided = self._decided
                 if decided is not None:  # approvals are committed: now act on them
                     self._decided = None
                     await self._execute_inline(decided)
-                    for event in await journal.commit():
-                        yield event
+                    if batch := await journal.commit():
+                        yield batch
                     stop = self._after_decided()
                 fast = journal.in_memory  # no sinks: committing is handing events over
                 while True:
@@ -253,31 +290,31 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                         request = self._request()
                         answer = await self._ask_model(request)
                         while isinstance(answer, Retry):  # the failure is visible, then back off
-                            for event in await journal.commit():
-                                yield event
+                            if batch := await journal.commit():
+                                yield batch
                             await self._sleep(answer.delay)
                             answer = await self._ask_model(request)
                         if isinstance(answer, Stop):
                             stop = answer
                         else:
                             planned = self._plan(answer)
-                            for event in journal.take() if fast else await journal.commit():
-                                yield event
+                            if batch := journal.take() if fast else await journal.commit():
+                                yield batch
                             if self._cancel_reason is not None:  # stop before any tool runs
                                 raise Cancelled
                             if self._runnable <= 1:
                                 await self._execute_inline(planned)
-                                for event in journal.take() if fast else await journal.commit():
-                                    yield event
+                                if batch := journal.take() if fast else await journal.commit():
+                                    yield batch
                             else:
-                                async for event in self._execute_parallel(planned):
-                                    yield event
+                                async for batch in self._execute_parallel(planned):
+                                    yield batch
                             if self._interrupted:  # Ctrl-C reached a tool: end the run here
                                 raise Cancelled
                             stop = self._after_turn(planned)
                     if stop is not None:
-                        async for event in self._stop(stop):
-                            yield event
+                        async for batch in self._stop(stop):
+                            yield batch
                         return
             except Cancelled:
                 pass
@@ -309,8 +346,8 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
             except StoreError as exc:
                 self._end_unstored(exc)
                 return
-            for event in committed:
-                yield event
+            if committed:
+                yield committed
             self._finish_outcome()
             if self._interrupted:  # the run is ended and logged: now Ctrl-C goes on up
                 raise KeyboardInterrupt
@@ -355,7 +392,12 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
         self._t0 = self._monotonic()
         if spec.limits.max_seconds is not None:
             self._deadline = self._t0 + spec.limits.max_seconds
-        self._add(
+        journal = self._journal
+        # what the agent's spec puts in run_started is probed once per spec, not every run
+        seen = _spec_seen(spec, journal.redactor, self._model.name) and journal.seen(
+            self.goal, self._agent_ref or "", self._parent_run_id or "", *self._tags
+        )
+        (journal.add_seen if seen else journal.add)(
             RunStarted,
             goal=self.goal,
             agent=spec.name,

@@ -165,8 +165,7 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
         agent_ref=started.agent_ref,
         tool_runner=tools,
     )
-    async for _ in run:
-        pass
+    await run.consume()
     replayed = run.outcome.events
     found = first_divergence(events, replayed)
     if tools.divergence is not None and found is not None:

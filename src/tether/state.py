@@ -133,6 +133,8 @@ class StateBuilder:
     finished: RunFinished | None = None
     limit_reached: LimitReached | None = None
     last: Event | None = None
+    default_denied: set[str] = field(default_factory=lambda: set[str]())
+    """Tools the policy's defaults denied (the outcome warns about them)."""
 
     @property
     def usage(self) -> Usage:
@@ -154,8 +156,11 @@ class StateBuilder:
             case ToolCallRequested():
                 pass
             case PolicyDecided():
-                if event.decision == "allow" and event.tool not in CONTROL_TOOLS:
-                    self.tool_calls += 1
+                if event.decision == "allow":
+                    if event.tool not in CONTROL_TOOLS:
+                        self.tool_calls += 1
+                elif event.decision == "deny" and event.rule.startswith("default:"):
+                    self.default_denied.add(event.tool)
             case ToolCallFinished():
                 call = self.pending.pop(event.call_id, None)
                 if not event.is_error:

@@ -8,19 +8,31 @@ from datetime import timedelta
 import pytest
 
 from tests.stores.helpers import T0, agent_log
+from tether import Agent
 from tether._internal import sealed
 from tether.codec import decode_event, encode_event, seal
 from tether.events import GENESIS_HASH, UserReplied
 from tether.stores import MemoryStore, StoreConflict
+from tether.testing import ScriptedModel, finish
 
 
-async def test_events_of_a_run_are_trusted_and_their_copies_are_not() -> None:
-    log = await agent_log()
+async def test_events_of_a_run_into_a_store_are_trusted_and_their_copies_are_not() -> None:
+    store = MemoryStore()
+    outcome = await Agent(model=ScriptedModel([finish("x")]), store=store).run("go")
+    log = list(outcome.events)
     assert all(sealed.trusted(e) for e in log)
     copy = dataclasses.replace(log[2])
     assert copy == log[2]
     assert not sealed.trusted(copy)
     assert not sealed.trusted(decode_event(encode_event(log[2])))
+
+
+async def test_a_run_without_a_store_registers_nothing_and_a_store_checks_its_events() -> None:
+    log = await agent_log()  # no store: nothing would use the registry
+    assert not any(sealed.trusted(e) for e in log)
+    store = MemoryStore()
+    await store.append(log[0].run_id, log)  # hashed again on the way in, and accepted
+    assert await store.read(log[0].run_id) == log
 
 
 async def test_a_tampered_copy_of_a_trusted_event_is_refused() -> None:

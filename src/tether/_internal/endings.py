@@ -56,13 +56,13 @@ class Endings(RunBase[OutputT]):
                 text = f"{interrupted} while the tool was running; it may have had partial effects"
             self._refuse(call, text, error_type)
 
-    async def _stop(self, stop: Stop) -> AsyncIterator[Event]:
+    async def _stop(self, stop: Stop) -> AsyncIterator[list[Event]]:
         st = self._state
         answer: str | None = None
         question: str | None = None
         if stop.status == "budget_exhausted":
-            async for event in self._best_effort(stop):
-                yield event
+            async for batch in self._best_effort(stop):
+                yield batch
             answer = st.last_text or None
         elif stop.status == "finished":
             answer = self._spec.output.as_text(cast(OutputT, self._output))
@@ -94,11 +94,11 @@ class Endings(RunBase[OutputT]):
             steps=st.steps,
             tool_calls=st.tool_calls,
         )
-        for event in await self._journal.commit():
-            yield event
+        if batch := await self._journal.commit():
+            yield batch
         self._finish_outcome()
 
-    async def _best_effort(self, stop: Stop) -> AsyncIterator[Event]:
+    async def _best_effort(self, stop: Stop) -> AsyncIterator[list[Event]]:
         """Record the limit and, where budget allows, ask once for a tool-free answer."""
         assert stop.limit is not None
         self._close_pending(f"not executed: the run reached its limit ({stop.limit})", "limit")
@@ -115,8 +115,8 @@ class Endings(RunBase[OutputT]):
             maximum=float(stop.maximum),
             ask_for_answer=ask,
         )
-        for event in await self._journal.commit():
-            yield event
+        if batch := await self._journal.commit():
+            yield batch
         if not ask:
             return
         request = self._request(final=True)
@@ -140,8 +140,8 @@ class Endings(RunBase[OutputT]):
         else:
             self._record_response(request, response, self._state.steps, t0, final=True)
             self._close_pending("not executed: the run is over; answer without tools", "run_ended")
-        for event in await self._journal.commit():
-            yield event
+        if batch := await self._journal.commit():
+            yield batch
 
     async def _end_quietly(
         self, status: RunStatus, reason: str, *, error: BaseException | None = None
@@ -342,15 +342,7 @@ class Endings(RunBase[OutputT]):
                 f"because {who} reported no cost (pass price=... to its adapter, or set "
                 "Usage.cost in your own model's responses)"
             )
-        defaulted = sorted(
-            {
-                e.tool
-                for e in self._journal.events
-                if isinstance(e, PolicyDecided)
-                and e.decision == "deny"
-                and e.rule.startswith("default:")
-            }
-        )
+        defaulted = sorted(self._state.default_denied)
         if defaulted:
             warnings.append(
                 f"the default policy denied calls to {', '.join(defaulted)}: tools that are "

@@ -7,13 +7,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 
 from tether._internal.clock import Clock, now_of
+from tether._internal.eventmaker import MAKERS, maker
 from tether._internal.sealed import remember as _remember
-from tether.codec import _hashed_fields as _getters  # pyright: ignore[reportPrivateUsage]
 from tether.codec import hashed_fields
 from tether.errors import ConfigError, StoreError, StoreWriteError
 from tether.events import GENESIS_HASH, Event, Redacted, RunFinished
@@ -84,7 +84,6 @@ _BASE_FIELDS = frozenset({"kind", "run_id", "seq", "at", "prev_hash", "hash"})
 
 _dumps = orjson.dumps
 _sha256 = hashlib.sha256
-_seal = object.__setattr__
 
 
 class EventSink(ABC):
@@ -165,11 +164,14 @@ class Journal:
         "_now",
         "_pending",
         "_redactor",
+        "_seen",
         "clock",
         "committed",
         "events",
+        "last_redacted",
         "on_event",
         "prev_hash",
+        "remember",
         "run_id",
         "seq",
         "sinks",
@@ -202,23 +204,43 @@ class Journal:
         """How many of ``events`` every sink has taken (the rest wait for ``commit``)."""
         self.warnings: list[str] = []
         """Sinks after the first that failed and were dropped, in words."""
+        self.last_redacted = False
+        """Whether the redactor changed the last event added (or might have: a run's end)."""
+        self._seen: dict[tuple[str, ...], bool] = {}
+        self.remember = False
+        """Register each sealed event (``sealed.remember``), so that a store skips hashing it
+        again; only worth it when a store is a sink."""
 
     def add(self, cls: type[E], **fields: Any) -> E:
         """Build, seal and buffer the next event (not yet committed), then fold it.
 
         Events committed together share one time: when their batch began.
         """
+        return self._add(cls, fields, True)
+
+    def add_seen(self, cls: type[E], **fields: Any) -> E:
+        """``add`` an event whose every outside text the redactor has just passed.
+
+        For an event that repeats what an earlier one carried (a call's arguments after the
+        model's answer that held them, a policy's stock reasons): its probe is skipped.
+        """
+        return self._add(cls, fields, False)
+
+    def _add(self, cls: type[E], fields: dict[str, Any], probe: bool) -> E:
         at = self._batch_at
         if at is None:
             at = self._batch_at = self._now()
-        event = cls(run_id=self.run_id, seq=self.seq, at=at, prev_hash=self.prev_hash, **fields)
-        getter = _getters.get(cls) or hashed_fields(cls)
-        payload = _dumps(getter(event))
+        make = MAKERS.get(cls) or maker(cls)
+        made, hashed = make(self.run_id, self.seq, at, self.prev_hash, **fields)
+        event = cast(E, made)
+        payload = _dumps(hashed)
         redactor = self._redactor
         found: Redaction | None = None
-        scan = None if redactor is None else _scan_getter(cls)
+        scan = None if redactor is None or not probe else _scan_getter(cls)
+        redacted = False
         if scan is not None and redactor is not None and redactor.might_match(_dumps(scan(event))):
             found = redactor.redact_event_fields(event, _NOT_REDACTED)
+            redacted = found is not None
             if found is not None and cls is RunFinished:  # the outcome stays the last event
                 kept = {k: v for k, v in event.__dict__.items() if k not in _BASE_FIELDS}
                 self._record_redaction(found, self.seq + 1)
@@ -226,10 +248,11 @@ class Journal:
                     run_id=self.run_id, seq=self.seq, at=at, prev_hash=self.prev_hash, **kept
                 )
                 found = None
-            payload = _dumps(getter(event))
+            payload = _dumps(hashed_fields(cls)(event))
         digest = _sha256(payload).hexdigest()
-        _seal(event, "hash", digest)  # sealed before anyone else sees it
-        _remember(event)
+        event.__dict__["hash"] = digest  # sealed before anyone else sees it
+        if self.remember:
+            _remember(event)
         self.seq += 1
         self.prev_hash = digest
         self.events.append(event)
@@ -238,7 +261,20 @@ class Journal:
             self.on_event(event)
         if found is not None:
             self._record_redaction(found, event.seq)
+        self.last_redacted = redacted
         return event
+
+    def seen(self, *texts: str) -> bool:
+        """Whether the redactor passes ``texts`` unchanged (remembered for texts that repeat)."""
+        redactor = self._redactor
+        if redactor is None:
+            return True
+        known = self._seen.get(texts)
+        if known is None:
+            if len(self._seen) > 256:
+                self._seen.clear()
+            known = self._seen[texts] = not redactor.might_match(_dumps(texts))
+        return known
 
     def _record_redaction(self, found: Redaction, of_seq: int) -> None:
         """Record what was redacted and where, never the data.

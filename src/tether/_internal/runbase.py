@@ -183,6 +183,7 @@ class RunBase(Generic[OutputT]):
     _fatal: ErrorInfo | None
     _interrupted: bool
     _watch: Call
+    _answer_redacted: bool
     _answer: str | None
     _max_recoveries: int
     _policy_run: PolicyContext | None
@@ -256,27 +257,48 @@ class RunBase(Generic[OutputT]):
         calls = response.tool_calls
         seen = self._state.call_ids
         redactor = self._journal.redactor
-        if redactor is not None and any(_secret_like(redactor, c.id) for c in calls):
-            # an id is copied into many events as a key: one that looks like a secret is
-            # replaced rather than redacted (a redacted id would no longer match its result)
-            calls = tuple(replace(c, id="") if _secret_like(redactor, c.id) else c for c in calls)
+        if redactor is not None:
+            for c in calls:  # a secret's shortest form has 3 characters
+                if len(c.id) >= 3 and _secret_like(redactor, c.id):
+                    # an id is copied into many events as a key: one that looks like a secret
+                    # is replaced, not redacted (a redacted id would not match its result)
+                    calls = tuple(
+                        replace(c, id="") if _secret_like(redactor, c.id) else c for c in calls
+                    )
+                    break
         if len(calls) > 1 or (calls and (not calls[0].id or calls[0].id in seen)):
             calls = unique_ids(calls, step, seen)
-        fields: dict[str, Any] = {
-            "step": step,
-            "model": self._model.name,
-            "request_digest": self._request_digest(request),
-            "text": response.text,
-            "reasoning": response.reasoning,
-            "usage": response.usage,
-            "latency_s": self._monotonic() - t0,
-            "final": final,
-        }
+        digest = self._request_digest(request)
+        latency = self._monotonic() - t0
+        model, text, usage = self._model.name, response.text, response.usage
         try:
-            self._add(ModelResponded, tool_calls=calls, **fields)
+            self._add(
+                ModelResponded,
+                step=step,
+                model=model,
+                request_digest=digest,
+                text=text,
+                reasoning=response.reasoning,
+                tool_calls=calls,
+                usage=usage,
+                latency_s=latency,
+                final=final,
+            )
         except TypeError:  # JSON cannot hold it (an integer beyond 64 bits): a call error
             calls = tuple(_unencodable(c) for c in calls)
-            self._add(ModelResponded, tool_calls=calls, **fields)
+            self._add(
+                ModelResponded,
+                step=step,
+                model=model,
+                request_digest=digest,
+                text=text,
+                reasoning=response.reasoning,
+                tool_calls=calls,
+                usage=usage,
+                latency_s=latency,
+                final=final,
+            )
+        self._answer_redacted = self._journal.last_redacted
         if calls is not response.tool_calls:
             response = replace(response, tool_calls=calls)
         return response

@@ -78,8 +78,11 @@ class ToolCalls(RunBase[OutputT]):
             return []
         reason = response.text or None
         redacted: set[str] = set()
+        journal = self._journal
+        # the calls repeat what the model's answer held: if the redactor passed that, they pass
+        record = journal.add if self._answer_redacted else journal.add_seen
         for call in calls:
-            recorded = self._journal.add(
+            recorded = record(
                 ToolCallRequested,
                 call_id=call.id,
                 tool=call.name,
@@ -177,7 +180,9 @@ class ToolCalls(RunBase[OutputT]):
                         "its own configuration)"
                     ),
                 )
-            add(
+            # the tool's name was in the answer; a policy's rule and reason mostly repeat
+            seen = not self._answer_redacted and journal.seen(decision.rule, decision.reason)
+            (journal.add_seen if seen else add)(
                 PolicyDecided,
                 call_id=call.id,
                 tool=name,
@@ -288,7 +293,7 @@ class ToolCalls(RunBase[OutputT]):
             else:
                 self._record_planned(item, planned)
 
-    async def _execute_parallel(self, planned: list[Planned]) -> AsyncIterator[Event]:
+    async def _execute_parallel(self, planned: list[Planned]) -> AsyncIterator[list[Event]]:
         """Run the allowed calls concurrently (capped) and commit each result in call order."""
         semaphore = asyncio.Semaphore(self._spec.limits.max_parallel_tools)
 
@@ -316,8 +321,7 @@ class ToolCalls(RunBase[OutputT]):
                 else:
                     self._record_planned(item, planned)
                 if self._journal.has_pending:
-                    for event in await self._journal.commit():
-                        yield event
+                    yield await self._journal.commit()
         finally:
             pending = [t for t in tasks.values() if not t.done()]
             for task in pending:
