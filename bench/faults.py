@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
@@ -76,6 +77,8 @@ from tether.outcome import TERMINAL_STATUSES  # noqa: E402
 from tether.stores import SqliteStore  # noqa: E402
 from tether.testing import ScriptedModel, call, finish  # noqa: E402
 
+MAX_PROBLEMS = 6
+"""Problems shown per case (the rest are counted)."""
 STEADY_MAX_SECONDS = 150.0
 """``steady``'s ``max_seconds`` unless a case sets it (room for a 30-s busy timeout)."""
 
@@ -252,7 +255,7 @@ def lock_mid_run(c: Ctx, seconds: float) -> str:
     assert lock.released_at is not None
     during = sum(1 for x in ran.committed if lock.taken_at <= x.at <= lock.released_at)
     times = [x.at for x in ran.committed]
-    stall = max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
+    stall = max((b - a for a, b in itertools.pairwise(times)), default=0.0)
     if ran.code not in (0, 1):
         expect_clean_failure(c, ran, names=db, says=("locked",))
     expect_status(c, stored, ran, run_id)
@@ -313,7 +316,8 @@ def lock_at_start(c: Ctx, seconds: float) -> str:
     settle(c, stored, rans)
     check_pending(c, stored)
     return "; ".join(
-        f"{r.name}: {reported(r) or f'exit {r.code}'} in {r.seconds:.1f}s" for r, _ in rans
+        f"{r.name}: {reported(r) or f'exit {r.code}'} in {r.seconds:.1f}s {r.finished_after()}"
+        for r, _ in rans
     )
 
 
@@ -350,7 +354,7 @@ def read_only(c: Ctx, what: str) -> str:
         c.problem(f"runs half-started: {sorted(started)}")
     settle(c, after, [(run, None)])
     check_pending(c, after)
-    return f"run: exit {run.code}: {(run.error_lines() or [''])[0][:160]}"
+    return f"run: exit {run.code}: {(run.error_lines() or [''])[0]}"
 
 
 def pending_blocked(c: Ctx) -> str:
@@ -375,7 +379,8 @@ def pending_blocked(c: Ctx) -> str:
     if started:
         c.problem(f"runs stored half-way: {sorted(started)}")
     settle(c, after, [(run, None)])
-    return f"run: exit {run.code}: {(run.error_lines() or [''])[0][:160]}"
+    check_pending(c, after)
+    return f"run: exit {run.code}: {(run.error_lines() or [''])[0]}"
 
 
 # -- 5: a full disk ---------------------------------------------------------------------------
@@ -601,8 +606,8 @@ def loop_blocked(c: Ctx) -> str:
 def loop_hogged(c: Ctx) -> str:
     db = c.dir / "t.db"
     ran = c.h.tether("run", run_args(db, "hog"), cwd=c.dir, bound=2 + HANG_MARGIN)
-    if ran.code != 2 or "blocked the event loop" not in ran.stderr:
-        c.problem(f"expected exit 2 saying the loop was blocked: {ran.brief()}")
+    if ran.code != 2 or "blocked the event loop" not in ran.stderr or "resume" not in ran.stderr:
+        c.problem(f"expected exit 2 saying the loop was blocked, and to resume: {ran.brief()}")
     run_id = run_id_of(ran)
     if run_id is None:
         c.problem("the run committed nothing")
@@ -768,9 +773,28 @@ def run_case(
     seconds = time.monotonic() - started
     c.problems.extend(h.tally.notes[notes:])
     ok = not c.problems and h.tally.counts() == before
-    text = detail + ("" if ok else " | PROBLEMS: " + " || ".join(c.problems))
+    shown = c.problems[:MAX_PROBLEMS] + (
+        [f"... and {len(c.problems) - MAX_PROBLEMS} more"] if len(c.problems) > MAX_PROBLEMS else []
+    )
+    text = detail + ("" if ok else " | PROBLEMS: " + " || ".join(p[:600] for p in shown))
     print(f"{name}: {'ok' if ok else 'FAILED'} {seconds:.1f}s {text}", file=sys.stderr, flush=True)
     return {"name": name, "ok": ok, "detail": text, "seconds": round(seconds, 1)}
+
+
+def preflight(workdir: Path) -> str | None:
+    """``None`` if a plain ``tether run`` of ``steady`` finishes here (no fault), else why not."""
+    folder = workdir / "preflight"
+    folder.mkdir()
+    h = Harness(folder)
+    try:
+        ran = h.tether(
+            "preflight run", run_args(folder / "t.db", "steady"), cwd=folder, env=h.env(), bound=60
+        )
+    finally:
+        h.close()
+    if reported(ran) == "finished" and ran.committed:
+        return None
+    return f"a plain run without any fault does not finish: {ran.brief()}"
 
 
 def main() -> None:
@@ -787,6 +811,10 @@ def main() -> None:
     chosen = [(n, f) for n, f in cases(options.quick) if options.only in n]
     results: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="tether-faults-", ignore_cleanup_errors=True) as tmp:
+        broken = preflight(Path(tmp))
+        if broken is not None:  # not a fault's finding: the runtime under test does not run
+            print(json.dumps({"bench": "faults", "error": broken}))
+            raise SystemExit(1)
         h = Harness(Path(tmp))
         try:
             for index, (name, fn) in enumerate(chosen):

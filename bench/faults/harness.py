@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TRACEBACK = "Traceback (most recent call last)"
 HANG_MARGIN = 5.0
 """A run must have ended ``max_seconds`` + this many seconds after its process started."""
+_BOX = " \t│╭╮╰╯─"
+"""What rich draws a traceback's frame with."""
 ALLOWED_LINES = ("tether: ", "approve ")
 """What a failing command may print on stderr besides its ``error:`` line (the store's log
 lines, approve's list of the decisions it is about to record)."""
@@ -68,6 +70,8 @@ class Ran:
     stderr: str
     seconds: float
     committed: list[Committed]
+    started_at: float = 0.0
+    """When the process started (Unix time, as ``Committed.at``)."""
     timed_out: bool = False
 
     def json(self) -> dict[str, Any] | None:
@@ -85,8 +89,15 @@ class Ran:
     def error_lines(self) -> list[str]:
         return [line for line in self.stderr.splitlines() if line.startswith("error:")]
 
+    def finished_after(self) -> str:
+        """How long after its start the process committed a ``run_finished`` (if it did)."""
+        ends = [c.at for c in self.committed if c.kind == "run_finished"]
+        return f"run_finished committed at {ends[-1] - self.started_at:.1f}s" if ends else ""
+
     def brief(self) -> str:
-        tail = " | ".join(self.stderr.strip().splitlines()[-3:])[-400:]
+        """Name, exit code, time and the last lines of stderr (rich's box drawing left out)."""
+        lines = [t for t in (line.strip(_BOX) for line in self.stderr.splitlines()) if t]
+        tail = " | ".join(lines[-3:])[-400:]
         return f"{self.name}: exit {self.code} in {self.seconds:.1f}s; stderr: {tail!r}"
 
 
@@ -147,6 +158,7 @@ class Child:
         elif channel == "file" and committed_file is not None:
             env = {**env, COMMITTED: str(committed_file)}
         self.started = time.monotonic()
+        self.started_at = time.time()
         self.proc = subprocess.Popen(
             argv,
             cwd=cwd,
@@ -206,6 +218,7 @@ class Child:
             stderr=b"".join(self._err).decode(errors="replace"),
             seconds=ended - self.started,
             committed=self._committed(),
+            started_at=self.started_at,
             timed_out=timed_out,
         )
 
