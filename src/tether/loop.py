@@ -339,6 +339,8 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                 raise
             except Exception as exc:  # a bug: end the run as failed rather than vanish
                 await self._end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)
+                if self._outcome is None:
+                    raise  # it failed before the run existed: there is nothing to end
                 return
             self._record_cancel()
             try:

@@ -5,18 +5,19 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import fields as fields_of
 from datetime import datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from tether._internal.clock import Clock, now_of
-from tether._internal.eventmaker import MAKERS, maker
+from tether._internal.eventmaker import BODIES, MAKERS, NOT_SCANNED, body, maker
 from tether._internal.sealed import remember as _remember
-from tether.codec import hashed_fields
+from tether.codec import hashed_fields, kept
 from tether.errors import ConfigError, StoreError, StoreWriteError
-from tether.events import GENESIS_HASH, Event, Redacted, RunFinished
+from tether.events import GENESIS_HASH, Event, EventBase, Redacted, RunFinished
 from tether.policy.redaction import Redaction, Redactor
 
 if TYPE_CHECKING:
@@ -26,63 +27,10 @@ __all__ = ["EventSink", "Journal", "JsonlSink", "StoreSink"]
 
 E = TypeVar("E", bound=Event)
 
-_NOT_REDACTED = frozenset(
-    {
-        "kind",
-        "run_id",
-        "seq",
-        "at",
-        "prev_hash",
-        "hash",
-        "call_id",
-        "request_digest",
-        "spec_digest",
-        "arguments_hash",
-        "of_seq",
-        "step",
-        "usage",
-        "latency_s",
-        "final",
-        "duration_s",
-        "is_error",
-        "synthetic",
-        "decision",
-        "approved",
-        "attempt",
-        "will_retry",
-        "transient",
-        "retry_in_s",
-        "limits",
-        "used",
-        "maximum",
-        "ask_for_answer",
-        "tokens_before",
-        "tokens_after",
-        "count",
-        "fields",
-        "kinds",
-    }
-)
-"""Fields that hold only tether's own identifiers, numbers, times and hashes: never scanned."""
-_scanned: dict[type[Any], Callable[[Any], Any] | None] = {}
-
-
-def _scan_getter(cls: type[Any]) -> Callable[[Any], Any] | None:
-    """The getter of the fields of ``cls`` that may hold outside text (``None``: none)."""
-    if cls in _scanned:
-        return _scanned[cls]
-    from dataclasses import fields as dataclass_fields
-    from operator import attrgetter
-
-    names = [f.name for f in dataclass_fields(cls) if f.name not in _NOT_REDACTED]
-    getter = attrgetter(*names) if names else None
-    _scanned[cls] = getter
-    return getter
-
-
 _BASE_FIELDS = frozenset({"kind", "run_id", "seq", "at", "prev_hash", "hash"})
 
 _dumps = orjson.dumps
+_set_hash: Callable[[Event, str], None] = vars(EventBase)["hash"].__set__  # the slot's own setter
 _sha256 = hashlib.sha256
 
 
@@ -165,6 +113,7 @@ class Journal:
         "_pending",
         "_redactor",
         "_seen",
+        "_unseen",
         "clock",
         "committed",
         "events",
@@ -207,6 +156,7 @@ class Journal:
         self.last_redacted = False
         """Whether the redactor changed the last event added (or might have: a run's end)."""
         self._seen: dict[tuple[str, ...], bool] = {}
+        self._unseen = True  # the next event gets the redaction probe (``add_seen``: not)
         self.remember = False
         """Register each sealed event (``sealed.remember``), so that a store skips hashing it
         again; only worth it when a store is a sink."""
@@ -216,43 +166,38 @@ class Journal:
 
         Events committed together share one time: when their batch began.
         """
-        return self._add(cls, fields, True)
-
-    def add_seen(self, cls: type[E], **fields: Any) -> E:
-        """``add`` an event whose every outside text the redactor has just passed.
-
-        For an event that repeats what an earlier one carried (a call's arguments after the
-        model's answer that held them, a policy's stock reasons): its probe is skipped.
-        """
-        return self._add(cls, fields, False)
-
-    def _add(self, cls: type[E], fields: dict[str, Any], probe: bool) -> E:
         at = self._batch_at
         if at is None:
             at = self._batch_at = self._now()
         make = MAKERS.get(cls) or maker(cls)
-        made, hashed = make(self.run_id, self.seq, at, self.prev_hash, **fields)
-        event = cast(E, made)
+        event, hashed, scanned = make(self.run_id, self.seq, at, self.prev_hash, **fields)
         payload = _dumps(hashed)
         redactor = self._redactor
         found: Redaction | None = None
-        scan = None if redactor is None or not probe else _scan_getter(cls)
         redacted = False
-        if scan is not None and redactor is not None and redactor.might_match(_dumps(scan(event))):
-            found = redactor.redact_event_fields(event, _NOT_REDACTED)
-            redacted = found is not None
-            if found is not None and cls is RunFinished:  # the outcome stays the last event
-                kept = {k: v for k, v in event.__dict__.items() if k not in _BASE_FIELDS}
-                self._record_redaction(found, self.seq + 1)
-                event = cls(
-                    run_id=self.run_id, seq=self.seq, at=at, prev_hash=self.prev_hash, **kept
-                )
-                found = None
-            payload = _dumps(hashed_fields(cls)(event))
+        if self._unseen:
+            if redactor is not None and scanned and redactor.might_match(_dumps(scanned)):
+                found = redactor.redact_event_fields(event, NOT_SCANNED)
+                redacted = found is not None
+                if found is not None and cls is RunFinished:  # the outcome stays last
+                    own = {
+                        f.name: getattr(event, f.name)
+                        for f in fields_of(cls)
+                        if f.name not in _BASE_FIELDS
+                    }
+                    self._record_redaction(found, self.seq + 1)
+                    event = cls(
+                        run_id=self.run_id, seq=self.seq, at=at, prev_hash=self.prev_hash, **own
+                    )
+                    found = None
+                hashed = hashed_fields(cls)(event)
+                payload = _dumps(hashed)
+        else:
+            self._unseen = True
         digest = _sha256(payload).hexdigest()
-        event.__dict__["hash"] = digest  # sealed before anyone else sees it
-        if self.remember:
-            _remember(event)
+        _set_hash(event, digest)  # sealed before anyone else sees it
+        if self.remember:  # a store takes it next: its encoding is made here, from the values
+            _remember(event, kept(_dumps((BODIES.get(cls) or body(cls))(hashed, digest))))
         self.seq += 1
         self.prev_hash = digest
         self.events.append(event)
@@ -262,7 +207,16 @@ class Journal:
         if found is not None:
             self._record_redaction(found, event.seq)
         self.last_redacted = redacted
-        return event
+        return event  # pyright: ignore[reportReturnType] - made for ``cls``
+
+    def add_seen(self, cls: type[E], **fields: Any) -> E:
+        """``add`` an event whose every outside text the redactor has just passed.
+
+        For an event that repeats what an earlier one carried (a call's arguments after the
+        model's answer that held them, a policy's stock reasons): its probe is skipped.
+        """
+        self._unseen = False
+        return self.add(cls, **fields)
 
     def seen(self, *texts: str) -> bool:
         """Whether the redactor passes ``texts`` unchanged (remembered for texts that repeat)."""

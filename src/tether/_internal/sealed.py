@@ -13,23 +13,31 @@ from collections import deque
 
 from tether.events import Event
 
-__all__ = ["remember", "trusted"]
+__all__ = ["body_of", "remember", "trusted"]
 
 _KEEP = 8192
-_by_id: dict[int, Event] = {}
+_by_id: dict[int, tuple[Event, bytes]] = {}
 _order: deque[Event] = deque()
 
 
-def remember(event: Event) -> None:
-    """Record that this process has just sealed ``event``."""
-    _by_id[id(event)] = event
+def remember(event: Event, body: bytes = b"") -> None:
+    """Record that this process has just sealed ``event`` (and, if given, its encoding)."""
+    _by_id[id(event)] = (event, body)
     _order.append(event)
     if len(_order) > _KEEP:
         old = _order.popleft()
-        if _by_id.get(id(old)) is old:
+        found = _by_id.get(id(old))
+        if found is not None and found[0] is old:
             del _by_id[id(old)]
 
 
 def trusted(event: Event) -> bool:
     """Whether ``event`` is an object this process sealed (and so matches its hash)."""
-    return _by_id.get(id(event)) is event
+    found = _by_id.get(id(event))
+    return found is not None and found[0] is event
+
+
+def body_of(event: Event) -> bytes:
+    """The encoding the sealer made of ``event`` (``b""``: none; encode it yourself)."""
+    found = _by_id.get(id(event))
+    return found[1] if found is not None and found[0] is event else b""

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import orjson
 
-from tether.codec import decode_event
+from tether.codec import decode_event, kept
 from tether.errors import LogError
 from tether.events import Event
 
@@ -328,7 +328,7 @@ def _record(line: bytes) -> Record:
     token = raw["token"]
     if not isinstance(run_id, str) or not (token is None or isinstance(token, int)):
         raise ValueError("a record needs a string 'run' and an integer or null 'token'")
-    bodies = [orjson.dumps(item) for item in raw["events"]]
+    bodies = [kept(orjson.dumps(item)) for item in raw["events"]]
     events = [decode_event(body) for body in bodies]
     release = raw.get("release", False) is True
     granted = raw.get("grant")

@@ -114,7 +114,19 @@ def default_owner() -> str:
     ``start`` is when the process started (in the kernel's clock ticks since boot, where it
     can be read), so that another process given the same pid later is not taken for it.
     """
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}:{os.urandom(3).hex()}"
+    return f"{_this_process()}:{os.urandom(3).hex()}"
+
+
+_process: tuple[int, str] = (0, "")
+
+
+def _this_process() -> str:
+    """``host:pid:start`` of this process, read once (again after a fork: a new pid)."""
+    global _process
+    pid = os.getpid()
+    if _process[0] != pid:
+        _process = (pid, f"{socket.gethostname()}:{pid}:{_start_time(pid)}")
+    return _process[1]
 
 
 def alive(owner: str) -> bool:

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 from tether._internal.appendcheck import new_events
-from tether.codec import decode_event, encode_event, verify_chain
+from tether._internal.sealed import body_of
+from tether.codec import decode_event, encode_event, kept, verify_chain
 from tether.errors import StoreBusy, StoreError, StoreUnavailable, StoreWriteError
 from tether.events import Event
 from tether.jsontypes import JsonValue
@@ -180,9 +181,9 @@ class SqliteStore(RunStore, KeyValueStore):
         if self._pending and self._broken is None:
             due = self._first_pending_at + self._apply_interval
             if now >= due:
-                self._apply_own(connection())
-                if self._pending and self._broken is None:
-                    delays.append(_RETRY_APPLY)
+                applied = self._apply_own(connection())
+                if self._pending and self._broken is None:  # more came, or it was busy
+                    delays.append(self._apply_interval if applied else _RETRY_APPLY)
             else:
                 delays.append(due - now)
         spans = [h.ttl for h in list(self._held.values()) if h.ttl > 0]
@@ -196,7 +197,8 @@ class SqliteStore(RunStore, KeyValueStore):
             self._sync_log()
         return min(delays) if delays else None
 
-    def _apply_own(self, db: sqlite3.Connection) -> None:
+    def _apply_own(self, db: sqlite3.Connection) -> bool:
+        """Apply this store's pending records; whether that worked (busy: try again later)."""
         try:
             with self._transaction(db, others=False):
                 pass
@@ -209,6 +211,7 @@ class SqliteStore(RunStore, KeyValueStore):
                     len(self._pending),
                     self.pending_dir,
                 )
+            return False
         except (StoreError, OSError) as exc:
             error = exc if isinstance(exc, StoreError) else os_error(exc, self.path, "applying")
             self._broken = error
@@ -222,6 +225,8 @@ class SqliteStore(RunStore, KeyValueStore):
             if self._busy_since is not None:
                 _log.warning("tether: the run store %s is free again", self.path)
             self._busy_since = None
+            return True
+        return False
 
     def _verify(self, db: sqlite3.Connection) -> None:
         """Read a little of every table: a damaged or foreign file fails here, typed."""
@@ -317,7 +322,7 @@ class SqliteStore(RunStore, KeyValueStore):
         self, log: PendingLog, run_id: str, events: list[Event], lease: Lease, held: _Held
     ) -> None:
         new = new_events(run_id, events, held.tail, _nothing_stored)
-        bodies = [encode_event(e) for e in new]
+        bodies = [body_of(e) or kept(encode_event(e)) for e in new]
         record = Record(run_id, lease.token, new, bodies)
         try:
             record.gen, number = log.write(record_line(run_id, lease.token, bodies))
