@@ -190,3 +190,20 @@ async def test_a_real_model_that_may_not_be_called_stores_nothing() -> None:
     with pytest.raises(ModelRequestsBlocked):
         await Agent(model=Real(), store=store).run("x")
     assert await store.runs() == []
+
+
+async def test_a_bug_before_the_run_exists_propagates_instead_of_leaving_no_outcome() -> None:
+    class Broken(Model):
+        real = False
+
+        @property
+        def name(self) -> str:
+            raise ZeroDivisionError("a bug in the adapter")
+
+        async def request(self, request: ModelRequest) -> ModelResponse:
+            raise AssertionError("never called")
+
+    store = MemoryStore()
+    with pytest.raises(ZeroDivisionError, match="a bug in the adapter"):
+        await Agent(model=Broken(), store=store).run("x")
+    assert await store.runs() == []
