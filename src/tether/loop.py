@@ -327,8 +327,8 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
                 await self._end_quietly("cancelled", "the consumer stopped reading the run")
                 raise
             except StoreError as exc:
-                if journal.committed == self._loaded:
-                    raise  # nothing of this run was stored here: there is no run to end
+                if journal.committed == 0:
+                    raise  # nothing of this run was ever stored: there is no run to end
                 self._end_unstored(exc)
                 return
             except UserError as exc:

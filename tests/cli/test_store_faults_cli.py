@@ -415,7 +415,8 @@ async def test_a_run_whose_store_fills_up_mid_run_is_one_error_line_and_exit_2(
     ran = await invoke_in_process(*with_db(command(name, setup), setup.db), mode="in-tool")
 
     assert_one_error_line(ran, names=setup.db, says="full")
-    assert "resume" in ran.stderr  # how to go on once there is space again
+    (line,) = [x for x in ran.stderr.splitlines() if x.startswith("error:")]
+    assert "tether resume" in line  # the error itself says how to go on once there is space
     store = SqliteStore(setup.db)
     try:
         runs = await store.runs()

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether._internal.runbase import OutputT, Planned, RunBase, Stop
+from tether._internal.unfinished import denial_text
 from tether.codec import canonical_json
 from tether.content import ToolResult
 from tether.errors import ModelRetry, UserError
@@ -32,7 +33,6 @@ from tether.policy.base import PolicyDecision
 __all__ = [
     "Approving",
     "arguments_hash",
-    "denial_text",
     "has_redaction",
     "redacted_calls",
     "was_redacted",
@@ -73,13 +73,6 @@ def was_redacted(events: Sequence[Event], seq: int, field: str) -> bool:
 def arguments_hash(arguments: object) -> str:
     """What an approval binds to: SHA-256 of the canonical JSON of the arguments."""
     return hashlib.sha256(canonical_json(arguments)).hexdigest()
-
-
-def denial_text(approval: ApprovalGiven) -> str:
-    """What the model reads when a human denied its call."""
-    who = approval.by or "a human"
-    because = f": {approval.reason}" if approval.reason else ""
-    return f"denied by {who}{because}. Do not try this call again unless the user asks for it"
 
 
 class Approving(RunBase[OutputT]):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from tether._internal.approving import Approving, denial_text, redacted_calls
+from tether._internal.approving import Approving, redacted_calls
 from tether._internal.runbase import OutputT, Planned, Stop
+from tether._internal.unfinished import verdict
 from tether.content import TextBlock
 from tether.errors import ConfigError, UserError
 from tether.events import (
@@ -101,9 +102,8 @@ class Recovery(Approving[OutputT]):
         stop: Stop | None = None
         waiting = False
         for call in list(st.pending.values()):
-            decision = decided.get(call.id)
-            approval = given.get(call.id)
-            if decision is None:  # never passed the policy, so it never ran
+            became, text = verdict(call, decided, given)
+            if became == "not_started":  # never passed the policy, so it never ran
                 self._refuse(
                     call,
                     "not executed: the run stopped before this call started; call it again if "
@@ -111,21 +111,13 @@ class Recovery(Approving[OutputT]):
                     "interrupted",
                 )
                 continue
-            if decision.decision == "needs_approval" and approval is None:
+            if became == "waiting":
                 waiting = True  # still waits for a human: nothing ran
                 continue
-            # The last decision stands: a deny (also of edited arguments after an approval)
-            # is final; otherwise only an allow or a human's approval lets the call run.
-            denied = decision.decision == "deny" or (approval is not None and not approval.approved)
-            allowed = decision.decision == "allow" or (approval is not None and approval.approved)
-            if denied or not allowed:
-                text = (
-                    f"denied by policy ({decision.rule}): {decision.reason}"
-                    if approval is None or approval.approved
-                    else denial_text(approval)
-                )
+            if became == "denied":
                 self._refuse(call, text, "denied")
                 continue
+            approval = given.get(call.id)
             if approval is not None and approval.arguments is not None:
                 call = replace(call, arguments=approval.arguments)  # the approved, edited ones
             if call.name == FINISH_TASK:

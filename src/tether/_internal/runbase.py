@@ -19,12 +19,12 @@ from typing_extensions import TypeVar
 from tether._internal.clock import Clock
 from tether._internal.journal import Journal
 from tether._internal.loopmonitor import Call
+from tether._internal.unfinished import refuse
 from tether._internal.watchdog import Watchdog
-from tether.content import TextBlock, ToolResult
+from tether.content import ToolResult
 from tether.events import (
     Event,
     ModelResponded,
-    ToolCallFinished,
 )
 from tether.messages import ToolCall
 from tether.models.base import (
@@ -270,34 +270,25 @@ class RunBase(Generic[OutputT]):
             calls = unique_ids(calls, step, seen)
         digest = self._request_digest(request)
         latency = self._monotonic() - t0
-        model, text, usage = self._model.name, response.text, response.usage
-        try:
-            self._add(
-                ModelResponded,
-                step=step,
-                model=model,
-                request_digest=digest,
-                text=text,
-                reasoning=response.reasoning,
-                tool_calls=calls,
-                usage=usage,
-                latency_s=latency,
-                final=final,
-            )
-        except TypeError:  # JSON cannot hold it (an integer beyond 64 bits): a call error
-            calls = tuple(_unencodable(c) for c in calls)
-            self._add(
-                ModelResponded,
-                step=step,
-                model=model,
-                request_digest=digest,
-                text=text,
-                reasoning=response.reasoning,
-                tool_calls=calls,
-                usage=usage,
-                latency_s=latency,
-                final=final,
-            )
+        for attempt in (1, 2):
+            try:
+                self._add(
+                    ModelResponded,
+                    step=step,
+                    model=self._model.name,
+                    request_digest=digest,
+                    text=response.text,
+                    reasoning=response.reasoning,
+                    tool_calls=calls,
+                    usage=response.usage,
+                    latency_s=latency,
+                    final=final,
+                )
+                break
+            except TypeError:  # JSON cannot hold it (an integer beyond 64 bits): a call error
+                if attempt == 2:
+                    raise
+                calls = tuple(_unencodable(c) for c in calls)
         self._answer_redacted = self._journal.last_redacted
         if calls is not response.tool_calls:
             response = replace(response, tool_calls=calls)
@@ -305,15 +296,7 @@ class RunBase(Generic[OutputT]):
 
     def _refuse(self, call: ToolCall, text: str, error_type: str) -> None:
         """Answer ``call`` with an error tether writes itself (the tool did not run)."""
-        self._add(
-            ToolCallFinished,
-            call_id=call.id,
-            tool=call.name,
-            content=(TextBlock(text=text),),
-            is_error=True,
-            error_type=error_type,
-            synthetic=True,
-        )
+        refuse(self._add, call, text, error_type)
 
     def _elapsed(self) -> float:
         return self._monotonic() - self._t0

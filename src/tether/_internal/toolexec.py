@@ -59,6 +59,7 @@ INTERRUPTED = "keyboard_interrupt"
 """The error type of a call that raised ``KeyboardInterrupt`` (the run is then cancelled)."""
 
 _abandoned: set[asyncio.Future[Any]] = set()
+_NOBODY: Any = None  # the tool of a call that can no longer be abandoned again
 """Abandoned calls still running: held here so they are not garbage-collected mid-way."""
 
 
@@ -214,34 +215,52 @@ class Drive:
     ABANDONED)``.
     """
 
-    __slots__ = ("_coro", "_ours", "_proxy", "_run_id", "_tool", "abandoned", "swallowed")
+    __slots__ = (
+        "_coro",
+        "_ours",
+        "_proxy",
+        "_run_id",
+        "_tool",
+        "_waiting",
+        "abandoned",
+        "swallowed",
+    )
 
     def __init__(
         self,
-        coro: Coroutine[Any, Any, tuple[ToolResult, str | None]],
+        coro: Coroutine[Any, Any, Any],
         ours: Callable[[], bool],
         tool: Tool,
         run_id: str,
+        *,
+        waiting: asyncio.Future[Any] | None = None,
     ) -> None:
         self._coro = coro
         self._ours = ours
         self._tool = tool
         self._run_id = run_id
+        self._waiting = waiting
+        """A future the coroutine already waits on (a coroutine handed over mid-way)."""
         self._proxy: asyncio.Future[None] | None = None
         self.abandoned = False
         self.swallowed = False
 
-    def __await__(self) -> Generator[Any, None, tuple[ToolResult | None, str | None]]:
+    def __await__(self) -> Generator[Any, None, Any]:
         coro = self._coro
         value: Any = None
         error: BaseException | None = None
         grace: asyncio.TimerHandle | None = None
+        waiting = self._waiting
         try:
             while True:
-                try:
-                    yielded = coro.send(value) if error is None else coro.throw(error)
-                except StopIteration as stop:
-                    return stop.value
+                if waiting is not None:  # it waits already: on this first, then step it
+                    yielded, waiting = waiting, None
+                    yielded._asyncio_future_blocking = True  # pyright: ignore[reportAttributeAccessIssue]
+                else:
+                    try:
+                        yielded = coro.send(value) if error is None else coro.throw(error)
+                    except StopIteration as stop:
+                        return stop.value
                 value, error = None, None
                 if grace is None and self.swallowed:
                     loop = asyncio.get_running_loop()
@@ -304,40 +323,13 @@ def _forward(proxy: asyncio.Future[None], _: object) -> None:
         proxy.set_result(None)
 
 
-class _Resume:
-    """Continues a started coroutine in a new task: first the future it waits on, if any."""
-
-    __slots__ = ("_coro", "_waiting")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], waiting: asyncio.Future[Any] | None):
-        self._coro = coro
-        self._waiting = waiting
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro = self._coro
-        value: Any = None
-        error: BaseException | None = None
-        waiting = self._waiting
-        if waiting is not None:
-            try:
-                waiting._asyncio_future_blocking = True  # pyright: ignore[reportAttributeAccessIssue]
-                yield waiting
-            except BaseException as exc:
-                error = exc
-        while True:
-            try:
-                yielded = coro.send(value) if error is None else coro.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            value, error = None, None
-            try:
-                value = yield yielded
-            except BaseException as exc:
-                error = exc
-
-
 async def _resumed(coro: Coroutine[Any, Any, Any], waiting: asyncio.Future[Any] | None) -> Any:
-    return await _Resume(coro, waiting)
+    """An abandoned call, going on in a task of its own (nobody cancels it again)."""
+    return await Drive(coro, _never, _NOBODY, "", waiting=waiting)
+
+
+def _never() -> bool:
+    return False
 
 
 async def bounded(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -26,6 +26,10 @@ from tether.cli.store_commands import BusyTimeoutOption, store_app
 from tether.codec import read_jsonl
 from tether.errors import TetherError, UserError
 from tether.limits import Limits
+
+if TYPE_CHECKING:
+    from tether.outcome import RunOutcome
+    from tether.stores.sqlite import SqliteStore
 
 __all__ = ["app", "main"]
 
@@ -107,6 +111,9 @@ def _run(
     from tether.replay import load_agent
 
     store = None
+    directory: Path | None = None
+    error: TetherError | None = None
+    outcome: RunOutcome[Any] | None = None
     try:
         agent = load_agent(agent_ref)
         directory = _log_dir(log_dir, no_log)
@@ -126,20 +133,34 @@ def _run(
         stream = agent.stream(goal, agent_ref=agent_ref, run_id=run_id)
         outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=limits.max_steps))
     except TetherError as exc:
-        raise fail(exc) from None
+        error = exc
     finally:
-        if store is not None:
-            try:  # a store that could not take what the run committed says so here
-                asyncio.run(store.close())
-            except TetherError as exc:
-                raise fail(exc) from None
+        closing = _close(store)
+    # one line, the one that says most: what stopped the command, what stopped the run (it
+    # says how to go on with it), or what the store could not take when it closed
+    if error is not None:
+        raise fail(error)
+    assert outcome is not None
     failure = store_failure(outcome)
     if failure is not None:
         raise fail(failure)  # the store, not the run, needs fixing: it says how to go on
+    if closing is not None:
+        raise fail(closing)
     report(outcome, directory, as_json)
     if store is not None and outcome.status in ("waiting_for_user", "cancelled"):
         err.print(f"[dim]continue it with: tether resume {outcome.run_id}[/]")
     raise typer.Exit(0 if outcome.success else 1)
+
+
+def _close(store: SqliteStore | None) -> TetherError | None:
+    """Close the store; what it could not do (records kept in its pending files), if any."""
+    if store is None:
+        return None
+    try:
+        asyncio.run(store.close())
+    except TetherError as exc:
+        return exc
+    return None
 
 
 @app.command("resume")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -16,6 +17,9 @@ from tether.errors import ConfigError, TetherError, UserError
 from tether.events import Event, RunFinished, RunStarted
 from tether.outcome import RunOutcome
 from tether.policy.approvals import Approval
+
+if TYPE_CHECKING:
+    from tether.stores.sqlite import SqliteStore
 
 __all__ = [
     "AgentOption",
@@ -64,49 +68,73 @@ def continue_run(
     The agent is the one the run recorded (``--agent`` overrides), with the run's limits;
     the model is the recorded one when it still resolves, else the agent's own.
     """
-    from tether.cli.store_commands import open_store, resolve_run_id
+    from tether.cli.failures import store_failure
+    from tether.cli.store_commands import open_store
+
+    store = open_store(db, busy_timeout=busy_timeout)
+    try:
+        outcome = _continue(store, run, agent_ref, model, policy, verbose, answer, decide)
+    except BaseException:
+        with contextlib.suppress(TetherError):  # the first failure is the one to report
+            asyncio.run(store.close())
+        raise
+    try:
+        asyncio.run(store.close())
+    except TetherError:
+        if store_failure(outcome) is None:
+            raise  # else the run's own failure says more: how to go on with it
+    return outcome
+
+
+def _continue(
+    store: SqliteStore,
+    run: str,
+    agent_ref: str | None,
+    model: str | None,
+    policy: Path | None,
+    verbose: bool,
+    answer: str | None,
+    decide: Decide | None,
+) -> RunOutcome[Any]:
+    from tether.cli.store_commands import resolve_run_id
     from tether.models.registry import resolve_model
     from tether.policy.gate import RulePolicy
     from tether.replay import load_agent
 
-    store = open_store(db, busy_timeout=busy_timeout)
-    try:
-        run_id = asyncio.run(resolve_run_id(store, run))
-        events = asyncio.run(store.read(run_id))
-        if answer is not None:
-            _check_waits_for_answer(run_id, events)
-        last = events[-1]
-        if decide is None and isinstance(last, RunFinished) and not last.status.startswith("wait"):
-            # Ended for good (finished, failed, abandoned...): its log says how; no agent
-            # needs loading to report it.
-            Console(stderr=True).print(
-                f"run {run_id} has ended already ({last.status}): resuming it changes nothing",
-                soft_wrap=True,
-            )
-            return _ended(run_id, events, last)
-        started = events[0]
-        if not isinstance(started, RunStarted):
-            raise ConfigError(f"run {run_id!r} does not begin with run_started")
-        ref = agent_ref or started.agent_ref
-        if ref is None:
-            raise ConfigError(
-                "the run does not record which agent ran it: pass --agent package.module:attr"
-            )
-        agent = replace(load_agent(ref), store=store, limits=started.limits)
-        if policy is not None:
-            agent = replace(agent, policy=RulePolicy.from_toml(policy))
-        chosen = model
-        if chosen is None:
-            try:
-                resolve_model(started.model)
-                chosen = started.model
-            except TetherError:
-                chosen = None  # fall back to the agent's own model
-        approvals = decide(run_id, events) if decide is not None else ()
-        stream = agent.resume_stream(run_id, answer=answer, approvals=approvals, model=chosen)
-        return asyncio.run(drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
-    finally:
-        asyncio.run(store.close())
+    run_id = asyncio.run(resolve_run_id(store, run))
+    events = asyncio.run(store.read(run_id))
+    if answer is not None:
+        _check_waits_for_answer(run_id, events)
+    last = events[-1]
+    if decide is None and isinstance(last, RunFinished) and not last.status.startswith("wait"):
+        # Ended for good (finished, failed, abandoned...): its log says how; no agent
+        # needs loading to report it.
+        Console(stderr=True).print(
+            f"run {run_id} has ended already ({last.status}): resuming it changes nothing",
+            soft_wrap=True,
+        )
+        return _ended(run_id, events, last)
+    started = events[0]
+    if not isinstance(started, RunStarted):
+        raise ConfigError(f"run {run_id!r} does not begin with run_started")
+    ref = agent_ref or started.agent_ref
+    if ref is None:
+        raise ConfigError(
+            "the run does not record which agent ran it: pass --agent package.module:attr"
+        )
+    agent = replace(load_agent(ref), store=store, limits=started.limits)
+    if policy is not None:
+        agent = replace(agent, policy=RulePolicy.from_toml(policy))
+    chosen = model
+    if chosen is None:
+        try:
+            resolve_model(started.model)
+            chosen = started.model
+        except TetherError:
+            chosen = None  # fall back to the agent's own model
+    approvals = decide(run_id, events) if decide is not None else ()
+    stream = agent.resume_stream(run_id, answer=answer, approvals=approvals, model=chosen)
+    return asyncio.run(drive(stream, verbose=verbose, max_steps=agent.limits.max_steps))
 
 
 def _ended(run_id: str, events: Sequence[Event], last: RunFinished) -> RunOutcome[Any]:

@@ -200,7 +200,7 @@ class SqliteStore(RunStore, KeyValueStore):
     def _apply_own(self, db: sqlite3.Connection) -> bool:
         """Apply this store's pending records; whether that worked (busy: try again later)."""
         try:
-            with self._transaction(db, others=False):
+            with self._briefly(db), self._transaction(db, others=False):
                 pass
         except StoreBusy as exc:
             if self._busy_since is None:
@@ -244,7 +244,7 @@ class SqliteStore(RunStore, KeyValueStore):
             return
         now = time.time()
         try:  # this store's own records first: a new run's lease may still be one of them
-            with self._transaction(db, others=False):
+            with self._briefly(db), self._transaction(db, others=False):
                 for run_id, lease in held:
                     if lease.lost or lease.ttl <= 0:
                         continue
@@ -739,8 +739,8 @@ class SqliteStore(RunStore, KeyValueStore):
 
         def final(db: sqlite3.Connection | None) -> None:
             if db is not None and self._pending and not self._read_only:
-                try:
-                    with self._transaction(db, others=False):
+                try:  # briefly: what it cannot take now is durable, and applied later
+                    with self._briefly(db), self._transaction(db, others=False):
                         pass
                 except StoreError as exc:
                     _log.warning("tether: %s", exc)
@@ -771,7 +771,7 @@ class SqliteStore(RunStore, KeyValueStore):
         if broken is not None and self.pending_dir is not None:
             # the records are safe in the pending files, but this database cannot take them
             raise type(broken)(
-                f"{broken} The records it could not take are kept in {self.pending_dir}"
+                f"{broken}; the records it could not take are kept in {self.pending_dir}"
             )
 
     @contextmanager
@@ -790,6 +790,20 @@ class SqliteStore(RunStore, KeyValueStore):
             if isinstance(exc, sqlite3.Error):
                 raise self._typed(exc, doing) from None
             raise
+
+    @contextmanager
+    def _briefly(self, db: sqlite3.Connection) -> Generator[None]:
+        """Wait at most a second for another process's lock (work that can be done later).
+
+        The store's own periodic work must not sit in a lock for the whole busy timeout:
+        it would hold up everything queued behind it (a close, a read).
+        """
+        brief = int(min(1.0, self._busy_timeout) * 1000)
+        db.execute(f"PRAGMA busy_timeout = {brief}")
+        try:
+            yield
+        finally:
+            db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
 
     def _typed(self, exc: sqlite3.Error, doing: str) -> StoreError:
         if getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY"):

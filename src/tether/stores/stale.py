@@ -19,21 +19,19 @@ import time
 from collections.abc import Sequence
 from typing import Literal, TypeAlias
 
-from tether._internal.approving import denial_text
 from tether._internal.clock import Clock
 from tether._internal.frozen import frozen
 from tether._internal.journal import Journal
-from tether.content import TextBlock
+from tether._internal.unfinished import refuse, verdict
 from tether.errors import StoreError, UserError
 from tether.events import (
     ApprovalGiven,
     Event,
     PolicyDecided,
     RunFinished,
-    ToolCallFinished,
     ToolCallUnknown,
 )
-from tether.messages import CONTROL_TOOLS, ToolCall
+from tether.messages import CONTROL_TOOLS
 from tether.outcome import ErrorInfo
 from tether.policy.redaction import Redactor
 from tether.state import StateBuilder
@@ -220,51 +218,33 @@ def _close_calls(journal: Journal, state: StateBuilder, events: Sequence[Event])
     given = {e.call_id: e for e in events if isinstance(e, ApprovalGiven)}
     calls = list(state.pending.values())
     for call in calls:
-        decision = decided.get(call.id)
-        approval = given.get(call.id)
-        if decision is None:  # never passed the policy, so it never ran
-            _not_run(journal, call, "not executed: the run stopped before this call started")
-            continue
-        if decision.decision == "needs_approval" and approval is None:
-            _not_run(
-                journal,
+        became, text = verdict(call, decided, given)
+        if became == "not_started":  # never passed the policy, so it never ran
+            refuse(
+                journal.add,
+                call,
+                "not executed: the run stopped before this call started",
+                "interrupted",
+            )
+        elif became == "waiting":
+            refuse(
+                journal.add,
                 call,
                 "not executed: the run was abandoned while the call waited for approval",
                 "run_ended",
             )
-            continue
-        denied = decision.decision == "deny" or (approval is not None and not approval.approved)
-        allowed = decision.decision == "allow" or (approval is not None and approval.approved)
-        if denied or not allowed:
-            text = (
-                f"denied by policy ({decision.rule}): {decision.reason}"
-                if approval is None or approval.approved
-                else denial_text(approval)
+        elif became == "denied":
+            refuse(journal.add, call, text, "denied")
+        elif call.name in CONTROL_TOOLS:  # tether's own: nothing outside ran
+            refuse(journal.add, call, "not executed: the run was abandoned", "run_ended")
+        else:
+            journal.add(
+                ToolCallUnknown,
+                call_id=call.id,
+                tool=call.name,
+                reason=(
+                    f"the run stopped while {call.name} was running; it may or may not have "
+                    "taken effect. Do not assume either: check before calling it again"
+                ),
             )
-            _not_run(journal, call, text, "denied")
-            continue
-        if call.name in CONTROL_TOOLS:  # tether's own: nothing outside ran
-            _not_run(journal, call, "not executed: the run was abandoned", "run_ended")
-            continue
-        journal.add(
-            ToolCallUnknown,
-            call_id=call.id,
-            tool=call.name,
-            reason=(
-                f"the run stopped while {call.name} was running; it may or may not have taken "
-                "effect. Do not assume either: check before calling it again"
-            ),
-        )
     return len(calls)
-
-
-def _not_run(journal: Journal, call: ToolCall, text: str, error_type: str = "interrupted") -> None:
-    journal.add(
-        ToolCallFinished,
-        call_id=call.id,
-        tool=call.name,
-        content=(TextBlock(text=text),),
-        is_error=True,
-        error_type=error_type,
-        synthetic=True,
-    )
