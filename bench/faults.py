@@ -348,10 +348,15 @@ def read_only(c: Ctx, what: str) -> str:
             ran = c.h.tether(name, [*args, "--db", str(db)], cwd=c.dir)
             if ran.code != 0 or expect not in ran.stdout + ran.stderr:
                 c.problem(f"{name} on a read-only {what} did not work: {ran.brief()}")
+    return refused_run(c, db, before, run)
+
+
+def refused_run(c: Ctx, db: Path, before: set[str], run: Ran) -> str:
+    """After a ``tether run`` its store refused: no run stored half-way, nothing left pending."""
     after = inspect(db)
     started = set(after.statuses) - before
     if started:
-        c.problem(f"runs half-started: {sorted(started)}")
+        c.problem(f"runs stored half-way: {sorted(started)}")
     settle(c, after, [(run, None)])
     check_pending(c, after)
     return f"run: exit {run.code}: {(run.error_lines() or [''])[0]}"
@@ -374,13 +379,7 @@ def pending_blocked(c: Ctx) -> str:
     )
     expect_clean_failure(c, run, names=pending, says=())
     pending.unlink()
-    after = inspect(db)
-    started = set(after.statuses) - before
-    if started:
-        c.problem(f"runs stored half-way: {sorted(started)}")
-    settle(c, after, [(run, None)])
-    check_pending(c, after)
-    return f"run: exit {run.code}: {(run.error_lines() or [''])[0]}"
+    return refused_run(c, db, before, run)
 
 
 # -- 5: a full disk ---------------------------------------------------------------------------

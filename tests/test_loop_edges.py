@@ -28,14 +28,19 @@ def results(events: tuple[Event, ...]) -> list[ToolCallFinished]:
 
 
 async def test_an_outer_timeout_racing_the_model_timeout_still_reaches_the_caller() -> None:
+    outer = asyncio.timeout(None)
+
     async def slow(request: ModelRequest) -> ModelResponse:
+        # Set from inside the model call, however long the run took to get here: both
+        # deadlines lie within the block below, so they fall due together.
+        outer.reschedule(asyncio.get_running_loop().time() + 0.05)
         time.sleep(0.15)  # noqa: ASYNC251 - block the loop: both deadlines fall due together
         await asyncio.sleep(10)
         return ModelResponse(text="late")
 
     agent = Agent(model=FunctionModel(slow), model_settings=ModelSettings(timeout=0.1))
     with pytest.raises(TimeoutError):
-        async with asyncio.timeout(0.05):
+        async with outer:
             await agent.run("go")
 
 
@@ -102,7 +107,7 @@ async def test_calls_after_finish_task_do_not_run() -> None:
 
 
 async def test_a_cancelled_parallel_turn_keeps_the_results_that_arrived() -> None:
-    started = asyncio.Event()
+    started, returned = asyncio.Event(), asyncio.Event()
 
     @tool(read_only=True, open_world=False)
     async def hang() -> str:
@@ -114,6 +119,7 @@ async def test_a_cancelled_parallel_turn_keeps_the_results_that_arrived() -> Non
     @tool(read_only=True, open_world=False)
     async def quick() -> str:
         """Returns at once."""
+        returned.set()
         return "quick done"
 
     run = Agent(model=ScriptedModel([[call("hang"), call("quick")]]), tools=[hang, quick]).stream(
@@ -125,8 +131,9 @@ async def test_a_cancelled_parallel_turn_keeps_the_results_that_arrived() -> Non
             pass
 
     consumer = asyncio.ensure_future(consume())
-    await started.wait()
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(asyncio.gather(started.wait(), returned.wait()), 30)
+    for _ in range(10):  # its result reaches the turn in a few loop turns (no thread, no timer)
+        await asyncio.sleep(0)
     run.cancel("user hit stop")
     await consumer
     by_call = {r.call_id: r for r in results(run.outcome.events)}

@@ -99,7 +99,9 @@ async def test_max_seconds_holds_when_parallel_calls_ignore_cancellation() -> No
     )
     started = time.monotonic()
     outcome = await run(agent)
-    assert time.monotonic() - started < 2 + 5  # the run's limit, plus the grace
+    # the run's limit and the grace (about 3 s), with room for a busy machine; without the
+    # limit the run would wait for the tool timeout (60 s)
+    assert time.monotonic() - started < 30
     assert outcome.status in ("budget_exhausted", "finished")
     assert_protocol_valid(outcome.events)
 

@@ -40,7 +40,9 @@ async def test_a_tool_that_blocks_the_loop_for_good_ends_the_process_not_hangs_i
     code, _, err = await tether(
         "run", "go", "--agent", "tests.cli.hang_agent:agent", "--db", db, "--no-log"
     )
-    assert time.monotonic() - started < 2 + 5 + 10  # max_seconds, the hang margin, start-up
+    # the call's timeout and the hang margin (a few seconds) plus start-up, with room for a busy
+    # machine; a hang would last the tool's hour
+    assert time.monotonic() - started < 60
     assert code == 2, err
     assert "blocked the event loop" in err
     assert "Traceback" not in err

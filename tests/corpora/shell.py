@@ -26,9 +26,10 @@ from tests.corpora import CaseResult
 from tether.content import ToolResult
 from tether.errors import ModelRetry
 from tether.tools.base import Tool, ToolContext
+from tether.tools.builtin._sandbox import probe_cgroups
 from tether.tools.builtin.shell import CommandRule, ResourceLimits, shell_tool
 
-__all__ = ["live_processes", "run_corpus"]
+__all__ = ["gone", "live_processes", "run_corpus", "running"]
 
 AREA = "shell"
 LIMITS = ResourceLimits(cpu_seconds=10, memory_bytes=1024**3, max_processes=64)
@@ -102,6 +103,35 @@ def live_processes(marker: str) -> list[int]:
     return found
 
 
+WAIT = 30.0
+"""Seconds a check waits for processes to appear or to die before it calls them missing or
+left behind (they take a moment: a busy machine may take seconds, never this long)."""
+
+
+async def gone(marker: str, within: float = WAIT) -> list[int]:
+    """Wait until no live process carries ``marker``; the pids still left after ``within`` s.
+
+    A killed process needs a moment to die (longer on a busy machine): its absence is polled
+    for, not assumed after a fixed pause.
+    """
+    deadline = time.monotonic() + within
+    while True:
+        left = live_processes(marker)
+        if not left or time.monotonic() > deadline:
+            return left
+        await asyncio.sleep(0.02)
+
+
+async def running(marker: str, within: float = WAIT) -> list[int]:
+    """Wait until a live process carries ``marker``; its pids (empty if none by ``within``)."""
+    deadline = time.monotonic() + within
+    while True:
+        found = live_processes(marker)
+        if found or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.02)
+
+
 async def _watch(marker: str, stop: asyncio.Event, seen: list[int]) -> None:
     """Record the most processes carrying ``marker`` seen at once, while the host still forks."""
     while not stop.is_set():
@@ -112,7 +142,38 @@ async def _watch(marker: str, stop: asyncio.Event, seen: list[int]) -> None:
 
 async def _host_can_fork() -> bool:
     proc = await asyncio.create_subprocess_exec("/bin/true")
-    return await asyncio.wait_for(proc.wait(), 5) == 0
+    return await asyncio.wait_for(proc.wait(), WAIT) == 0  # a fork that fails raises at once
+
+
+def _command_cgroups() -> list[Path]:
+    """The pids cgroups of this process's commands (none without cgroup support)."""
+    parent = probe_cgroups().pids_parent
+    return [] if parent is None else list(Path(parent).glob(f"tether-{os.getpid()}-*"))
+
+
+def _forks_refused(cgroup: Path) -> bool:
+    """Whether ``cgroup`` has refused a fork: what runs in it is at its process limit."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in (cgroup / "pids.events").read_text().splitlines():
+            name, _, count = line.partition(" ")
+            if name == "max" and int(count) > 0:
+                return True
+    return False
+
+
+async def _going_off(bomb: asyncio.Future[Outcome], seen: list[int], before: list[Path]) -> None:
+    """Wait until a fork bomb presses on its limit (without cgroups: runs), or has ended.
+
+    ``before``: the command cgroups that existed before the bomb was started.
+    """
+    deadline = time.monotonic() + WAIT
+    while not bomb.done() and time.monotonic() < deadline:
+        if probe_cgroups().pids_parent is None:
+            if max(seen, default=0) > 0:
+                return
+        elif any(_forks_refused(c) for c in _command_cgroups() if c not in before):
+            return
+        await asyncio.sleep(0.01)
 
 
 def _case(
@@ -149,7 +210,7 @@ def _tool(
     allow: Mapping[str, CommandRule] | Sequence[str],
     *,
     isolation: Literal["auto", "bwrap", "none"] = "auto",
-    timeout: float = 3.0,
+    timeout: float = 30.0,  # commands that end by themselves; a case that needs one sets it
     max_output_bytes: int = 100_000,
     env: Mapping[str, str] | None = None,
 ) -> Tool:
@@ -311,6 +372,9 @@ async def _bwrap_only_cases(ws: Path, outside: Path) -> list[CaseResult]:
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         received.append(await reader.read(100) or b"<connected>")
+        writer.write(b"k")  # the sender waits for this: it ends only once this was recorded
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
         writer.close()
 
     server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
@@ -318,10 +382,9 @@ async def _bwrap_only_cases(ws: Path, outside: Path) -> list[CaseResult]:
     try:
         code = (
             f"import socket; s = socket.create_connection(('127.0.0.1', {port}), timeout=2); "
-            "s.sendall(b'exfiltrated'); s.close()"
+            "s.settimeout(20); s.sendall(b'exfiltrated'); s.recv(1); s.close()"
         )
         out = await call(tool, ["python3", "-c", code])
-        await asyncio.sleep(0.1)
     finally:
         server.close()
         await server.wait_closed()
@@ -365,16 +428,15 @@ async def _process_cases(ws: Path, isolation: Literal["bwrap", "none"]) -> list[
     tag = f"[{isolation}]"
     secret = f"sk-corpus-{secrets.token_hex(8)}"
     os.environ["TETHER_CORPUS_SECRET"] = secret
-    try:
-        tool = _tool(
-            ws,
-            {"env": CommandRule(), "sh": CommandRule(allow_options=["-c"]),
+    allow = {"env": CommandRule(), "sh": CommandRule(allow_options=["-c"]),
              "bash": CommandRule(allow_options=["-c"]), "head": CommandRule(allow_options=["-c"]),
-             "yes": CommandRule(), "python3": CommandRule(allow_options=["-c"])},
-            isolation=isolation,
-            timeout=2.0,
-        )  # fmt: skip
-        out = await call(tool, ["env"])
+             "yes": CommandRule(), "python3": CommandRule(allow_options=["-c"])}  # fmt: skip
+    try:
+        # ``tool`` stops, by its timeout, what never ends by itself; ``patient`` runs what
+        # ends by itself (or is stopped by a cap), with time to spare on a busy machine
+        tool = _tool(ws, allow, isolation=isolation, timeout=2.0)
+        patient = _tool(ws, allow, isolation=isolation)
+        out = await call(patient, ["env"])
     finally:
         del os.environ["TETHER_CORPUS_SECRET"]
     results = [
@@ -383,21 +445,21 @@ async def _process_cases(ws: Path, isolation: Literal["bwrap", "none"]) -> list[
     ]  # fmt: skip
 
     for name, script in [
-        ("fork bomb (named, kept alive)", "b(){ b|b& }; b; sleep 30 # {m}"),
+        ("fork bomb (named, kept alive)", "b(){ b|b& }; b; sleep 1000 # {m}"),
         ("fork bomb (classic, bash)", ":(){ :|:& };: # {m}"),
     ]:
         marker = f"bomb-{secrets.token_hex(6)}"
         shell = "bash" if "bash" in name else "sh"
         stop, seen = asyncio.Event(), list[int]()
         watcher = asyncio.ensure_future(_watch(marker, stop, seen))
+        before = _command_cgroups()
         bomb = asyncio.ensure_future(call(tool, [shell, "-c", script.replace("{m}", marker)]))
-        await asyncio.sleep(0.5)
-        responsive = await _host_can_fork()
+        await _going_off(bomb, seen, before)
+        responsive = await _host_can_fork()  # while it presses on its limit
         out = await bomb
         stop.set()
         await watcher
-        await asyncio.sleep(0.2)
-        left = live_processes(marker)
+        left = await gone(marker)
         bound = (LIMITS.max_processes or 0) + 4  # bwrap and its init are in the cgroup too
         peak = max(seen, default=0)
         results.append(
@@ -408,7 +470,7 @@ async def _process_cases(ws: Path, isolation: Literal["bwrap", "none"]) -> list[
 
     marker = ws / f"hog-{secrets.token_hex(4)}"
     code = f"x = bytearray(4 * 10**9); open({str(marker)!r}, 'w').write('allocated')"
-    out = await call(tool, ["python3", "-c", code])
+    out = await call(patient, ["python3", "-c", code])
     results.append(
         _case(f"{tag} memory hog (4 GB)", attack=True,
               refused=out.data.get("exit_code") not in (0, None) or out.stopped,
@@ -417,8 +479,7 @@ async def _process_cases(ws: Path, isolation: Literal["bwrap", "none"]) -> list[
 
     seconds = f"1000.{secrets.randbelow(10**6):06d}"
     out = await call(tool, ["sh", "-c", f"sleep {seconds} & wait"])
-    await asyncio.sleep(0.2)
-    left = live_processes(f"sleep\0{seconds}")
+    left = await gone(f"sleep\0{seconds}")
     results.append(
         _case(f"{tag} orphan: sleep in the background", attack=True, refused=out.stopped,
               escaped=bool(left), detail=f"left={left} {out.describe()}")
@@ -429,9 +490,8 @@ async def _process_cases(ws: Path, isolation: Literal["bwrap", "none"]) -> list[
         "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
         f"        time.sleep(1000)  # {marker}\n    os._exit(0)\nos.wait()"
     )
-    out = await call(tool, ["python3", "-c", code])
-    await asyncio.sleep(0.2)
-    left = live_processes(marker)
+    out = await call(patient, ["python3", "-c", code])
+    left = await gone(marker)
     results.append(
         _case(f"{tag} orphan: setsid double-fork daemon", attack=True,
               refused=out.refused is None, escaped=bool(left),
@@ -442,7 +502,7 @@ async def _process_cases(ws: Path, isolation: Literal["bwrap", "none"]) -> list[
         ("1 GB of output (head)", ["head", "-c", "1000000000", "/dev/zero"]),
         ("endless output (yes)", ["yes"]),
     ]:
-        out = await call(tool, argv)
+        out = await call(patient, argv)
         size = len(out.stdout.encode())
         results.append(
             _case(f"{tag} {name}", attack=True,

@@ -48,7 +48,9 @@ async def stored(path: Path, run_id: str) -> list[str]:
 # -- another process holds the file locked ---------------------------------------------------
 
 
-async def test_a_lock_held_longer_than_the_busy_timeout_loses_no_event(tmp_path: Path) -> None:
+async def test_a_lock_held_longer_than_the_busy_timeout_loses_no_event(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "t.db"
     store = SqliteStore(path, busy_timeout=0.2)
     gate = asyncio.Event()
@@ -71,11 +73,14 @@ async def test_a_lock_held_longer_than_the_busy_timeout_loses_no_event(tmp_path:
     run = asyncio.ensure_future(agent.run("go"))
     await asyncio.wait_for(locked.wait(), 60)  # mid-run: the second tool call is running
     async with WriteLock(path) as lock:
-        await asyncio.sleep(1.0)  # the store's thread tries, and fails, to apply for a while
         gate.set()
         outcome = await run  # the run goes on: its commits do not need the database
         assert outcome.status == "finished"
-        await asyncio.sleep(0.5)
+        for _ in range(600):  # the store's thread tries, and fails, to apply them: it says so
+            if "pending records wait in" in caplog.text:
+                break
+            await asyncio.sleep(0.05)
+        assert "pending records wait in" in caplog.text
         assert pending_files(store)  # not applied yet: the file holds them, and stays
         await lock.release()
     await store.close()

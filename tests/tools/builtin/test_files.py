@@ -397,7 +397,7 @@ async def test_a_catastrophic_regex_cannot_stall_the_search(tmp_path: Path) -> N
     search = {t.name: t for t in file_tools(tmp_path)}["search_files"]
     started = time.monotonic()
     result = await search.handler(CTX, search.validator({"pattern": "(a+)+$", "regex": True}))
-    assert time.monotonic() - started < 5  # with re: 2**60 steps, never ends
+    assert time.monotonic() - started < 30  # with re: 2**60 steps, never ends
     assert not result.is_error
     with pytest.raises(ModelRetry, match="RE2 syntax"):
         await search.handler(CTX, search.validator({"pattern": r"(a)\1", "regex": True}))
