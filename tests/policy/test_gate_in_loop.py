@@ -349,11 +349,11 @@ def holder(gauge: Gauge, until: asyncio.Event | float) -> Tool:
         Args:
             n: A number.
         """
-        if isinstance(until, float):
-            await gauge.hold(until)
-        else:
+        if isinstance(until, asyncio.Event):
             gauge.started.set()
             await until.wait()
+        else:
+            await gauge.hold(until)
         return n
 
     return slow
