@@ -9,8 +9,9 @@ goes back to what the store holds, and it is never reported ``finished`` unless 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -26,6 +27,9 @@ from tether.errors import (
     StoreWriteError,
 )
 from tether.events import Event, RunFinished
+from tether.policy.approvals import Approval
+from tether.policy.gate import RulePolicy
+from tether.policy.rules import Rules, require_approval
 from tether.stores import Lease, MemoryStore, RunStore, SqliteStore
 from tether.stores.base import RunInfo, RunQuery
 from tether.testing import FunctionModel, ScriptedModel, call, finish
@@ -207,3 +211,47 @@ async def test_a_bug_before_the_run_exists_propagates_instead_of_leaving_no_outc
     with pytest.raises(ZeroDivisionError, match="a bug in the adapter"):
         await Agent(model=Broken(), store=store).run("x")
     assert await store.runs() == []
+
+
+async def test_a_resume_whose_first_commit_fails_ends_failed_and_says_how_to_resume() -> None:
+    inner = MemoryStore()
+    first = await Agent(
+        model=ScriptedModel(SCRIPT), tools=[add], store=FailingStore(inner, fail_at=4)
+    ).run("add")
+    stored = len(await inner.read(first.run_id))
+    again = await Agent(
+        model=ScriptedModel(SCRIPT), tools=[add], store=FailingStore(inner, fail_at=1)
+    ).resume(first.run_id)
+    assert again.status == "failed"  # the run exists: it is ended here, not raised
+    assert again.error is not None
+    assert f"tether resume {first.run_id}" in again.error.message
+    assert len(await inner.read(first.run_id)) == stored  # and nothing was added to it
+
+
+@pytest.mark.parametrize("given", ["answer", "approval"])
+async def test_an_answer_or_approval_the_store_refused_is_raised_to_be_given_again(
+    given: str,
+) -> None:
+    inner = MemoryStore()
+    if given == "answer":
+        script = [call("ask_user", question="which?"), finish("done")]
+        agent = Agent(model=ScriptedModel(script), tools=[add], can_ask_user=True, store=inner)
+    else:
+        policy = RulePolicy(Rules(rules=(require_approval(["add"]),)))
+        agent = Agent(model=ScriptedModel(SCRIPT), tools=[add], policy=policy, store=inner)
+    waiting = await agent.run("add")
+    assert waiting.status.startswith("waiting_for")
+    kwargs: dict[str, Any] = (
+        {"answer": "that one"}
+        if given == "answer"
+        else {"approvals": [Approval.approve(p) for p in waiting.pending]}
+    )
+    failing = replace(agent, store=FailingStore(inner, fail_at=1))
+    with pytest.raises(StoreWriteError):  # not stored: repeating the command is the way on
+        await failing.resume(waiting.run_id, **kwargs)
+    log = await inner.read(waiting.run_id)
+    last = log[-1]
+    assert isinstance(last, RunFinished)
+    assert last.status == waiting.status  # it still waits, as it did
+    done = await agent.resume(waiting.run_id, **kwargs)
+    assert done.status in ("finished", "waiting_for_approval")

@@ -329,6 +329,12 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
             except StoreError as exc:
                 if journal.committed == 0:
                     raise  # nothing of this run was ever stored: there is no run to end
+                if journal.committed == self._loaded and (
+                    self._answer is not None or self._approvals
+                ):
+                    # the answer or the decisions were not stored: the run is as it was, and
+                    # the same command (approve, resume --answer) is what to repeat
+                    raise
                 self._end_unstored(exc)
                 return
             except UserError as exc:

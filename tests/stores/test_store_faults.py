@@ -7,6 +7,7 @@ every failure is a typed store error that names the file and says what to do.
 from __future__ import annotations
 
 import asyncio
+import math
 import sqlite3
 import sys
 import textwrap
@@ -17,6 +18,7 @@ import pytest
 from tests.stores.faults import WriteLock, corrupt_pages, read_only
 from tether import Agent, tool
 from tether.errors import (
+    ConfigError,
     StoreBusy,
     StoreCorrupt,
     StoreUnavailable,
@@ -292,3 +294,34 @@ async def test_a_full_disk_is_a_store_write_error_and_keeps_what_was_stored(
     assert "full" in lines[0], lines
     assert lines[1].startswith("release: could not write"), lines
     assert lines[2] == "kept: 2", lines
+
+
+@tool(read_only=True, open_world=False)
+async def pause() -> str:
+    """Takes a moment: the store's thread applies what the run committed meanwhile."""
+    await asyncio.sleep(0.3)
+    return "ok"
+
+
+@pytest.mark.parametrize("seconds", [math.inf, 1e12])
+async def test_a_busy_timeout_of_for_ever_works(
+    tmp_path: Path, seconds: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SqliteStore(tmp_path / "t.db", busy_timeout=seconds, apply_interval=0.01)
+    try:
+        script = [call("pause"), call("pause"), finish("done")]
+        agent = Agent(model=ScriptedModel(script), tools=[pause], store=store)
+        assert (await agent.run("wait")).status == "finished"
+    finally:
+        await store.close()
+    # the store's brief waits for a lock set SQLite's timeout back to one it can hold
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+
+
+@pytest.mark.parametrize("seconds", [math.nan, -1.0])
+def test_a_busy_timeout_that_is_not_seconds_is_a_config_error(
+    tmp_path: Path, seconds: float
+) -> None:
+    with pytest.raises(ConfigError, match="busy_timeout"):
+        SqliteStore(tmp_path / "t.db", busy_timeout=seconds)
+    assert not (tmp_path / "t.db").exists()

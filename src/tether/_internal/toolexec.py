@@ -59,8 +59,8 @@ INTERRUPTED = "keyboard_interrupt"
 """The error type of a call that raised ``KeyboardInterrupt`` (the run is then cancelled)."""
 
 _abandoned: set[asyncio.Future[Any]] = set()
-_NOBODY: Any = None  # the tool of a call that can no longer be abandoned again
 """Abandoned calls still running: held here so they are not garbage-collected mid-way."""
+_NOBODY: Any = None  # the tool of a call that can no longer be abandoned again
 
 
 def tool_error(tool: Tool, exc: BaseException, timeout: float | None) -> tuple[ToolResult, str]:

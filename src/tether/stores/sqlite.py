@@ -37,7 +37,7 @@ from typing import Any, Literal, TypeVar, cast
 from tether._internal.appendcheck import new_events
 from tether._internal.sealed import body_of
 from tether.codec import decode_event, encode_event, kept, verify_chain
-from tether.errors import StoreBusy, StoreError, StoreUnavailable, StoreWriteError
+from tether.errors import ConfigError, StoreBusy, StoreError, StoreUnavailable, StoreWriteError
 from tether.events import Event
 from tether.jsontypes import JsonValue
 from tether.stores import _sqlitekv
@@ -67,6 +67,9 @@ from tether.stores.base import (
 from tether.stores.kv import KeyValueStore, KvEntry
 
 __all__ = ["DEFAULT_PATH", "SqliteStore", "default_store_path"]
+
+_LONGEST_BUSY_TIMEOUT = (2**31 - 1) / 1000
+"""Seconds: the longest busy timeout SQLite takes (milliseconds in a C ``int``)."""
 
 _log = logging.getLogger("tether.stores")
 
@@ -126,6 +129,8 @@ class SqliteStore(RunStore, KeyValueStore):
         apply_interval: float = 0.05,
         busy_timeout: float = 30.0,
     ) -> None:
+        if not busy_timeout >= 0:  # NaN included
+            raise ConfigError(f"busy_timeout must be seconds >= 0, not {busy_timeout!r}")
         self.path = Path(path) if path is not None else default_store_path()
         in_memory = str(self.path) == ":memory:"
         if not in_memory:
@@ -133,7 +138,8 @@ class SqliteStore(RunStore, KeyValueStore):
         self._lease_ttl = lease_ttl
         self._power = durability == "power"
         self._apply_interval = apply_interval
-        self._busy_timeout = busy_timeout
+        # SQLite counts milliseconds in a C int: longer (inf: wait for ever) is about 24 days
+        self._busy_timeout = min(busy_timeout, _LONGEST_BUSY_TIMEOUT)
         self.pending_dir = None if in_memory else self.path.with_name(self.path.name + "-pending")
         """Where appends are committed before they reach the database (``None``: in memory)."""
         self._log = None if self.pending_dir is None else PendingLog(self.pending_dir)
