@@ -286,7 +286,17 @@ MISTAKES: list[tuple[str, str, list[str]]] = [
     ("true is not a size", "[sizes]\nmax_result_bytes = true", ["[sizes]", "max_result_bytes"]),
     ("negative size", "[sizes]\nmax_result_bytes = -1", ["[sizes]", "max_result_bytes"]),
     ("bad large_results", "[sizes]\nlarge_results = 'drop'", ["[sizes]", "large_results"]),
-    ("bad regex", "[[filter]]\npatterns = ['(']", ["filter[0]", "patterns", "'('"]),
+    ("bad regex", "[[filter]]\npatterns = ['(']", ["filter[0]", "patterns[0]", "'('"]),
+    (
+        "a regex that needs backtracking",
+        "[[filter]]\npatterns = ['ok', '(\\w+)\\1']",
+        ["filter[0]", "patterns[1]", "backreferences", "rewrite the pattern"],
+    ),
+    (
+        "lookaround in an argument regex",
+        "[[deny]]\ntools = ['x']\nwhen = [{arg = 'url', op = 'regex', value = 'a(?!b)'}]",
+        ["deny[0]", "'url'", "lookaround"],
+    ),
     ("empty filter", "[[filter]]\non = 'results'", ["filter[0]", "patterns or checks"]),
     ("bad on", "[[filter]]\npatterns = ['x']\non = 'calls'", ["filter[0]", "on"]),
     (

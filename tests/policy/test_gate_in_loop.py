@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from tests.support import add, assert_protocol_valid
-from tether import Agent, Event, tool
+from tether import Agent, Event, Limits, tool
 from tether._internal.approving import arguments_hash
 from tether.content import ToolResult, content_text
 from tether.events import PolicyDecided, ToolCallFinished, ToolCallRequested
@@ -182,6 +182,34 @@ async def test_a_redacted_result_is_recorded_redacted() -> None:
     assert content_text(redacted.content) == "the key is [FILTERED], keep it"
     assert not redacted.is_error
     assert redacted.error_type is None
+
+
+@tool(read_only=True, open_world=False)
+def echo(text: str) -> str:
+    """The text, then "!".
+
+    Args:
+        text: Any text.
+    """
+    return text + "!"
+
+
+@pytest.mark.timeout(60)  # with Python's re: 2**40 steps on the event loop, never done
+async def test_a_filter_pattern_that_would_backtrack_runs_in_linear_time() -> None:
+    # issue 11 of the policy: ^(a+)+$ on 26 characters took 9.2 s on re, past max_seconds
+    checks = (
+        ContentFilter(patterns=(r"^(a+)+$",), on="results"),
+        ContentFilter(patterns=(r"(a|aa)+b",), on="arguments", tools=("echo",)),
+    )
+    model = ScriptedModel([call("echo", text="a" * 40), finish("x")])
+    outcome = await Agent(
+        model=model,
+        tools=[echo],
+        policy=RulePolicy(Rules(filters=checks)),
+        limits=Limits(max_seconds=30),
+    ).run("x")
+    assert outcome.status == "finished"
+    assert content_text(results(outcome.events)[0].content) == "a" * 40 + "!"
 
 
 async def test_a_large_result_is_recorded_truncated() -> None:

@@ -29,6 +29,7 @@ from fnmatch import fnmatchcase
 from functools import cached_property
 from typing import Literal, TypeAlias, TypeVar, cast
 
+from tether._internal.linearregex import LinearPattern, compile_linear
 from tether.errors import ConfigError
 from tether.events import Decision
 from tether.jsontypes import JsonValue
@@ -172,15 +173,13 @@ class ArgCondition:
             )
         if self.op == "regex":
             try:
-                re.compile(str(self.value))
-            except re.error as exc:
-                raise ConfigError(
-                    f"argument condition on {self.path!r}: bad regex: {exc}"
-                ) from None
+                compile_linear(str(self.value))
+            except ValueError as exc:
+                raise ConfigError(f"argument condition on {self.path!r}: {exc}") from None
 
     @cached_property
-    def _regex(self) -> re.Pattern[str]:
-        return re.compile(str(self.value))
+    def _regex(self) -> LinearPattern:
+        return compile_linear(str(self.value))
 
     def holds(self, arguments: Mapping[str, JsonValue]) -> bool:  # noqa: C901 - one flat table
         """Whether the condition holds for these arguments.
@@ -383,7 +382,8 @@ class ContentFilter:
     """
 
     patterns: tuple[str, ...] = ()
-    """Regexes (Python syntax); matched against the JSON of the arguments or the result text."""
+    """Regexes, run on RE2 in linear time (Python-style syntax without backreferences or
+    lookaround); matched against the JSON of the arguments or the result text."""
     checks: tuple[Callable[[str], bool], ...] = ()
     """Callables given the same text; ``True`` is a match (Python only)."""
     on: Literal["arguments", "results", "both"] = "arguments"
@@ -405,20 +405,20 @@ class ContentFilter:
             object.__setattr__(self, "checks", tuple(self.checks))
         if not self.patterns and not self.checks:
             raise ConfigError("a ContentFilter needs patterns or checks")
-        for pattern in self.patterns:
+        for index, pattern in enumerate(self.patterns):
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ConfigError(f"patterns: {pattern!r} is not a valid regex: {exc}") from None
+                compile_linear(pattern)
+            except ValueError as exc:
+                raise ConfigError(f"patterns[{index}]: {exc}") from None
 
     @cached_property
-    def regexes(self) -> tuple[re.Pattern[str], ...]:
-        """The patterns, compiled one by one.
+    def regexes(self) -> tuple[LinearPattern, ...]:
+        """The patterns, compiled one by one (RE2: linear in the text, whatever the pattern).
 
         Not joined into one alternation: a pattern with global flags (``(?i)...``, as in
-        the TOML example) is an error anywhere but at the start of a regex.
+        the TOML example) applies to the whole of its own regex only.
         """
-        return tuple(re.compile(p) for p in self.patterns)
+        return tuple(compile_linear(p) for p in self.patterns)
 
     @property
     def label(self) -> str:

@@ -392,12 +392,11 @@ def test_split_path_and_is_beneath() -> None:
 
 async def test_a_catastrophic_regex_cannot_stall_the_search(tmp_path: Path) -> None:
     """``(a+)+$`` backtracks exponentially in Python's ``re``; RE2 answers in linear time."""
-    pytest.importorskip("re2", reason="google-re2 (tether[sandbox]) is not installed")
     (tmp_path / "a.txt").write_text("a" * 60 + "b\n")
     search = {t.name: t for t in file_tools(tmp_path)}["search_files"]
     started = time.monotonic()
     result = await search.handler(CTX, search.validator({"pattern": "(a+)+$", "regex": True}))
     assert time.monotonic() - started < 30  # with re: 2**60 steps, never ends
     assert not result.is_error
-    with pytest.raises(ModelRetry, match="RE2 syntax"):
+    with pytest.raises(ModelRetry, match="no backreferences"):
         await search.handler(CTX, search.validator({"pattern": r"(a)\1", "regex": True}))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
-import importlib
 import os
 import re
 import secrets
@@ -20,8 +19,9 @@ import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ParamSpec, cast
+from typing import ParamSpec
 
+from tether._internal.linearregex import compile_linear
 from tether.content import ToolResult
 from tether.errors import ConfigError, ModelRetry
 from tether.jsontypes import JsonObject, JsonValue
@@ -386,9 +386,9 @@ Matcher = Callable[[str], object]
 def _matcher(pattern: str, regex: bool, ignore_case: bool) -> Matcher:
     """The pattern as a search function.
 
-    A regular expression from the model runs on RE2 when ``google-re2`` is installed (the
-    ``tether[sandbox]`` extra): RE2 runs in linear time, so no pattern can stall the search
-    (Python's ``re`` backtracks: ``(a+)+$`` takes exponential time and no timeout stops it).
+    A regular expression from the model runs on RE2: in linear time, so no pattern can
+    stall the search (Python's ``re`` backtracks: ``(a+)+$`` takes exponential time and no
+    timeout stops it).
     """
     if not pattern:
         raise ModelRetry("give a non-empty pattern")
@@ -396,25 +396,11 @@ def _matcher(pattern: str, regex: bool, ignore_case: bool) -> Matcher:
         raise ModelRetry(f"the pattern is longer than {_MAX_PATTERN} characters; shorten it")
     if regex:
         try:
-            re2: Any = importlib.import_module("re2")
-        except ImportError:
-            re2 = None
-        if re2 is not None:
-            options = re2.Options()
-            options.log_errors = False
-            options.case_sensitive = not ignore_case
-            try:
-                return cast(Matcher, re2.compile(pattern, options).search)
-            except re2.error as exc:
-                raise ModelRetry(
-                    f"invalid regular expression {pattern!r} ({exc}); RE2 syntax: no "
-                    "backreferences or lookarounds"
-                ) from None
-    flags = re.IGNORECASE if ignore_case else 0
-    try:
-        return re.compile(pattern if regex else re.escape(pattern), flags).search
-    except re.error as exc:
-        raise ModelRetry(f"invalid regular expression {pattern!r}: {exc}") from None
+            return compile_linear(pattern, ignore_case=ignore_case).search
+        except ValueError as exc:
+            raise ModelRetry(f"invalid regular expression: {exc}") from None
+    # a literal text: no backtracking to fear
+    return re.compile(re.escape(pattern), re.IGNORECASE if ignore_case else 0).search
 
 
 def _grep(fd: int, matcher: Matcher, max_bytes: int) -> Iterator[tuple[int, str]]:

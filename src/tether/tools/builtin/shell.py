@@ -47,7 +47,6 @@ count; cgroups are used only where one is delegated to the user.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -56,6 +55,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tether._internal.frozen import frozen
+from tether._internal.linearregex import LinearPattern, compile_linear
 from tether.content import ToolResult
 from tether.errors import ConfigError, ModelRetry
 from tether.tools.base import Tool, ToolAnnotations, ToolContext
@@ -94,7 +94,8 @@ class CommandRule:
     max_args: int | None = None
     """The most arguments after the binary's name."""
     deny_args: Sequence[str] = ()
-    """Regular expressions; an argument any of them matches (``re.search``) is refused."""
+    """Regular expressions (RE2: linear time; no backreferences or lookaround); an argument
+    any of them matches (a search) is refused."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class _Rule:
     any_option: bool
     options: frozenset[str]
     max_args: int | None
-    deny: tuple[re.Pattern[str], ...]
+    deny: tuple[LinearPattern, ...]
 
     def check(self, args: Sequence[str]) -> None:
         if self.max_args is not None and len(args) > self.max_args:
@@ -179,12 +180,13 @@ def _max_args(name: str, value: int | None) -> int | None:
     return value
 
 
-def _patterns(name: str, deny: Sequence[str]) -> tuple[re.Pattern[str], ...]:
+def _patterns(name: str, deny: Sequence[str]) -> tuple[LinearPattern, ...]:
+    """The ``deny_args`` patterns, on RE2: the model writes the arguments they search."""
     if isinstance(deny, str):
         raise ConfigError(f"{name!r}: deny_args must be a list of patterns, not one string")
     try:
-        return tuple(re.compile(p) for p in deny)
-    except re.error as exc:
+        return tuple(compile_linear(p) for p in deny)
+    except ValueError as exc:
         raise ConfigError(f"{name!r}: invalid deny_args pattern: {exc}") from None
 
 
