@@ -62,6 +62,29 @@ def test_each_kind_of_secret_is_replaced_by_a_marker(kind: str, secret: str) -> 
             "[REDACTED:private_key]\nafter",
         ),
         ("-----BEGIN OPENSSH PRIVATE KEY-----\ncut off here", "[REDACTED:private_key]"),
+        # the gaps found (issue 12, item 5)
+        (
+            "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "AWS_SECRET_ACCESS_KEY=[REDACTED:password]",
+        ),
+        (
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "aws_secret_access_key = [REDACTED:password]",
+        ),
+        (
+            "postgres://admin:p/ss@w0rd@db.example.com:5432/app",
+            "postgres://admin:[REDACTED:url_password]@db.example.com:5432/app",
+        ),
+        ("https://admin:p@ssw0rd!@host/x", "https://admin:[REDACTED:url_password]@host/x"),
+        ("redis://:hunter2pw@cache:6379/0", "redis://:[REDACTED:url_password]@cache:6379/0"),
+        (
+            "Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l",
+            "Authorization: Basic [REDACTED:basic_auth]",
+        ),
+        (
+            '{"Authorization": "Basic YWxhZGRpbjpvcGVu"}',
+            '{"Authorization": "Basic [REDACTED:basic_auth]"}',
+        ),
     ],
 )
 def test_passwords_tokens_and_keys_in_context(text: str, expected: str) -> None:
@@ -76,6 +99,10 @@ def test_passwords_tokens_and_keys_in_context(text: str, expected: str) -> None:
         "run 01JD3K9ZQ4W5X6Y7Z8A9B0C1D2 call call_0_1",
         "https://example.com/path?q=1",
         "mail bob@example.com, call +1 415 555 2671, card 4111 1111 1111 1111",  # personal: off
+        "PWD=/home/me OLDPWD=/home/me/src",  # the shell's directories, not passwords
+        "Secretary: John Smith",
+        "Basic math is fun; basic: yes",
+        "https://example.com/users/@alice and git@github.com:org/repo.git",
     ],
 )
 def test_ordinary_text_is_left_alone(text: str) -> None:

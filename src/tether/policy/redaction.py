@@ -37,11 +37,22 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
     ("stripe_key", r"(?<![A-Za-z0-9])[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"),
     ("jwt", r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     ("bearer_token", r"(?i)(?<=bearer )[A-Za-z0-9._~+/-]{16,}=*"),
-    # the password of user:password@host in any URL (the user and host stay readable)
-    ("url_password", r"(?i)(?<=://)(?:[^/\s:@\"]+):([^/\s@\"]+)(?=@)"),
+    (
+        "basic_auth",
+        r"(?i)authorization[\"']?\s*[=:]\s*[\"']?basic\s+(?!\[REDACTED)([A-Za-z0-9+/]{4,}=*)",
+    ),
+    # the password of [user]:password@host in any URL (the user and host stay readable); a
+    # password may hold "/" and "@": it ends at the first "@" that a host name follows
+    (
+        "url_password",
+        r"(?i)(?<=://)(?:[^/\s:@\"]*):(?!\[REDACTED)([^\s\"]+?)"
+        r"(?=@[A-Za-z0-9.\[\]-]+(?::[0-9]+)?(?:[/?#\s\"'>),;]|$))",
+    ),
     (
         "password",
-        r"(?i)(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)"
+        # the name may go on (SECRET_ACCESS_KEY, password_hash); PWD=/path is a directory
+        r"(?i)(?:password|passwd|pwd(?!\s*[=:]\s*[\"']?[/~])|secret|api[_-]?key|access[_-]?token"
+        r"|auth[_-]?token)(?:[_-][A-Za-z0-9_-]*)?"
         r"[\"']?\s*[=:]\s*"
         r"(?:\"([^\"\n]{1,200})\"|'([^'\n]{1,200})'|(?!\[REDACTED)([^\s\"'&,;]{4,}))",
     ),
@@ -83,6 +94,7 @@ _SECRET_WORDS = tuple(
         "auth_token",
         "auth-token",
         "authtoken",
+        "authorization",
     )
 )
 """Lower-case literals one of which every match of ``SECRET_PATTERNS`` contains."""
@@ -115,7 +127,9 @@ def _trie(words: Sequence[bytes]) -> bytes:
 
 _SECRET_WORD = re.compile(_trie(_SECRET_WORDS))
 _SECRET_KEY = re.compile(
-    r"(?i)password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token", re.ASCII
+    r"(?i)password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token"
+    r"|^authorization$",
+    re.ASCII,
 )
 """An object key whose string value is a secret, whatever the value looks like."""
 _PERSONAL_PROBE = re.compile(rb"@|\d(?:\D{0,4}\d){8}")
