@@ -277,3 +277,38 @@ async def test_redaction_can_be_turned_off(tmp_path: Path) -> None:
     outcome = await agent.run("go")
     assert outcome.answer == f"the key is {KEY}"
     assert not any(isinstance(e, Redacted) for e in outcome.events)
+
+
+async def test_a_secret_found_once_is_redacted_wherever_the_run_meets_it_again(
+    tmp_path: Path,
+) -> None:
+    secret = "hunter2-Zq9!x"
+    given: list[str] = []
+
+    @tool(read_only=True, open_world=False)
+    def set_password(password: str) -> str:
+        """Sets the password.
+
+        Args:
+            password: The new password.
+        """
+        given.append(password)
+        return f"done: {password} is the new one"  # no pattern knows this is a secret
+
+    model = ScriptedModel([call("set_password", password=secret), finish(f"set {secret}")])
+    store = SqliteStore(tmp_path / "t.db")
+    try:
+        agent = Agent(model=model, tools=[set_password], store=store, log_dir=tmp_path / "runs")
+        outcome = await agent.run("change my password")
+    finally:
+        await store.close()
+    assert outcome.status == "finished"
+    assert given == [secret]  # the tool got the real value
+    stored = b"".join(p.read_bytes() for p in tmp_path.rglob("t.db*") if p.is_file())
+    log = (tmp_path / "runs" / f"{outcome.run_id}.jsonl").read_bytes()
+    everything = b"\n".join(encode_event(e) for e in outcome.events)
+    for where in (stored, log, everything):
+        assert secret.encode() not in where
+    result = next(e for e in outcome.events if e.kind == "tool_call_finished")
+    assert "done: [REDACTED:password] is the new one" in orjson.dumps(result).decode()
+    assert outcome.answer == "set [REDACTED:password]"

@@ -1,8 +1,8 @@
 """Secrets written in many syntaxes, through a whole run: never in the store, JSONL or CLI.
 
 A property test: hypothesis draws a secret and the syntax it is written in (an environment
-line, a config value, a URL's password, a JSON key, an HTTP header); a tool returns it, and
-the model repeats it in its answer. Then the raw bytes of the SQLite store (its file and its
+line, a config value, a URL's password, a JSON key, an HTTP header); a tool returns it, the
+model passes it bare to another tool that echoes it, and repeats it in its answer. Then the raw bytes of the SQLite store (its file and its
 pending files), the run's JSONL log, and what ``tether show`` and ``tether export`` print
 are searched for it.
 """
@@ -62,17 +62,28 @@ def written(draw: st.DrawFn) -> tuple[str, str]:
     return SYNTAXES[syntax].format(secret), secret
 
 
-def _run(text: str, folder: Path) -> tuple[str, Path]:
+def _run(text: str, secret: str, folder: Path) -> tuple[str, Path]:
     @tool(read_only=True, open_world=False)
     def read_config() -> str:
         """Reads the configuration."""
         return f"the configuration:\n{text}\n"
 
+    @tool(read_only=True, open_world=False)
+    def check(value: str) -> str:
+        """Checks a value.
+
+        Args:
+            value: The value.
+        """
+        return f"{value} checks out"  # the secret bare: known from the first result only
+
     db = folder / "t.db"
     agent = Agent(
         name="config",
-        model=ScriptedModel([call("read_config"), finish(f"it says {text}")]),
-        tools=[read_config],
+        model=ScriptedModel(
+            [call("read_config"), call("check", value=secret), finish(f"it says {text}")]
+        ),
+        tools=[read_config, check],
         log_dir=folder / "runs",
     )
 
@@ -96,7 +107,7 @@ def test_a_secret_in_any_syntax_reaches_neither_store_log_nor_console(
     text, secret = case
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
-        run_id, db = _run(text, folder)
+        run_id, db = _run(text, secret, folder)
         runner = CliRunner()
         shown = runner.invoke(app, ["show", run_id, "--db", str(db)])
         exported = runner.invoke(app, ["export", run_id, "--db", str(db)])

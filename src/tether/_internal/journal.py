@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields as fields_of
 from datetime import datetime
 from pathlib import Path
@@ -109,6 +109,8 @@ class Journal:
 
     __slots__ = (
         "_batch_at",
+        "_known",
+        "_known_probe",
         "_now",
         "_pending",
         "_redactor",
@@ -156,6 +158,10 @@ class Journal:
         self.last_redacted = False
         """Whether the redactor changed the last event added (or might have: a run's end)."""
         self._seen: dict[tuple[str, ...], bool] = {}
+        self._known: dict[str, str] = {}
+        """Secrets found in this run so far, by kind: redacted wherever they appear again."""
+        self._known_probe: tuple[bytes, ...] = ()
+        """``_known``'s secrets as they appear in JSON (what the probe searches)."""
         self._unseen = True  # the next event gets the redaction probe (``add_seen``: not)
         self.remember = False
         """Register each sealed event (``sealed.remember``), so that a store skips hashing it
@@ -176,9 +182,18 @@ class Journal:
         found: Redaction | None = None
         redacted = False
         if self._unseen:
-            if redactor is not None and scanned and redactor.might_match(_dumps(scanned)):
-                found = redactor.redact_event_fields(event, NOT_SCANNED)
+            if (
+                redactor is not None
+                and scanned
+                and (
+                    redactor.might_match(encoded := _dumps(scanned))
+                    or (self._known_probe and self._holds_known(encoded))
+                )
+            ):
+                found = redactor.redact_event_fields(event, NOT_SCANNED, self._known)
                 redacted = found is not None
+                if found is not None and found.values:
+                    self._learn(found.values)
                 if found is not None and cls is RunFinished:  # the outcome stays last
                     own = {
                         f.name: getattr(event, f.name)
@@ -218,6 +233,21 @@ class Journal:
         self._unseen = False
         return self.add(cls, **fields)
 
+    def _might_hold(self, redactor: Redactor, encoded: bytes) -> bool:
+        """Whether an event's JSON may hold a secret: a pattern's, or one found earlier."""
+        return redactor.might_match(encoded) or self._holds_known(encoded)
+
+    def _holds_known(self, encoded: bytes) -> bool:
+        """Whether JSON holds one of the secrets found earlier in the run."""
+        return any(secret in encoded for secret in self._known_probe)
+
+    def _learn(self, values: Mapping[str, str]) -> None:
+        """Remember the secrets an event held: the rest of the run redacts them anywhere."""
+        for secret, kind in values.items():
+            self._known.setdefault(secret, kind)
+        self._known_probe = tuple(_dumps(secret)[1:-1] for secret in self._known)
+        self._seen.clear()  # a text that passed before may hold one of them now
+
     def seen(self, *texts: str) -> bool:
         """Whether the redactor passes ``texts`` unchanged (remembered for texts that repeat)."""
         redactor = self._redactor
@@ -227,7 +257,7 @@ class Journal:
         if known is None:
             if len(self._seen) > 256:
                 self._seen.clear()
-            known = self._seen[texts] = not redactor.might_match(_dumps(texts))
+            known = self._seen[texts] = not self._might_hold(redactor, _dumps(texts))
         return known
 
     def _record_redaction(self, found: Redaction, of_seq: int) -> None:

@@ -126,6 +126,10 @@ def _trie(words: Sequence[bytes]) -> bytes:
 
 
 _SECRET_WORD = re.compile(_trie(_SECRET_WORDS))
+ECHO_MIN = 6
+"""Characters a secret needs to be redacted wherever it appears again in the run (it is
+found once by a pattern, then echoed where no pattern sees it); shorter ones ("admin",
+"test") would blank out ordinary words."""
 _SECRET_KEY = re.compile(
     r"(?i)password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token"
     r"|^authorization$",
@@ -166,14 +170,19 @@ def _accept(kind: str, text: str) -> bool:
 
 
 class Redaction:
-    """What one event's redaction found: the fields (paths) and the kinds, never the data."""
+    """What one event's redaction found: the fields (paths) and the kinds, never the data.
 
-    __slots__ = ("count", "fields", "kinds")
+    ``values`` holds the secrets themselves, by kind, for the run to redact wherever they
+    appear again (a tool echoing a password it was given); it is never written anywhere.
+    """
+
+    __slots__ = ("count", "fields", "kinds", "values")
 
     def __init__(self) -> None:
         self.fields: list[str] = []
         self.kinds: dict[str, None] = {}
         self.count = 0
+        self.values: dict[str, str] = {}
 
 
 class Redactor:
@@ -238,10 +247,23 @@ class Redactor:
         probe = self._personal_probe
         return probe is not None and probe.search(encoded) is not None
 
-    def redact_text(self, text: str, found: Redaction | None = None) -> str:
-        """``text`` with every match replaced by ``[REDACTED:kind]``."""
+    def redact_text(
+        self, text: str, found: Redaction | None = None, known: Mapping[str, str] | None = None
+    ) -> str:
+        """``text`` with every match, and every ``known`` secret, replaced by ``[REDACTED:kind]``.
+
+        ``known`` maps secrets found earlier in the run to their kinds: once a value is known
+        to be a secret, it is one wherever it appears (in words no pattern would match).
+        """
         for kind, regex in self._patterns:
             text = regex.sub(lambda m, k=kind: self._replace(m, k, found), text)
+        if known:
+            for secret, kind in known.items():
+                if secret in text:
+                    text = text.replace(secret, f"[REDACTED:{kind}]")
+                    if found is not None:
+                        found.kinds[kind] = None
+                        found.count += 1
         for function in self._callables:
             changed = function(text)
             if changed != text:
@@ -261,33 +283,67 @@ class Redactor:
         marker = f"[REDACTED:{kind}]"
         group = match.lastindex  # a pattern with groups redacts only the one that matched
         if group is None:
+            if found is not None and len(whole) >= ECHO_MIN:
+                found.values[whole] = kind
             return marker
         if match.group(group).startswith("[REDACTED:"):
             return whole
+        if found is not None and len(match.group(group)) >= ECHO_MIN:
+            found.values[match.group(group)] = kind
         start, end = match.span(group)
         offset = match.start(0)
         return whole[: start - offset] + marker + whole[end - offset :]
 
-    def redact_event_fields(self, event: object, skip: frozenset[str]) -> Redaction | None:
+    def redact_event_fields(
+        self, event: object, skip: frozenset[str], known: Mapping[str, str] | None = None
+    ) -> Redaction | None:
         """Redact a freshly built (not yet shared) event in place; ``None`` if nothing was found.
 
-        ``skip`` names fields that hold only tether's own identifiers and hashes.
+        ``skip`` names fields that hold only tether's own identifiers and hashes; ``known``
+        maps the secrets found earlier in the run to their kinds (see ``redact_text``).
         """
         found = Redaction()
+        self._redact_fields(event, skip, found, known)
+        if any(known is None or v not in known for v in found.values):
+            # a secret this event revealed may stand bare elsewhere in it: once more, with it
+            self._redact_fields(event, skip, found, {**(known or {}), **found.values})
+        return found if found.count else None
+
+    def _redact_fields(
+        self, event: object, skip: frozenset[str], found: Redaction, known: Mapping[str, str] | None
+    ) -> None:
         for spec in fields(cast(Any, event)):
             if spec.name in skip:
                 continue
             current = getattr(event, spec.name)
-            new = self.redact_value(current, spec.name, found)
+            new = self.redact_value(current, spec.name, found, known)
             if new is not current and new != current:
                 object.__setattr__(event, spec.name, new)
-        return found if found.count else None
 
-    def redact_value(self, value: Any, path: str, found: Redaction) -> Any:
+    def _secret_by_name(self, name: str, item: object, path: str, found: Redaction) -> bool:
+        """Whether ``item`` is a secret by its key's name (``{"password": "..."}``); noted."""
+        if not (
+            self._secrets
+            and isinstance(item, str)
+            and item
+            and not item.startswith("[REDACTED:")
+            and _SECRET_KEY.search(name) is not None
+        ):
+            return False
+        found.kinds["password"] = None
+        found.count += 1
+        if len(item) >= ECHO_MIN:
+            found.values[item] = "password"
+        found.fields.append(path)
+        return True
+
+    def redact_value(
+        self, value: Any, path: str, found: Redaction, known: Mapping[str, str] | None = None
+    ) -> Any:
         """``value`` with its strings redacted (dataclasses, dicts, lists and tuples walked)."""
         if isinstance(value, str):
             before = found.count
-            text = self.redact_text(value, found)
+            text = self.redact_text(value, found, known)
             if found.count != before:
                 found.fields.append(path)
             return text
@@ -298,33 +354,26 @@ class Redactor:
                 name = key
                 if isinstance(key, str):
                     before = found.count
-                    name = self.redact_text(key, found)
+                    name = self.redact_text(key, found, known)
                     if found.count != before:
                         found.fields.append(f"{path}.{name}")  # the key itself held it
-                    if (
-                        self._secrets
-                        and isinstance(item, str)
-                        and item
-                        and not item.startswith("[REDACTED:")
-                        and _SECRET_KEY.search(name) is not None
-                    ):
-                        found.kinds["password"] = None  # {"password": "..."}: name and value apart
-                        found.count += 1
-                        found.fields.append(f"{path}.{name}")
-                        out[name] = "[REDACTED:password]"
+                    if self._secret_by_name(name, item, f"{path}.{name}", found):
+                        out[name] = "[REDACTED:password]"  # {"password": "..."}: apart
                         continue
-                out[name] = self.redact_value(item, f"{path}.{name}", found)
+                out[name] = self.redact_value(item, f"{path}.{name}", found, known)
             return out
         if isinstance(value, list | tuple):
             items = cast(Iterable[Any], value)
-            redacted = [self.redact_value(v, f"{path}[{i}]", found) for i, v in enumerate(items)]
+            redacted = [
+                self.redact_value(v, f"{path}[{i}]", found, known) for i, v in enumerate(items)
+            ]
             return tuple(redacted) if isinstance(value, tuple) else redacted
         if is_dataclass(value) and not isinstance(value, type):
             changes: dict[str, Any] = {}
             for spec in fields(value):
                 current = getattr(value, spec.name)
                 new = self.redact_value(
-                    current, f"{path}.{spec.name}" if path else spec.name, found
+                    current, f"{path}.{spec.name}" if path else spec.name, found, known
                 )
                 if new is not current and new != current:
                     changes[spec.name] = new
