@@ -62,6 +62,8 @@ class PendingCall:
     """The policy rule that asked for approval."""
     reason: str = ""
     """Why, in the policy's words."""
+    note: str = ""
+    """What the approver must know besides (the arguments hold a secret, and where it is)."""
 
 
 @frozen

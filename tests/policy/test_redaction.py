@@ -100,6 +100,7 @@ def test_passwords_tokens_and_keys_in_context(text: str, expected: str) -> None:
         "https://example.com/path?q=1",
         "mail bob@example.com, call +1 415 555 2671, card 4111 1111 1111 1111",  # personal: off
         "PWD=/home/me OLDPWD=/home/me/src",  # the shell's directories, not passwords
+        "tether run --agent app.secret_store:agent; password_reset:main",  # references
         "Secretary: John Smith",
         "Basic math is fun; basic: yes",
         "https://example.com/users/@alice and git@github.com:org/repo.git",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,10 +12,13 @@ from typing import cast
 import orjson
 
 from tether import Agent, Approval, Limits, RulePolicy, allow, deny, require_approval, tool
+from tether._internal import vault
 from tether.codec import encode_event
-from tether.events import Decision, Event, PolicyDecided, ToolCallUnknown
+from tether.content import content_text
+from tether.events import Decision, Event, PolicyDecided, ToolCallFinished, ToolCallUnknown
 from tether.jsontypes import JsonValue
 from tether.messages import ToolCall
+from tether.outcome import RunOutcome
 from tether.policy import (
     ArgCondition,
     Policy,
@@ -75,22 +79,64 @@ async def test_an_answer_that_is_not_a_decision_denies_and_stops() -> None:
     assert decisions(outcome.events)[0] == ("deny", "policy_error")
 
 
-async def test_a_call_whose_arguments_held_a_secret_cannot_wait_for_approval() -> None:
-    @tool(open_world=False)
-    def deploy(token: str) -> str:
-        """Deploys.
+@tool(open_world=False)
+def deploy(token: str) -> str:
+    """Deploys.
 
-        Args:
-            token: A credential.
-        """
-        return "deployed"
+    Args:
+        token: A credential.
+    """
+    deployed.append(token)
+    return "deployed"
 
+
+deployed: list[str] = []
+
+
+async def waiting_deploy(store: MemoryStore) -> tuple[Agent, RunOutcome]:
+    deployed.clear()
     policy = RulePolicy(None, require_approval("deploy"))
-    model = ScriptedModel([call("deploy", token=KEY), finish("could not")])
-    outcome = await Agent(model=model, tools=[deploy], policy=policy).run("deploy")
-    assert outcome.status == "finished"  # denied (not held), and the run went on
-    assert ("deny", "redacted_arguments") in decisions(outcome.events)
-    assert KEY.encode() not in b"".join(encode_event(e) for e in outcome.events)
+    model = ScriptedModel([call("deploy", token=KEY), finish("deployed")])
+    agent = Agent(model=model, tools=[deploy], policy=policy, store=store)
+    return agent, await agent.run("deploy")
+
+
+async def test_a_call_whose_arguments_hold_a_secret_waits_for_approval_and_runs_with_it() -> None:
+    store = MemoryStore()
+    agent, waiting = await waiting_deploy(store)
+    assert waiting.status == "waiting_for_approval"
+    (pending,) = waiting.pending
+    assert pending.arguments == {"token": "[REDACTED:openai_key]"}  # what the approver sees
+    assert "keeps it in memory" in pending.note
+    done = await agent.resume(waiting.run_id, approvals=[Approval.approve(pending)])
+    assert done.status == "finished"
+    assert deployed == [KEY]  # the real secret, from this process's memory
+    stored = b"".join(encode_event(e) for e in await store.read(waiting.run_id))
+    assert KEY.encode() not in stored  # and never in the log, nor a hash of it
+    assert hashlib.sha256(orjson.dumps({"token": KEY})).hexdigest().encode() not in stored
+
+
+async def test_a_secret_that_died_with_its_process_must_be_given_again() -> None:
+    store = MemoryStore()
+    agent, waiting = await waiting_deploy(store)
+    (pending,) = waiting.pending
+    vault.clear()  # what the process ending does to it
+    gone = await agent.resume(waiting.run_id, approvals=[Approval.approve(pending)])
+    assert deployed == []  # it did not run with the markers
+    (result,) = [e for e in gone.events if isinstance(e, ToolCallFinished) and e.tool == "deploy"]
+    assert result.error_type == "redacted_arguments"
+    assert "Approve it again with the arguments given in full" in content_text(result.content)
+
+    _, waiting = await waiting_deploy(store)
+    (pending,) = waiting.pending
+    vault.clear()
+    again = await agent.resume(
+        waiting.run_id, approvals=[Approval.approve(pending, arguments={"token": KEY})]
+    )
+    assert again.status == "finished"
+    assert deployed == [KEY]  # given in full at the approval: it runs
+    stored = b"".join(encode_event(e) for e in await store.read(waiting.run_id))
+    assert KEY.encode() not in stored
 
 
 async def test_calls_waiting_for_approval_count_against_the_budget_and_rate_limits() -> None:

@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tether._internal import vault
 from tether._internal.runbase import OutputT, Planned, RunBase, Stop
 from tether._internal.unfinished import denial_text
 from tether.codec import canonical_json
@@ -26,6 +27,7 @@ from tether.events import (
     RunResumed,
     ToolCallRequested,
 )
+from tether.jsontypes import JsonObject
 from tether.messages import ASK_USER, ToolCall
 from tether.policy.approvals import Approval
 from tether.policy.base import PolicyDecision
@@ -35,6 +37,7 @@ __all__ = [
     "arguments_hash",
     "has_redaction",
     "redacted_calls",
+    "secret_gone",
     "was_redacted",
 ]
 
@@ -67,6 +70,16 @@ def was_redacted(events: Sequence[Event], seq: int, field: str) -> bool:
         and e.of_seq == seq
         and any(f == field or f.startswith((f"{field}.", f"{field}[")) for f in e.fields)
         for e in events
+    )
+
+
+def secret_gone(call_id: str) -> str:
+    """Why an approved call whose secret arguments this process does not hold did not run."""
+    return (
+        f"not executed: the arguments of {call_id} held a secret, which is never stored; it "
+        "was kept in the memory of the process that asked for the approval, and that process "
+        "has ended. Approve it again with the arguments given in full "
+        "(Approval.approve(pending, arguments={...}), `tether approve RUN CALL --args JSON`)"
     )
 
 
@@ -116,6 +129,9 @@ class Approving(RunBase[OutputT]):
         for call_id in waiting:
             approval = by_call.get(call_id)
             if approval is not None:
+                if approval.approved and approval.arguments is not None:
+                    # given again (or edited): the log gets them redacted, the call them whole
+                    vault.keep(self.run_id, call_id, approval.arguments)
                 self._add(
                     ApprovalGiven,
                     call_id=call_id,
@@ -198,12 +214,9 @@ class Approving(RunBase[OutputT]):
                 )
                 item.error_type = "unknown_tool"
                 continue
-            arguments = call.arguments if approval.arguments is None else approval.arguments
-            if call.id in masked or has_redaction(arguments):
-                item.synthetic = ToolResult.error(
-                    "not executed: its arguments held a secret, which is never stored, and an "
-                    "approved call runs from the stored log; call it without secrets"
-                )
+            arguments = self._approved_arguments(call, approval, call.id in masked)
+            if arguments is None:
+                item.synthetic = ToolResult.error(secret_gone(call.id))
                 item.error_type = "redacted_arguments"
                 continue
             try:
@@ -231,6 +244,15 @@ class Approving(RunBase[OutputT]):
                     continue
             item.tool = tool
         return planned
+
+    def _approved_arguments(
+        self, call: ToolCall, approval: ApprovalGiven, masked: bool
+    ) -> JsonObject | None:
+        """What an approved call runs with; ``None``: its secret is not in this process."""
+        arguments = call.arguments if approval.arguments is None else approval.arguments
+        if masked or has_redaction(arguments):
+            return vault.take(self.run_id, call.id)  # the log holds markers, not the secret
+        return arguments
 
     def _recheck(
         self, call: ToolCall, validated: Mapping[str, Any], approval: ApprovalGiven

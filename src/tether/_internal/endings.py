@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import cast
 
-from tether._internal.approving import was_redacted
+from tether._internal import vault
+from tether._internal.approving import has_redaction, secret_gone, was_redacted
 from tether._internal.runbase import Cancelled, OutputT, RunBase, Stop
 from tether.errors import StaleLease, StoreError
 from tether.events import (
@@ -24,6 +25,7 @@ from tether.events import (
     PolicyDecided,
     RunFinished,
 )
+from tether.jsontypes import JsonObject
 from tether.messages import ASK_USER
 from tether.outcome import ErrorInfo, PendingCall, RunOutcome, RunStatus
 from tether.state import StateBuilder
@@ -283,6 +285,7 @@ class Endings(RunBase[OutputT]):
                     arguments_hash=e.arguments_hash,
                     rule=why[e.call_id].rule if e.call_id in why else "",
                     reason=why[e.call_id].reason if e.call_id in why else "",
+                    note=_secret_note(self.run_id, e.call_id, e.arguments),
                 )
                 for e in events
                 if isinstance(e, ApprovalRequested)
@@ -357,3 +360,17 @@ def error_info(exc: BaseException, timeout_message: str) -> ErrorInfo:
     if isinstance(exc, TimeoutError) and not str(exc):
         return ErrorInfo(type="TimeoutError", message=timeout_message)
     return ErrorInfo(type=type(exc).__name__, message=str(exc) or type(exc).__name__)
+
+
+def _secret_note(run_id: str, call_id: str, arguments: JsonObject) -> str:
+    """What an approver must know of a pending call whose arguments hold a secret."""
+    if not has_redaction(arguments):
+        return ""
+    if vault.holds(run_id, call_id):
+        return (
+            "its arguments hold a secret, shown redacted and never stored: this process keeps "
+            "it in memory for the approval. Approve it from this process, or give the "
+            "arguments in full (Approval.approve(pending, arguments={...})); if this process "
+            "ends first, the approved call does not run and says so"
+        )
+    return secret_gone(call_id)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any, cast
 
+from tether._internal import vault
 from tether._internal.approving import arguments_hash
 from tether._internal.loopmonitor import Call
 from tether._internal.runbase import Cancelled, OutputT, Planned, RunBase, Stop
@@ -77,7 +78,7 @@ class ToolCalls(RunBase[OutputT]):
             self._runnable = 0
             return []
         reason = response.text or None
-        redacted: set[str] = set()
+        redacted: dict[str, JsonObject] = {}  # call id: its arguments as the log holds them
         journal = self._journal
         # the calls repeat what the model's answer held: if the redactor passed that, they pass
         record = journal.add if self._answer_redacted else journal.add_seen
@@ -90,7 +91,7 @@ class ToolCalls(RunBase[OutputT]):
                 reason=reason,
             )
             if recorded.arguments is not call.arguments:
-                redacted.add(call.id)  # the log holds markers where the secrets were
+                redacted[call.id] = recorded.arguments  # markers where the secrets were
         budget = spec.limits.max_tool_calls - self._state.tool_calls
         runnable = 0
         planned: list[Planned] = []
@@ -170,16 +171,9 @@ class ToolCalls(RunBase[OutputT]):
                     reason=f"{decision.reason} (tether's control tools cannot wait for approval)",
                 )
             elif decision.decision == "needs_approval" and call.id in redacted:
-                decision = PolicyDecision(
-                    decision="deny",
-                    rule="redacted_arguments",
-                    reason=(
-                        f"{decision.rule} asks for approval, but the arguments hold a secret, "
-                        "which is never stored, and an approved call runs from the stored log. "
-                        "Call it without secrets in the arguments (let the tool read them from "
-                        "its own configuration)"
-                    ),
-                )
+                # the log holds markers where the secrets are: the real arguments wait in
+                # this process's memory for the approval (``vault``), never in the log
+                vault.keep(self.run_id, call.id, call.arguments)
             # the tool's name was in the answer; a policy's rule and reason mostly repeat
             seen = not self._answer_redacted and journal.seen(decision.rule, decision.reason)
             (journal.add_seen if seen else add)(
@@ -208,12 +202,13 @@ class ToolCalls(RunBase[OutputT]):
                     budget -= 1  # an approved call runs: its place is kept
                 item.tool, item.finish, item.question = None, False, None
                 item.awaiting_approval = True
+                shown = redacted.get(call.id, call.arguments)  # never a hash of a secret
                 add(
                     ApprovalRequested,
                     call_id=call.id,
                     tool=name,
-                    arguments=call.arguments,
-                    arguments_hash=arguments_hash(call.arguments),
+                    arguments=shown,
+                    arguments_hash=arguments_hash(shown),
                 )
         self._runnable = runnable
         return planned

@@ -27,6 +27,7 @@ from tether.events import ApprovalGiven, ApprovalRequested, Event
 from tether.jsontypes import JsonObject
 from tether.policy.approvals import Approval
 from tether.policy.audit import AuditReport, audit_encoded
+from tether.policy.redaction import Redactor
 
 __all__ = ["safety_app"]
 
@@ -117,6 +118,7 @@ def _approve(
             if request is not None:
                 verb = "deny" if deny else "approve"
                 shown = orjson.dumps(edited if edited is not None else request.arguments).decode()
+                shown = Redactor().redact_text(shown)  # arguments given in full hold secrets
                 err.print(f"[dim]{verb} {call_id}: {request.tool} {escape(shown)}[/]")
         return decisions
 

@@ -50,10 +50,11 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
     ),
     (
         "password",
-        # the name may go on (SECRET_ACCESS_KEY, password_hash); PWD=/path is a directory
+        # the name may go on (SECRET_ACCESS_KEY=, password_hash: ...), then a ":" needs a
+        # space or a quote after it (my_secret_module:attr is a reference); PWD=/path is a
+        # directory, not a password
         r"(?i)(?:password|passwd|pwd(?!\s*[=:]\s*[\"']?[/~])|secret|api[_-]?key|access[_-]?token"
-        r"|auth[_-]?token)(?:[_-][A-Za-z0-9_-]*)?"
-        r"[\"']?\s*[=:]\s*"
+        r"|auth[_-]?token)(?:[\"']?\s*[=:]|[_-][A-Za-z0-9_-]*[\"']?\s*(?:=|:(?=[\s\"'])))\s*"
         r"(?:\"([^\"\n]{1,200})\"|'([^'\n]{1,200})'|(?!\[REDACTED)([^\s\"'&,;]{4,}))",
     ),
 )
