@@ -11,7 +11,7 @@ from tether._internal.frozen import frozen
 from tether.usage import Usage
 
 if TYPE_CHECKING:
-    from tether.events import Event
+    from tether.events import Event, PolicyDecided
 
 __all__ = ["TERMINAL_STATUSES", "ErrorInfo", "PendingCall", "RunOutcome", "RunStatus"]
 
@@ -101,6 +101,15 @@ class RunOutcome(Generic[OutputT]):
     warnings: tuple[str, ...] = ()
     """What the caller should know although the run went as it did, e.g. that ``max_cost``
     could not be enforced because a model's price is unknown."""
+
+    @property
+    def denied(self) -> tuple[PolicyDecided, ...]:
+        """Every call the policy denied in this run: its decision (call, tool, rule, reason).
+
+        A denied call did not run; the model was told, and the run went on (or stopped, if
+        the rule said so). Check this before trusting a ``finished`` run's answer.
+        """
+        return tuple(e for e in self.events if e.kind == "policy_decided" and e.decision == "deny")
 
     @property
     def success(self) -> bool:

@@ -412,6 +412,7 @@ def test_run_json_prints_the_outcome(tmp_path: Path) -> None:
         "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 2, "cost": None},
         "error": None,
         "limit": None,
+        "denied": [],
     }
 
 

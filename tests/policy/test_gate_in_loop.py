@@ -94,6 +94,8 @@ async def test_the_default_policy_denies_an_unannotated_tool_and_the_run_goes_on
         ("add", "allow", "default:safe"),
         ("finish_task", "allow", "control_tool"),
     ]
+    # the outcome says it in a typed field, not only in the log
+    assert [(d.tool, d.rule) for d in outcome.denied] == [("mystery", "default:unannotated")]
     # the model reads the reason as the tool's error
     second = model.requests[1].messages[-1]
     assert isinstance(second, ToolResultMessage)

@@ -76,6 +76,10 @@ def report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> Non
                     "usage": outcome.usage,
                     "error": outcome.error,
                     "limit": outcome.limit,
+                    "denied": [
+                        {"call_id": d.call_id, "tool": d.tool, "rule": d.rule, "reason": d.reason}
+                        for d in outcome.denied
+                    ],
                 }
             ).decode()
         )
@@ -92,6 +96,12 @@ def report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> Non
         f"[{color}]{outcome.status}[/]{escape(detail)} · {outcome.steps} steps · {outcome.tool_calls} tool calls · "
         f"{u.input_tokens}+{u.output_tokens} tokens · cost {cost} · {outcome.duration_s:.2f}s"
     )
+    for denied in outcome.denied:  # a call that did not run is never a footnote
+        err.print(
+            f"[red]denied by policy[/] {denied.call_id}: {escape(denied.tool)} "
+            f"({escape(denied.rule)}: {escape(denied.reason)})",
+            soft_wrap=True,
+        )
     for pending in outcome.pending:
         shown = orjson.dumps(pending.arguments).decode()
         err.print(
