@@ -182,14 +182,7 @@ class Journal:
         found: Redaction | None = None
         redacted = False
         if self._unseen:
-            if (
-                redactor is not None
-                and scanned
-                and (
-                    redactor.might_match(encoded := _dumps(scanned))
-                    or (self._known_probe and self._holds_known(encoded))
-                )
-            ):
+            if redactor is not None and scanned and self._might_hold(redactor, _dumps(scanned)):
                 found = redactor.redact_event_fields(event, NOT_SCANNED, self._known)
                 redacted = found is not None
                 if found is not None and found.values:
@@ -235,11 +228,9 @@ class Journal:
 
     def _might_hold(self, redactor: Redactor, encoded: bytes) -> bool:
         """Whether an event's JSON may hold a secret: a pattern's, or one found earlier."""
-        return redactor.might_match(encoded) or self._holds_known(encoded)
-
-    def _holds_known(self, encoded: bytes) -> bool:
-        """Whether JSON holds one of the secrets found earlier in the run."""
-        return any(secret in encoded for secret in self._known_probe)
+        if redactor.might_match(encoded):
+            return True
+        return any(secret in encoded for secret in self._known_probe)  # mostly none
 
     def _learn(self, values: Mapping[str, str]) -> None:
         """Remember the secrets an event held: the rest of the run redacts them anywhere."""
