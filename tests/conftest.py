@@ -21,6 +21,13 @@ def _block_real_model_requests(request: pytest.FixtureRequest) -> Iterator[None]
         yield
 
 
+@pytest.fixture(autouse=True)
+def _no_audit_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:  # pyright: ignore[reportUnusedFunction]
+    """A developer's audit key must not change what the tests write; tests that want one set it."""
+    monkeypatch.delenv("TETHER_AUDIT_KEY_FILE", raising=False)
+    monkeypatch.delenv("TETHER_AUDIT_KEY", raising=False)
+
+
 @pytest.fixture(params=["memory", "sqlite"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
     """An empty store of each backend, closed after the test."""

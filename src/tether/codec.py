@@ -5,6 +5,10 @@ declaration order, ``kind`` first. Its ``hash`` is the SHA-256 (hex) of the JSON
 every other field's value in declaration order (``prev_hash`` included, so each event seals
 the whole log before it). Decoding is exact, ``decode_event(encode_event(e)) == e``, which is
 what lets a reader re-check every hash.
+
+A line of a JSONL log may end with a ``"mac"`` key after the event's fields: the event's
+MAC under an audit key (``tether.auditkey``), which is not part of the event.
+``encode_line`` writes it, ``decode_line`` returns it, ``decode_event`` leaves it aside.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ __all__ = [
     "canonical_json",
     "compute_hash",
     "decode_event",
+    "decode_line",
     "encode_event",
+    "encode_line",
     "event_to_dict",
     "hashed_fields",
     "iter_jsonl",
@@ -63,6 +69,14 @@ _dumps = orjson.dumps
 def encode_event(event: Event) -> bytes:
     """The canonical JSON encoding of an event (one line, no trailing newline)."""
     return _dumps(event)
+
+
+def encode_line(event: Event, mac: str | None) -> bytes:
+    """A JSONL line's content: the event's encoding, then its MAC (if any) as ``"mac"``."""
+    encoded = _dumps(event)
+    if mac is None:
+        return encoded
+    return b"".join((encoded[:-1], b',"mac":', _dumps(mac), b"}"))
 
 
 def kept(data: bytes) -> bytes:
@@ -123,9 +137,22 @@ def _adapter(kind: str) -> TypeAdapter[Any]:
 def decode_event(data: bytes | str, *, line: int | None = None) -> Event:
     """Decode one event; a malformed line or an unknown ``kind`` is a clear error.
 
+    A line's ``"mac"`` (see ``decode_line``) is left aside.
+
     Raises:
         UnknownEventKind: the ``kind`` is not one this version knows.
         LogError: the line is not JSON, not an object, or does not fit its event type.
+    """
+    return decode_line(data, line=line)[0]
+
+
+def decode_line(data: bytes | str, *, line: int | None = None) -> tuple[Event, str | None]:
+    """Decode one line of a log: the event, and the MAC the line carries (``None``: none).
+
+    Raises:
+        UnknownEventKind: the ``kind`` is not one this version knows.
+        LogError: the line is not JSON, not an object, does not fit its event type, or has
+            a ``"mac"`` that is not a string.
     """
     try:
         raw = orjson.loads(data)
@@ -133,15 +160,23 @@ def decode_event(data: bytes | str, *, line: int | None = None) -> Event:
         raise LogError(f"an event is not valid JSON ({exc})", line=line) from None
     if not isinstance(raw, dict):
         raise LogError("an event must be a JSON object", line=line)
-    kind = cast(dict[str, object], raw).get("kind")
+    fields_ = cast(dict[str, object], raw)
+    kind = fields_.get("kind")
     if not isinstance(kind, str):
         raise LogError("an event has no string 'kind' field", line=line)
     if kind not in EVENT_TYPES:
         raise UnknownEventKind(kind, line=line)
+    mac: str | None = None
+    if "mac" in fields_:
+        found = fields_.pop("mac")
+        if not isinstance(found, str):
+            raise LogError("an event's 'mac' must be a string", line=line)
+        mac = found
+        data = _dumps(fields_)  # the event without its MAC, as the schema checks it
     from pydantic import ValidationError
 
     try:
-        return cast(Event, _adapter(kind).validate_json(data, strict=True))
+        return cast(Event, _adapter(kind).validate_json(data, strict=True)), mac
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}"

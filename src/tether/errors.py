@@ -6,6 +6,7 @@ run, and control signals that are not failures at all::
     TetherError
     ├── UserError                  the library was used wrongly; fix the calling code
     │   ├── ConfigError            an Agent, Limits or tool definition is invalid
+    │   │   └── AuditKeyError      the audit key cannot be read or is too weak to use
     │   ├── DuplicateToolError     two tools share one name
     │   ├── UnknownModelError      a model string no provider resolves
     │   │   └── ModelWeightsError  a local model's weights are missing or not the expected file
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 __all__ = [
     "ApprovalRequired",
+    "AuditKeyError",
     "BrokenChain",
     "ConfigError",
     "ControlSignal",
@@ -89,6 +91,13 @@ class UserError(TetherError):
 
 class ConfigError(UserError, ValueError):
     """An agent, its limits, a tool or a model setting is invalid."""
+
+
+class AuditKeyError(ConfigError):
+    """The audit key (``tether.auditkey``) cannot be read, is set twice, or is too short.
+
+    The message names where the key was looked for, never the key.
+    """
 
 
 class DuplicateToolError(ConfigError):

@@ -15,7 +15,8 @@ import orjson
 from tether._internal.clock import Clock, now_of
 from tether._internal.eventmaker import BODIES, MAKERS, NOT_SCANNED, body, maker
 from tether._internal.sealed import remember as _remember
-from tether.codec import hashed_fields, kept
+from tether.auditkey import AuditKeySetting, resolve_audit_key
+from tether.codec import encode_line, hashed_fields, kept
 from tether.errors import ConfigError, StoreError, StoreWriteError
 from tether.events import GENESIS_HASH, Event, EventBase, Redacted, RunFinished
 from tether.policy.redaction import Redaction, Redactor
@@ -59,9 +60,16 @@ class StoreSink(EventSink):
 
 
 class JsonlSink(EventSink):
-    """Appends each event as one line to ``<dir>/<run_id>.jsonl``."""
+    """Appends each event as one line to ``<dir>/<run_id>.jsonl``.
 
-    def __init__(self, directory: str | Path, run_id: str) -> None:
+    With an audit key (``"env"``, the default: ``$TETHER_AUDIT_KEY_FILE`` or
+    ``$TETHER_AUDIT_KEY`` if set) each line ends with the event's MAC (``codec.encode_line``).
+    """
+
+    def __init__(
+        self, directory: str | Path, run_id: str, *, audit_key: AuditKeySetting = "env"
+    ) -> None:
+        self._key = resolve_audit_key(audit_key)
         path = Path(directory)
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -81,8 +89,12 @@ class JsonlSink(EventSink):
         fh = self._fh
         if fh is None:
             raise RuntimeError(f"the log {self.path} is closed")
+        key = self._key
         try:
-            fh.write(b"".join(_dumps(e) + b"\n" for e in events))
+            if key is None:
+                fh.write(b"".join(_dumps(e) + b"\n" for e in events))
+            else:
+                fh.write(b"".join(encode_line(e, key.mac(e.hash)) + b"\n" for e in events))
             fh.flush()
         except OSError as exc:
             self._failed = True

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tether.auditkey import ENV_KEY, ENV_KEY_FILE, AuditKey, audit_key_from_env
 from tether.cli.continuing import (
     AgentOption,
     ModelOption,
@@ -141,15 +142,28 @@ def _audit(
     ],
     db: DbOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--key-file",
+            dir_okay=False,
+            help=f"The audit key's file: every event's MAC must verify under it (default: "
+            f"${ENV_KEY_FILE}, else ${ENV_KEY}; without a key only the chain's consistency "
+            "is checked).",
+        ),
+    ] = None,
     busy_timeout: BusyTimeoutOption = None,
 ) -> None:
-    """Verify a run's hash chain and list every policy decision and approval.
+    """Verify a run's hash chain (and MACs) and list every policy decision and approval.
 
     Exits 0 when the chain verifies, 1 naming the first bad event when the log was edited,
-    reordered or cut (a cut at the very end shows only against the store's index).
+    reordered or cut (a cut at the very end shows only against the store's index). Without
+    an audit key that is all it shows: anyone can edit a log and compute its hashes again.
+    With the key, every event must also carry its MAC under the key, or the audit fails.
     """
     try:
-        result = _audit_report(run, db, busy_timeout)
+        key = AuditKey.from_file(key_file) if key_file is not None else audit_key_from_env()
+        result = _audit_report(run, db, busy_timeout, key)
     except TetherError as exc:
         raise fail(exc) from None
     if as_json:
@@ -159,13 +173,15 @@ def _audit(
     raise typer.Exit(0 if result.ok else 1)
 
 
-def _audit_report(run: str, db: Path | None, busy_timeout: float | None) -> AuditReport:
+def _audit_report(
+    run: str, db: Path | None, busy_timeout: float | None, key: AuditKey | None
+) -> AuditReport:
     path = Path(run)
     if path.suffix == ".jsonl" and path.is_file():
         lines = [line for _, line in iter_jsonl_lines(path)]
         if not lines:
             raise EmptyLog(run)
-        return audit_encoded(lines)
+        return audit_encoded(lines, key=key)
     from tether.cli.store_commands import open_store, resolve_run_id
 
     async def go() -> AuditReport:
@@ -173,8 +189,9 @@ def _audit_report(run: str, db: Path | None, busy_timeout: float | None) -> Audi
         try:
             run_id = await resolve_run_id(store, run)
             lines = await store.read_encoded(run_id)
+            macs = await store.read_macs(run_id)
             expected = (await store.info(run_id)).events
-            return audit_encoded(lines, expected_events=expected)
+            return audit_encoded(lines, expected_events=expected, key=key, macs=macs)
         finally:
             await store.close()
 
@@ -195,10 +212,53 @@ def _print_report(result: AuditReport) -> None:
             escape(entry.detail),
         )
     out.print(table)
-    if result.ok:
-        err.print(f"[green]chain verified[/]: {result.events} events; last hash {result.last_hash}")
+    for line in _verdict(result):
+        err.print(line, soft_wrap=True)
+
+
+def _verdict(result: AuditReport) -> list[str]:
+    """What the audit proves, one line each: the verdict first, then what it does not show."""
+    lines: list[str] = []
+    through = result.verified_through
+    vouched = (
+        f"events through seq {through} are authenticated (the MAC of seq {through} vouches "
+        "for every event up to it)"
+        if through is not None
+        else "no event is authenticated"
+    )
+    if result.ok and result.keyed:
+        lines.append(
+            f"[green]chain verified and authenticated[/]: {result.events} events, every MAC "
+            f"verified under key {result.key_id} (verified through seq {through}); last hash "
+            f"{result.last_hash}"
+        )
+    elif result.ok:
+        lines.append(
+            f"[green]chain verified[/]: {result.events} events; last hash {result.last_hash}"
+        )
+        unchecked = f"; the log carries {result.macs} MACs, not checked" if result.macs else ""
+        lines.append(
+            "[yellow]note:[/] no audit key was given, so only the chain's internal consistency "
+            "was checked, not its authenticity: anyone can edit a log and compute its hashes "
+            f"again. Audit with --key-file or ${ENV_KEY_FILE} to check its MACs{unchecked}"
+        )
+    elif result.bad_mac:
+        lines.append(
+            f"[red]not authenticated[/]: seq {result.bad_seq}: {escape(result.problem or '')}"
+        )
+        lines.append(f"{vouched}; nothing from seq {result.bad_seq} on is")
     else:
-        err.print(
+        lines.append(
             f"[red]tampered[/]: first bad event at seq {result.bad_seq}: "
             f"{escape(result.problem or '')}"
         )
+        if result.keyed:
+            lines.append(vouched)
+    if result.ok and not result.ended:
+        macs = " and valid MACs" if result.keyed else ""
+        lines.append(
+            f"[yellow]warning:[/] the log ends at seq {result.events - 1} without run_finished: "
+            f"the run is still running, or its end was cut off (a cut leaves a valid chain{macs} "
+            "behind)"
+        )
+    return lines

@@ -32,7 +32,7 @@ from tether.stores.base import RunIndexStatus, RunInfo, RunNotFound, RunQuery, R
 from tether.stores.retention import parse_age, prune
 from tether.stores.sqlite import SqliteStore, default_store_path
 from tether.stores.stale import Abandoned, StaleRun, abandon_run, stale_runs
-from tether.stores.transfer import decode_jsonl, export_run, import_events
+from tether.stores.transfer import decode_jsonl_log, export_run, import_events
 
 __all__ = ["BusyTimeoutOption", "DbOption", "open_store", "resolve_run_id", "store_app"]
 
@@ -355,7 +355,10 @@ def _export_command(
     db: DbOption = None,
     busy_timeout: BusyTimeoutOption = None,
 ) -> None:
-    """Write a stored run's log to stdout as JSONL (`tether export RUN > run.jsonl`)."""
+    """Write a stored run's log to stdout as JSONL (`tether export RUN > run.jsonl`).
+
+    Events stored with an audit key's MAC carry it on their line (`tether import` keeps it).
+    """
     data = _with_store(db, lambda store: _export(store, run), busy_timeout=busy_timeout)
     stdout = typer.get_binary_stream("stdout")
     stdout.write(data)
@@ -370,7 +373,8 @@ def _import_command(
 ) -> None:
     """Import a run's JSONL log into the store (verified first); prints the run id.
 
-    Importing a run that is already stored, identical, does nothing.
+    Importing a run that is already stored, identical, does nothing. The events' MACs (an
+    audit key's, see `tether audit`) are kept as the log carries them; none are made.
     """
     path = Path(file)
     if file != "-" and not path.is_file():
@@ -378,15 +382,18 @@ def _import_command(
         raise fail(UserError(f"the file {file} {problem}: give a run's JSONL log, or - for stdin"))
     try:
         if file == "-":
-            events = decode_jsonl(typer.get_binary_stream("stdin"), name="stdin")
+            log = decode_jsonl_log(typer.get_binary_stream("stdin"), name="stdin")
         else:
             with path.open("rb") as fh:
-                events = decode_jsonl(fh, name=file)
+                log = decode_jsonl_log(fh, name=file)
     except TetherError as exc:
         raise fail(exc) from None
     # Only a log that decodes and verifies opens (or creates) the store.
     run_id = _with_store(
-        db, lambda store: import_events(store, events), create=True, busy_timeout=busy_timeout
+        db,
+        lambda store: import_events(store, log.events, macs=log.macs),
+        create=True,
+        busy_timeout=busy_timeout,
     )
     typer.echo(run_id)
 

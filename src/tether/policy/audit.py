@@ -4,15 +4,23 @@ The check works on the log as stored (raw JSON lines), so a line that no longer 
 reported as the first bad event too. A hash chain shows edits, reordering and events cut
 out of the middle; a log cut at its end is only visible against an outside count (the run
 store's index), which ``audit_encoded`` takes as ``expected_events``.
+
+Without a key the check is of the chain's internal consistency only: the hashes are
+unkeyed, so anyone who edits a log can compute them again (``codec.seal``) and the edited
+log passes. With the audit key (``tether.auditkey``) every event must also carry its MAC
+under that key; one who edits the log without the key cannot make them, so the edit fails
+the audit. The MAC of an event vouches for every event before it (its hash covers the
+previous hash), so a report says how far the log is authenticated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from tether._internal.frozen import frozen
-from tether.codec import compute_hash, decode_event
+from tether.auditkey import AuditKey
+from tether.codec import compute_hash, decode_line
 from tether.errors import LogError
 from tether.events import (
     GENESIS_HASH,
@@ -21,6 +29,7 @@ from tether.events import (
     Event,
     PolicyDecided,
     Redacted,
+    RunFinished,
 )
 
 __all__ = ["AuditEntry", "AuditReport", "audit_encoded", "audit_events"]
@@ -55,7 +64,7 @@ class AuditReport:
     events: int
     """Events read."""
     ok: bool
-    """Whether the whole chain verified."""
+    """Whether the whole chain verified (and, with a key, every event's MAC)."""
     bad_seq: int | None = None
     """The position of the first bad event."""
     problem: str | None = None
@@ -64,6 +73,19 @@ class AuditReport:
     """Every decision before the first bad event (all of them when ``ok``)."""
     last_hash: str = GENESIS_HASH
     """The hash of the last good event (anchor it elsewhere to detect a cut tail)."""
+    keyed: bool = False
+    """Whether MACs were checked with an audit key (else: the chain's consistency only)."""
+    key_id: str | None = None
+    """The id of the key the MACs were checked with."""
+    verified_through: int | None = None
+    """With a key: the last seq whose MAC verified, vouching for every event up to it."""
+    bad_mac: bool = False
+    """The first bad event's chain holds, but its MAC is missing, another key's or wrong."""
+    macs: int = 0
+    """Events read that carry a MAC (checked only with a key)."""
+    ended: bool = False
+    """Whether the last good event is ``run_finished``; if not, the run is still going or
+    its end was cut off (which leaves a valid chain, and valid MACs, behind)."""
 
 
 def _entry(event: Event) -> AuditEntry | None:
@@ -114,13 +136,21 @@ def _entry(event: Event) -> AuditEntry | None:
             return None
 
 
-def audit_encoded(lines: Sequence[bytes], *, expected_events: int | None = None) -> AuditReport:
+def audit_encoded(
+    lines: Sequence[bytes],
+    *,
+    expected_events: int | None = None,
+    key: AuditKey | None = None,
+    macs: Mapping[int, str] | None = None,
+) -> AuditReport:
     """Verify a log given as its stored JSON lines, one event each, in stored order.
 
     Args:
-        lines: The encoded events.
+        lines: The encoded events (a line may end with its MAC, as JSONL logs do).
         expected_events: How many events an outside record (the store's index) says the
             run has; fewer lines means the log was cut at its end.
+        key: The audit key: every event must carry its MAC under it.
+        macs: MACs kept apart from the lines (a store's), by seq.
 
     Returns:
         The report; an empty log is never ``ok``.
@@ -128,8 +158,12 @@ def audit_encoded(lines: Sequence[bytes], *, expected_events: int | None = None)
     entries: list[AuditEntry] = []
     run_id = ""
     prev = GENESIS_HASH
+    through: int | None = None
+    found = 0
+    ended = False
+    kept = macs or {}
 
-    def bad(position: int, problem: str) -> AuditReport:
+    def bad(position: int, problem: str, *, mac: bool = False) -> AuditReport:
         return AuditReport(
             run_id=run_id,
             events=len(lines),
@@ -138,28 +172,34 @@ def audit_encoded(lines: Sequence[bytes], *, expected_events: int | None = None)
             problem=problem,
             entries=tuple(entries),
             last_hash=prev,
+            keyed=key is not None,
+            key_id=None if key is None else key.key_id,
+            verified_through=through,
+            bad_mac=mac,
+            macs=found,
+            ended=ended,
         )
 
     if not lines:  # no run's log is empty: there is nothing to vouch for
         return bad(0, "the log holds no events, so there is no chain to verify")
     for position, raw in enumerate(lines):
         try:
-            event = decode_event(raw)
+            event, mac = decode_line(raw)
         except LogError as exc:
             return bad(position, f"it does not decode: {exc}")
         run_id = run_id or event.run_id
-        if event.run_id != run_id:
-            return bad(position, f"it belongs to run {event.run_id!r}, not {run_id!r}")
-        if event.seq != position:
-            return bad(
-                position,
-                f"it says seq {event.seq}: events were removed, added or reordered before it",
-            )
-        if event.prev_hash != prev:
-            return bad(position, "its prev_hash is not the previous event's hash")
-        if compute_hash(event) != event.hash:
-            return bad(position, "its hash does not match its content: it was edited")
+        problem = _chain_problem(event, run_id, position, prev)
+        if problem is not None:
+            return bad(position, problem)
+        mac = mac if mac is not None else kept.get(position)
+        found += mac is not None
+        if key is not None:
+            problem = _mac_problem(key, event.hash, mac)
+            if problem is not None:
+                return bad(position, problem, mac=True)
+            through = position
         prev = event.hash
+        ended = isinstance(event, RunFinished)
         entry = _entry(event)
         if entry is not None:
             entries.append(entry)
@@ -170,12 +210,62 @@ def audit_encoded(lines: Sequence[bytes], *, expected_events: int | None = None)
             f"{len(lines)}: it was cut (or added to) at its end",
         )
     return AuditReport(
-        run_id=run_id, events=len(lines), ok=True, entries=tuple(entries), last_hash=prev
+        run_id=run_id,
+        events=len(lines),
+        ok=True,
+        entries=tuple(entries),
+        last_hash=prev,
+        keyed=key is not None,
+        key_id=None if key is None else key.key_id,
+        verified_through=through,
+        macs=found,
+        ended=ended,
     )
 
 
-def audit_events(events: Sequence[Event]) -> AuditReport:
-    """``audit_encoded`` for events already in memory."""
+def _chain_problem(event: Event, run_id: str, position: int, prev: str) -> str | None:
+    """What is wrong with an event's place in the chain; ``None`` if nothing."""
+    if event.run_id != run_id:
+        return f"it belongs to run {event.run_id!r}, not {run_id!r}"
+    if event.seq != position:
+        return f"it says seq {event.seq}: events were removed, added or reordered before it"
+    if event.prev_hash != prev:
+        return "its prev_hash is not the previous event's hash"
+    if compute_hash(event) != event.hash:
+        return "its hash does not match its content: it was edited"
+    return None
+
+
+def _mac_problem(key: AuditKey, event_hash: str, mac: str | None) -> str | None:
+    """What is wrong with an event's MAC under ``key``; ``None`` if it verifies."""
+    match key.check(event_hash, mac):
+        case "ok":
+            return None
+        case "missing":
+            return (
+                "it has no MAC: it was written without the audit key (a writer not given "
+                "it), or its MAC was removed; nothing vouches for it or what follows"
+            )
+        case "other_key":
+            made_by = (mac or "").partition(":")[0]
+            return (
+                f"its MAC was made with another key (key id {made_by!r}; this key's is "
+                f"{key.key_id!r}): audit with the key the log was written with"
+            )
+        case "mismatch":
+            return (
+                "its MAC does not match under the audit key: the event was edited (and the "
+                "chain re-sealed) by someone without the key, or its MAC was altered"
+            )
+
+
+def audit_events(
+    events: Sequence[Event],
+    *,
+    key: AuditKey | None = None,
+    macs: Mapping[int, str] | None = None,
+) -> AuditReport:
+    """``audit_encoded`` for events already in memory (MACs, if any, given apart)."""
     from tether.codec import encode_event
 
-    return audit_encoded([encode_event(e) for e in events])
+    return audit_encoded([encode_event(e) for e in events], key=key, macs=macs)

@@ -11,7 +11,8 @@ A store's file is replaced by a new one (a new *generation*) once it grows past 
 an old file is deleted only when every record written to it is in the database: a file is
 never deleted while it holds the only copy of a committed record.
 
-One record per line: ``{"run": ID, "token": N, "events": [EVENT, ...]}``; for a lease
+One record per line: ``{"run": ID, "token": N, "events": [EVENT, ...]}``, with
+``"macs": [MAC, ...]`` before ``"events"`` when the writer has an audit key; for a lease
 given up, ``{"run": ID, "token": N, "release": true, "events": []}``; for the first lease of a
 run id this store made up (no other process can know it yet),
 ``{"run": ID, "token": 1, "grant": [OWNER, EXPIRES_AT], "events": []}``.
@@ -26,6 +27,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import orjson
 
@@ -56,7 +58,8 @@ class Record:
 
     ``release``: instead of events, the owner gave the lease up. ``grant``: instead of
     events, the first lease of a new run, ``(owner, expires_at)``. ``gen``: the generation
-    of this store's file it was written to (``-1``: not from this store's files).
+    of this store's file it was written to (``-1``: not from this store's files). ``macs``:
+    the events' MACs (``tether.auditkey``), made by the writer; ``None`` if it had no key.
     """
 
     run_id: str
@@ -66,6 +69,7 @@ class Record:
     release: bool = False
     gen: int = -1
     grant: tuple[str, float] | None = None
+    macs: list[str] | None = None
 
 
 def record_line(
@@ -75,6 +79,7 @@ def record_line(
     *,
     release: bool = False,
     grant: tuple[str, float] | None = None,
+    macs: Sequence[str] | None = None,
 ) -> bytes:
     """The record as one line, built from the events' encoded bodies (no re-encoding)."""
     head = b'{"run":' + orjson.dumps(run_id) + b',"token":' + orjson.dumps(token)
@@ -82,6 +87,8 @@ def record_line(
         head += b',"release":true'
     if grant is not None:
         head += b',"grant":' + orjson.dumps(grant)
+    if macs is not None:
+        head += b',"macs":' + orjson.dumps(macs)
     return head + b',"events":[' + b",".join(bodies) + b"]}\n"
 
 
@@ -338,6 +345,19 @@ def _record(line: bytes) -> Record:
         if not isinstance(owner, str) or not isinstance(expires, int | float):
             raise ValueError("a grant needs an owner and an expiry time")
         grant = (owner, float(expires))
+    macs = raw.get("macs")
+    if macs is not None and (
+        not isinstance(macs, list)
+        or len(cast(list[object], macs)) != len(events)
+        or not all(isinstance(m, str) for m in cast(list[object], macs))
+    ):
+        raise ValueError("'macs' must be a list of strings, one per event")
     return Record(
-        run_id=run_id, token=token, events=events, bodies=bodies, release=release, grant=grant
+        run_id=run_id,
+        token=token,
+        events=events,
+        bodies=bodies,
+        release=release,
+        grant=grant,
+        macs=cast(list[str] | None, macs),
     )

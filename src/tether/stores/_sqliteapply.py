@@ -14,7 +14,13 @@ from pathlib import Path
 from tether._internal.appendcheck import new_events
 from tether.events import Event
 from tether.stores._pendinglog import OtherLog, Record, record_line
-from tether.stores._sqlitetables import lease_token, stored_hash, stored_tail, update_index
+from tether.stores._sqlitetables import (
+    insert_macs,
+    lease_token,
+    stored_hash,
+    stored_tail,
+    update_index,
+)
 from tether.stores.base import StoreConflict
 
 __all__ = ["Applier"]
@@ -49,6 +55,7 @@ class Applier:
         added: dict[str, list[Event]] = {}
         hashes: dict[tuple[str, int], str] = {}
         rows: list[tuple[str, int, str, str, bytes]] = []
+        mac_rows: list[tuple[str, int, str]] = []
 
         def hash_at(run_id: str, seq: int) -> str | None:
             return hashes.get((run_id, seq)) or stored_hash(db, run_id, seq)
@@ -78,6 +85,9 @@ class Applier:
             rows.extend(
                 (run_id, e.seq, e.kind, e.hash, b) for e, b in zip(new, bodies, strict=True)
             )
+            if record.macs is not None:  # made by the writer: the applier makes none
+                macs = record.macs[len(events) - len(new) :]
+                mac_rows.extend((run_id, e.seq, m) for e, m in zip(new, macs, strict=True))
             added.setdefault(run_id, []).extend(new)
             if not mine:
                 hashes.update({(run_id, e.seq): e.hash for e in new})
@@ -88,6 +98,8 @@ class Applier:
             )
             for run_id, new in added.items():
                 update_index(db, run_id, new)
+        if mac_rows:
+            insert_macs(db, mac_rows)
 
     def _lease_holds(
         self,
@@ -130,7 +142,7 @@ class Applier:
         assert self.pending_dir is not None  # records come from pending files
         kept = self.pending_dir / "refused.jsonl"
         with kept.open("ab") as file:
-            file.write(record_line(record.run_id, record.token, record.bodies))
+            file.write(record_line(record.run_id, record.token, record.bodies, macs=record.macs))
         _log.error(
             "tether: an append to run %r (seq %d-%d, from %s) could not be applied: %s. "
             "Its events are kept in %s",

@@ -16,9 +16,11 @@ from tether.usage import Usage
 
 __all__ = [
     "SCHEMA",
+    "insert_macs",
     "lease_token",
     "run_info",
     "stored_hash",
+    "stored_macs",
     "stored_tail",
     "update_index",
     "utc_text",
@@ -58,6 +60,12 @@ CREATE TABLE IF NOT EXISTS leases (
     token INTEGER NOT NULL,
     expires_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS macs (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    mac TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS kv (
     namespace TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -128,6 +136,26 @@ def update_index(db: sqlite3.Connection, run_id: str, new: list[Event]) -> None:
             run_id,
         ),
     )
+
+
+def insert_macs(db: sqlite3.Connection, rows: Sequence[tuple[str, int, str]]) -> None:
+    """Store ``(run_id, seq, mac)`` rows beside the events they vouch for.
+
+    The ``macs`` table (``tether.auditkey``) is apart from ``events`` so that a store written
+    without a key, or by a version that knew no MACs, reads as it always did.
+    """
+    db.executemany("INSERT OR REPLACE INTO macs (run_id, seq, mac) VALUES (?, ?, ?)", rows)
+
+
+def stored_macs(db: sqlite3.Connection, run_id: str) -> dict[int, str]:
+    """A run's MACs by seq; none in a store that has no ``macs`` table (read-only, older)."""
+    try:
+        rows = db.execute("SELECT seq, mac FROM macs WHERE run_id = ?", (run_id,)).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return {}
+        raise
+    return {int(seq): str(mac) for seq, mac in rows}
 
 
 def lease_token(db: sqlite3.Connection, run_id: str) -> int:

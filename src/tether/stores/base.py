@@ -242,6 +242,33 @@ class RunStore(ABC):
 
         return [encode_event(e) for e in await self.read(run_id)]
 
+    async def read_macs(self, run_id: str) -> dict[int, str]:
+        """The MACs kept beside a run's events (``tether.auditkey``), by seq; unchecked.
+
+        A store given an audit key stores one for every event it appends; this default is a
+        store that keeps none.
+
+        Raises:
+            RunNotFound: no such run (a store may also return ``{}``).
+        """
+        return {}
+
+    async def append_copied(
+        self, run_id: str, events: Sequence[Event], macs: Sequence[str | None]
+    ) -> None:
+        """Append events written elsewhere (an import) with the MACs they came with.
+
+        The store never makes MACs for these events, even with an audit key: it did not
+        write them, and a MAC made now would vouch for whatever the copy holds. ``macs``
+        lines up with ``events`` (``None``: that event came without one). This default,
+        for a store that keeps no MACs, appends the events and drops the MACs; a store that
+        makes MACs in ``append`` must override it.
+
+        Raises:
+            StoreConflict: the events do not continue the stored log.
+        """
+        await self.append(run_id, events)
+
     async def info(self, run_id: str) -> RunInfo:
         """The index row of one run.
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from tether._internal.appendcheck import new_events
 from tether._internal.runindex import index_row
+from tether.auditkey import AuditKey
 from tether.events import Event
 from tether.jsontypes import JsonValue
 from tether.stores.base import (
@@ -32,9 +33,16 @@ __all__ = ["MemoryStore"]
 
 
 class MemoryStore(RunStore, KeyValueStore):
-    """A run store (and key-value store) in dicts. Fast, and gone with the process."""
+    """A run store (and key-value store) in dicts. Fast, and gone with the process.
 
-    def __init__(self) -> None:
+    Args:
+        audit_key: Store a MAC under this key beside every event appended
+            (``tether.auditkey``); none by default (the environment is not read).
+    """
+
+    def __init__(self, *, audit_key: AuditKey | None = None) -> None:
+        self._audit_key = audit_key
+        self._macs: dict[str, dict[int, str]] = {}
         self._events: dict[str, list[Event]] = {}
         self._index: dict[str, RunInfo] = {}
         self._leases: dict[str, tuple[Lease, float]] = {}  # run -> (lease, its ttl)
@@ -46,6 +54,28 @@ class MemoryStore(RunStore, KeyValueStore):
         self, run_id: str, events: Sequence[Event], *, lease: Lease | None = None
     ) -> None:
         """Append in order; re-appending stored events is a no-op."""
+        new = self._add(run_id, events, lease)
+        key = self._audit_key
+        if new and key is not None:
+            self._macs.setdefault(run_id, {}).update((e.seq, key.mac(e.hash)) for e in new)
+
+    async def append_copied(
+        self, run_id: str, events: Sequence[Event], macs: Sequence[str | None]
+    ) -> None:
+        """Append events written elsewhere, keeping the MACs they came with (no new ones)."""
+        given = {e.seq: m for e, m in zip(events, macs, strict=True) if m is not None}
+        new = self._add(run_id, events, None)
+        kept = {e.seq: given[e.seq] for e in new if e.seq in given}
+        if kept:
+            self._macs.setdefault(run_id, {}).update(kept)
+
+    async def read_macs(self, run_id: str) -> dict[int, str]:
+        """The MACs stored beside the run's events, by seq."""
+        if run_id not in self._events:
+            raise RunNotFound(run_id)
+        return dict(self._macs.get(run_id, {}))
+
+    def _add(self, run_id: str, events: Sequence[Event], lease: Lease | None) -> list[Event]:
         if lease is not None:
             current = self._tokens.get(run_id, 0)
             if lease.token != current:
@@ -62,13 +92,14 @@ class MemoryStore(RunStore, KeyValueStore):
         last = (len(stored) - 1, stored[-1].hash) if stored else None
         new = new_events(run_id, events, last, lambda seq: stored[seq].hash)
         if not new:
-            return
+            return new
         if log is None:
             log = self._events[run_id] = []
         log.extend(new)
         row = index_row(self._index.get(run_id), new)
         if row is not None:
             self._index[run_id] = row
+        return new
 
     async def read(self, run_id: str, *, after_seq: int = -1) -> list[Event]:
         """The run's events after ``after_seq``."""
@@ -113,6 +144,7 @@ class MemoryStore(RunStore, KeyValueStore):
         for run_id in run_ids:
             if self._events.pop(run_id, None) is not None:
                 count += 1
+            self._macs.pop(run_id, None)
             self._index.pop(run_id, None)
             self._leases.pop(run_id, None)
         return count

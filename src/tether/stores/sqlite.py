@@ -36,6 +36,7 @@ from typing import Any, Literal, TypeVar, cast
 
 from tether._internal.appendcheck import new_events
 from tether._internal.sealed import body_of
+from tether.auditkey import AuditKeySetting, resolve_audit_key
 from tether.codec import decode_event, encode_event, kept, verify_chain
 from tether.errors import ConfigError, StoreBusy, StoreError, StoreUnavailable, StoreWriteError
 from tether.events import Event
@@ -45,9 +46,11 @@ from tether.stores._pendinglog import OtherLog, PendingLog, Record, other_logs, 
 from tether.stores._sqliteapply import Applier
 from tether.stores._sqliteopen import connect, os_error, prepare_directory, sqlite_error
 from tether.stores._sqlitetables import (
+    insert_macs,
     lease_token,
     run_info,
     stored_hash,
+    stored_macs,
     stored_tail,
     update_index,
     utc_text,
@@ -118,6 +121,12 @@ class SqliteStore(RunStore, KeyValueStore):
         apply_interval: Seconds between batches of pending records reaching the database.
         busy_timeout: Seconds to wait for another process's lock on the file before an
             operation fails with ``StoreBusy``.
+        audit_key: Store a MAC under this key beside every event this store appends, in
+            the ``macs`` table (``tether.auditkey``). ``"env"`` (the default): the key of
+            ``$TETHER_AUDIT_KEY_FILE`` or ``$TETHER_AUDIT_KEY``, if one is set; ``None``: none.
+
+    Raises:
+        AuditKeyError: ``audit_key`` is ``"env"`` and the environment's key cannot be used.
     """
 
     def __init__(
@@ -128,9 +137,11 @@ class SqliteStore(RunStore, KeyValueStore):
         lease_ttl: float = 30.0,
         apply_interval: float = 0.05,
         busy_timeout: float = 30.0,
+        audit_key: AuditKeySetting = "env",
     ) -> None:
         if not busy_timeout >= 0:  # NaN included
             raise ConfigError(f"busy_timeout must be seconds >= 0, not {busy_timeout!r}")
+        self._audit_key = resolve_audit_key(audit_key)
         self.path = Path(path) if path is not None else default_store_path()
         in_memory = str(self.path) == ":memory:"
         if not in_memory:
@@ -329,9 +340,11 @@ class SqliteStore(RunStore, KeyValueStore):
     ) -> None:
         new = new_events(run_id, events, held.tail, _nothing_stored)
         bodies = [body_of(e) or kept(encode_event(e)) for e in new]
-        record = Record(run_id, lease.token, new, bodies)
+        key = self._audit_key
+        macs = None if key is None else [key.mac(e.hash) for e in new]
+        record = Record(run_id, lease.token, new, bodies, macs=macs)
         try:
-            record.gen, number = log.write(record_line(run_id, lease.token, bodies))
+            record.gen, number = log.write(record_line(run_id, lease.token, bodies, macs=macs))
         except OSError as exc:
             raise os_error(exc, log.directory, f"appending to run {run_id!r}") from None
         held.tail = (new[-1].seq, new[-1].hash)
@@ -375,10 +388,31 @@ class SqliteStore(RunStore, KeyValueStore):
 
         await self._call(renew)
 
-    def _append_in_db(
-        self, db: sqlite3.Connection, run_id: str, events: list[Event], lease: Lease | None
+    async def append_copied(
+        self, run_id: str, events: Sequence[Event], macs: Sequence[str | None]
     ) -> None:
-        """One transaction: bring the database up to date, check, insert (store's thread)."""
+        """Append events written elsewhere (an import), keeping the MACs they came with.
+
+        One transaction, checked as any append is; this store makes no MACs for them.
+        """
+        if not events:
+            return
+        items = list(events)
+        given = {e.seq: m for e, m in zip(items, macs, strict=True) if m is not None}
+        await self._call(lambda db: self._append_in_db(db, run_id, items, None, given))
+
+    def _append_in_db(
+        self,
+        db: sqlite3.Connection,
+        run_id: str,
+        events: list[Event],
+        lease: Lease | None,
+        copied: dict[int, str] | None = None,
+    ) -> None:
+        """One transaction: bring the database up to date, check, insert (store's thread).
+
+        ``copied``: the events were written elsewhere; store these MACs, make none.
+        """
         self._check_writable()
         applier = self._applier
         assert applier is not None
@@ -407,6 +441,11 @@ class SqliteStore(RunStore, KeyValueStore):
                     run_id=run_id,
                 ) from None
             update_index(db, run_id, new)
+            key = self._audit_key
+            if copied is not None:
+                insert_macs(db, [(run_id, e.seq, copied[e.seq]) for e in new if e.seq in copied])
+            elif key is not None:
+                insert_macs(db, [(run_id, e.seq, key.mac(e.hash)) for e in new])
         held = self._held.get(run_id)
         if held is not None and lease is not None and held.token == lease.token:
             held.tail = (new[-1].seq, new[-1].hash)
@@ -515,6 +554,18 @@ class SqliteStore(RunStore, KeyValueStore):
         if not bodies:
             raise RunNotFound(run_id)
         return bodies
+
+    async def read_macs(self, run_id: str) -> dict[int, str]:
+        """The MACs stored beside the run's events, by seq (none in an older store)."""
+
+        def job(db: sqlite3.Connection) -> dict[int, str] | None:
+            self._sync(db)
+            return stored_macs(db, run_id) if self._exists(db, run_id) else None
+
+        macs = await self._call(job)
+        if macs is None:
+            raise RunNotFound(run_id)
+        return macs
 
     def _exists(self, db: sqlite3.Connection, run_id: str) -> bool:
         found = _query(db, "SELECT 1 FROM events WHERE run_id = ? LIMIT 1", (run_id,))
@@ -685,6 +736,7 @@ class SqliteStore(RunStore, KeyValueStore):
             with self._transaction(db):
                 for run_id in ids:
                     removed = db.execute("DELETE FROM events WHERE run_id = ?", (run_id,)).rowcount
+                    db.execute("DELETE FROM macs WHERE run_id = ?", (run_id,))
                     indexed = db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,)).rowcount
                     count += 1 if removed or indexed else 0
                     # The lease row stays, unowned: its fencing token must only ever grow.

@@ -5,6 +5,10 @@ an exported run can be read with ``read_jsonl``, replayed, or imported into anot
 and ``export → import → export`` gives the same bytes. An import checks everything (every
 line decodes, the hash chain holds) before it writes anything, and never overwrites a run
 that is already stored with other content.
+
+A run stored with MACs (``tether.auditkey``) is exported with each event's MAC on its line
+(``codec.encode_line``), and imported with them: an import copies MACs, it never makes them
+(it did not write the events) and does not check them (``tether audit`` with the key does).
 """
 
 from __future__ import annotations
@@ -16,12 +20,30 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from tether.codec import MAX_LINE_BYTES, decode_event, encode_event, iter_jsonl_lines, verify_chain
-from tether.errors import BrokenChain, EmptyLog, LogError
+from tether._internal.frozen import frozen
+from tether.codec import MAX_LINE_BYTES, decode_line, encode_line, iter_jsonl_lines, verify_chain
+from tether.errors import BrokenChain, EmptyLog, LogError, UserError
 from tether.events import Event, RunStarted
 from tether.stores.base import RunNotFound, RunStore, StoreConflict
 
-__all__ = ["decode_jsonl", "export_run", "import_events", "import_run"]
+__all__ = [
+    "JsonlLog",
+    "decode_jsonl",
+    "decode_jsonl_log",
+    "export_run",
+    "import_events",
+    "import_run",
+]
+
+
+@frozen
+class JsonlLog:
+    """A run's JSONL log, decoded: its events and the MAC each line carried."""
+
+    events: tuple[Event, ...]
+    """The events, in order."""
+    macs: tuple[str | None, ...]
+    """Each event's MAC (``None``: its line had none), lined up with ``events``."""
 
 
 async def export_run(store: RunStore, run_id: str) -> bytes:
@@ -32,7 +54,8 @@ async def export_run(store: RunStore, run_id: str) -> bytes:
         run_id: The run's full id.
 
     Returns:
-        The log, as ``codec.write_jsonl`` would write it to a file.
+        The log, as ``codec.write_jsonl`` would write it to a file; each event stored with a
+        MAC has it on its line.
 
     Raises:
         RunNotFound: no such run.
@@ -40,12 +63,23 @@ async def export_run(store: RunStore, run_id: str) -> bytes:
     """
     events = await store.read(run_id)
     verify_chain(events, run_id=run_id)
-    return b"".join(encode_event(event) + b"\n" for event in events)
+    macs = await store.read_macs(run_id)
+    return b"".join(encode_line(event, macs.get(event.seq)) + b"\n" for event in events)
 
 
 def decode_jsonl(
     data: bytes | BinaryIO, *, name: str | None = None, max_line_bytes: int = MAX_LINE_BYTES
 ) -> list[Event]:
+    """Decode a run's JSONL log and verify it is one whole run; blank lines are skipped.
+
+    ``decode_jsonl_log`` also returns the lines' MACs. Raises as that does.
+    """
+    return list(decode_jsonl_log(data, name=name, max_line_bytes=max_line_bytes).events)
+
+
+def decode_jsonl_log(
+    data: bytes | BinaryIO, *, name: str | None = None, max_line_bytes: int = MAX_LINE_BYTES
+) -> JsonlLog:
     """Decode a run's JSONL log and verify it is one whole run; blank lines are skipped.
 
     Args:
@@ -54,7 +88,7 @@ def decode_jsonl(
         max_line_bytes: The longest line accepted (see ``codec.MAX_LINE_BYTES``).
 
     Returns:
-        The events, in order.
+        The events, in order, with their lines' MACs (not checked).
 
     Raises:
         EmptyLog: the log holds no events.
@@ -65,12 +99,15 @@ def decode_jsonl(
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
     numbered = iter_jsonl_lines(stream, name=name, max_line_bytes=max_line_bytes)
     events: list[Event] = []
+    macs: list[str | None] = []
     lines: list[int] = []
     for number, raw in numbered:
-        events.append(decode_event(raw, line=number))
+        event, mac = decode_line(raw, line=number)
+        events.append(event)
+        macs.append(mac)
         lines.append(number)
     _check_whole_run(events, lines, name)
-    return events
+    return JsonlLog(events=tuple(events), macs=tuple(macs))
 
 
 def _check_whole_run(
@@ -95,17 +132,17 @@ def _check_whole_run(
         )
 
 
-def _read_file(path: Path) -> list[Event]:
+def _read_file(path: Path) -> JsonlLog:
     with path.open("rb") as fh:
-        return decode_jsonl(fh, name=str(path))
+        return decode_jsonl_log(fh, name=str(path))
 
 
 async def import_run(store: RunStore, source: bytes | str | os.PathLike[str]) -> str:
     """Import a run from a JSONL log (as written by ``export_run`` or ``write_jsonl``).
 
     Every line is decoded and the hash chain verified before anything is written; the
-    events are then appended in one atomic append. Importing a run that is already stored
-    with identical events is a no-op.
+    events are then appended in one atomic append, with the MACs the lines carry. Importing
+    a run that is already stored with identical events is a no-op.
 
     Args:
         store: Where the run goes.
@@ -121,18 +158,25 @@ async def import_run(store: RunStore, source: bytes | str | os.PathLike[str]) ->
         StoreConflict: a run with this id is stored with different events.
     """
     if isinstance(source, bytes):
-        events = decode_jsonl(source)
+        log = decode_jsonl_log(source)
     else:
-        events = await asyncio.to_thread(_read_file, Path(source))
-    return await _store(store, events)
+        log = await asyncio.to_thread(_read_file, Path(source))
+    return await _store(store, list(log.events), log.macs)
 
 
-async def import_events(store: RunStore, events: Iterable[Event]) -> str:
-    """Import a run's events, decoded already (``decode_jsonl``), into ``store``.
+async def import_events(
+    store: RunStore, events: Iterable[Event], *, macs: Sequence[str | None] | None = None
+) -> str:
+    """Import a run's events, decoded already (``decode_jsonl_log``), into ``store``.
 
     The events are checked first as ``import_run`` checks a log (one whole, untampered
     run), then appended in one atomic append; a run stored already with identical events
     is a no-op. Decoding before opening a store keeps a bad log from creating one.
+
+    Args:
+        store: Where the run goes.
+        events: The run's events, in order.
+        macs: The MACs the log carried, lined up with ``events`` (copied, never made).
 
     Returns:
         The run's id.
@@ -144,10 +188,12 @@ async def import_events(store: RunStore, events: Iterable[Event]) -> str:
     """
     chosen = list(events)
     _check_whole_run(chosen, None, None)
-    return await _store(store, chosen)
+    if macs is not None and len(macs) != len(chosen):
+        raise UserError(f"{len(macs)} MACs given for {len(chosen)} events: give one per event")
+    return await _store(store, chosen, macs)
 
 
-async def _store(store: RunStore, events: list[Event]) -> str:
+async def _store(store: RunStore, events: list[Event], macs: Sequence[str | None] | None) -> str:
     run_id = events[0].run_id
     try:
         stored = await store.read(run_id)
@@ -156,7 +202,8 @@ async def _store(store: RunStore, events: list[Event]) -> str:
     if stored is not None:
         _check_identical(run_id, stored, events)
         return run_id
-    await store.append(run_id, events)
+    # never store.append: a store with an audit key would make MACs for a copy it did not write
+    await store.append_copied(run_id, events, macs if macs is not None else [None] * len(events))
     return run_id
 
 
