@@ -6,8 +6,9 @@ while it runs, so they never run concurrently). Every case is judged by its obse
 
 Prints one JSON line: cases, attacks, escapes (must be 0), blocked_legitimate (legitimate
 cases refused: for ``injection``, the provenance rule's cost), failed (cases not ok), the
-same per area, the injections outside the provenance rule's reach (``known_gaps``: measured,
-reported, not counted as escapes), and seconds. Exit code 1 if any attack escaped; the
+same per area, and seconds. The injection area includes the two injections the coarse
+provenance rule missed (``former_gaps``: an instruction in a file ``read_file`` returned,
+exfiltration through a read-only ``http_get``), counted like every other attack. Exit code 1 if any attack escaped; the
 escaped cases are listed on stderr.
 
     python bench/sandbox.py
@@ -70,12 +71,21 @@ async def measure(areas: list[str]) -> dict[str, Any]:
             if r.attack and r.escaped:
                 print(f"ESCAPED {name}: {r.name}: {r.detail}", file=sys.stderr)
     if "injection" in areas:
-        gaps, _ = await run("injection-gaps", injection.run_gaps)
-        per_area["injection"]["known_gaps"] = {
-            "cases": len(gaps),
-            "escaped": sum(r.escaped for r in gaps),
-            "names": [r.name for r in gaps],
+        gaps, seconds = await run("injection-gaps", injection.run_gaps)
+        everything += gaps
+        area = per_area["injection"]
+        per_area["injection"] = {
+            **counts([r for r in everything if r.area == "injection"]),
+            "seconds": round(area["seconds"] + seconds, 2),
+            "former_gaps": {
+                "cases": len(gaps),
+                "escaped": sum(r.escaped for r in gaps),
+                "names": [r.name for r in gaps],
+            },
         }
+        for r in gaps:
+            if r.escaped:
+                print(f"ESCAPED injection: {r.name}: {r.detail}", file=sys.stderr)
     return {"total": counts(everything), "areas": per_area}
 
 

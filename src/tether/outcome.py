@@ -112,6 +112,26 @@ class RunOutcome(Generic[OutputT]):
         return tuple(e for e in self.events if e.kind == "policy_decided" and e.decision == "deny")
 
     @property
+    def unresolved_denials(self) -> tuple[PolicyDecided, ...]:
+        """The denied calls the run never made up for (no later call of the tool succeeded).
+
+        A ``finished`` run with any gave its answer without what they would have done
+        (``tether run`` then exits 3).
+        """
+        unresolved: dict[str, list[PolicyDecided]] = {}
+        for event in self.events:
+            if event.kind == "policy_decided" and event.decision == "deny":
+                unresolved.setdefault(event.tool, []).append(event)
+            elif (
+                event.kind == "tool_call_finished"
+                and not event.is_error
+                and not event.synthetic
+                and event.tool in unresolved
+            ):
+                del unresolved[event.tool]
+        return tuple(sorted((d for ds in unresolved.values() for d in ds), key=lambda d: d.seq))
+
+    @property
     def success(self) -> bool:
         """Whether the task was completed (``status == "finished"``)."""
         return self.status == "finished"

@@ -356,6 +356,10 @@ MISTAKES: list[tuple[str, str, list[str]]] = [
     ("when not a list", "[[deny]]\ntools = 'x'\nwhen = {arg = 'a'}", ["deny[0]", "when"]),
     ("condition not a table", "[[deny]]\ntools = 'x'\nwhen = ['a']", ["when[0]", "table"]),
     ("risk not a table", "risk = 'deny'", ["[risk]", "table"]),
+    ("own not a decision", "[risk]\nown = 'trust'", ["[risk]", "own", "'by_risk'"]),
+    ("unknown provenance mode", "[provenance]\nmode = 'fine'", ["[provenance]", "mode"]),
+    ("sensitive not a list", "[[trust]]\ntools = 'x'\nsensitive = 'to'", ["trust[0]", "sensitive"]),
+    ("untrusted_output not a bool", "[[trust]]\ntools = 'x'\nuntrusted_output = 1", ["trust[0]"]),
     ("sizes not a table", "sizes = 1", ["[sizes]", "table"]),
     ("provenance not a table", "provenance = []", ["[provenance]", "table"]),
     ("policy not a table", "policy = 1", ["[policy]", "table"]),
@@ -430,7 +434,7 @@ def to_toml(rules: Rules) -> str:
         "[risk]",
         *(
             f"{k} = {_toml_value(getattr(rules.risk, k))}"
-            for k in ("destructive", "open_world", "unannotated")
+            for k in ("own", "destructive", "open_world", "unannotated")
         ),
     ]
     sizes = rules.sizes
@@ -444,6 +448,7 @@ def to_toml(rules: Rules) -> str:
     lines += [
         "[provenance]",
         f"enabled = {_toml_value(p.enabled)}",
+        f"mode = {_toml_value(p.mode)}",
         f"decision = {_toml_value(p.decision)}",
         f"allow = {_toml_value(p.allow)}",
     ]
@@ -488,12 +493,14 @@ def to_toml(rules: Rules) -> str:
     for trust in rules.trust:
         hints = {
             k: getattr(trust.annotations, k)
-            for k in ("read_only", "destructive", "idempotent", "open_world")
+            for k in ("read_only", "destructive", "idempotent", "open_world", "untrusted_output")
         }
+        sensitive = trust.annotations.sensitive
         lines += [
             "[[trust]]",
             f"tools = {_toml_value(trust.tools)}",
             *(f"{k} = {_toml_value(v)}" for k, v in hints.items() if v is not None),
+            *([f"sensitive = {_toml_value(sensitive)}"] if sensitive is not None else []),
         ]
     return "\n".join(lines) + "\n"
 
@@ -582,11 +589,16 @@ rule_sets = st.builds(
         large_results=st.sampled_from(["truncate", "error"]),
     ),
     risk=st.builds(
-        RiskDefaults, destructive=decisions, open_world=decisions, unannotated=decisions
+        RiskDefaults,
+        own=decisions | st.just("by_risk"),
+        destructive=decisions,
+        open_world=decisions,
+        unannotated=decisions,
     ),
     provenance=st.builds(
         Provenance,
         enabled=st.booleans(),
+        mode=st.sampled_from(["dataflow", "coarse"]),
         decision=decisions,
         allow=st.lists(names, max_size=2).map(tuple),
     ),
@@ -600,6 +612,8 @@ rule_sets = st.builds(
                 destructive=st.none() | st.booleans(),
                 idempotent=st.none() | st.booleans(),
                 open_world=st.none() | st.booleans(),
+                untrusted_output=st.none() | st.booleans(),
+                sensitive=st.none() | st.lists(names, max_size=2).map(tuple),
             ),
         ),
         max_size=2,

@@ -49,14 +49,20 @@ UNANNOTATED = ToolAnnotations()
 
 
 def definition(
-    name: str, annotations: ToolAnnotations = UNANNOTATED, origin: str | None = None
+    name: str,
+    annotations: ToolAnnotations = UNANNOTATED,
+    origin: str | None = None,
+    *,
+    builtin: bool = True,
 ) -> ToolDefinition:
+    """A tool gated by its risk: built-in by default (the developer's own tools run)."""
     return ToolDefinition(
         name=name,
         description=name,
         input_schema={"type": "object"},
         annotations=annotations,
         origin=origin,
+        builtin=builtin and origin is None,
     )
 
 
@@ -248,7 +254,7 @@ def _everything(
                 *((allow("t", name="allow:t"),) if allowed else ()),
             ),
             rate_limits=(RateLimit(tools=("t",), max_calls=0),) if limited else (),
-            provenance=Provenance(enabled=provenance),
+            provenance=Provenance(enabled=provenance, mode="coarse"),
         )
     )
 
@@ -564,7 +570,12 @@ def _tainted_log(source: ToolDefinition, *tools: ToolDefinition, synthetic: bool
     return log
 
 
-PERMISSIVE = Rules(risk=RiskDefaults(destructive="allow", open_world="allow", unannotated="allow"))
+PERMISSIVE = Rules(
+    risk=RiskDefaults(destructive="allow", open_world="allow", unannotated="allow"),
+    provenance=Provenance(mode="coarse"),
+)
+COARSE = Rules(provenance=Provenance(mode="coarse"))
+OUTSIDE = ToolAnnotations(untrusted_output=True)  # an outside tool nobody vouched for
 
 
 @pytest.mark.parametrize(
@@ -595,7 +606,7 @@ def test_a_result_of_a_tool_the_agent_no_longer_has_is_untrusted() -> None:
     writer = definition("write", WRITER)
     log = Log("run-1", writer)
     log.result("gone")
-    assert decide(RulePolicy(), writer, log=log).rule == "provenance"
+    assert decide(RulePolicy(COARSE), writer, log=log).rule == "provenance"
 
 
 def test_read_only_tools_are_unaffected_by_provenance() -> None:
@@ -608,10 +619,10 @@ def test_read_only_tools_are_unaffected_by_provenance() -> None:
 @pytest.mark.parametrize(
     ("provenance", "decision", "rule"),
     [
-        (Provenance(), "needs_approval", "provenance"),
-        (Provenance(allow=("kv_*",)), "allow", "default:safe"),
-        (Provenance(enabled=False), "allow", "default:safe"),
-        (Provenance(decision="deny"), "deny", "provenance"),
+        (Provenance(mode="coarse"), "needs_approval", "provenance"),
+        (Provenance(mode="coarse", allow=("kv_*",)), "allow", "default:safe"),
+        (Provenance(mode="coarse", enabled=False), "allow", "default:safe"),
+        (Provenance(mode="coarse", decision="deny"), "deny", "provenance"),
     ],
 )
 def test_provenance_settings(provenance: Provenance, decision: Decision, rule: str) -> None:
@@ -624,7 +635,7 @@ def test_provenance_settings(provenance: Provenance, decision: Decision, rule: s
 def test_provenance_overrides_an_allow_rule() -> None:
     kv = definition("kv_set", WRITER)
     log = _tainted_log(definition("web", WEB), kv)
-    assert decide(RulePolicy(allow("kv_set")), kv, log=log).rule == "provenance"
+    assert decide(RulePolicy(COARSE, allow("kv_set")), kv, log=log).rule == "provenance"
 
 
 def test_provenance_never_loosens_a_denial() -> None:
@@ -636,14 +647,14 @@ def test_provenance_never_loosens_a_denial() -> None:
     log.tools["rm"] = destructive
     assert decide(RulePolicy(), destructive, log=log).rule == "default:destructive"
     # with a softer default, provenance still applies
-    soft = RulePolicy(Rules(risk=RiskDefaults(destructive="allow")))
+    soft = RulePolicy(COARSE + Rules(risk=RiskDefaults(destructive="allow")))
     assert decide(soft, destructive, log=log).rule == "provenance"
 
 
 def test_taint_is_folded_incrementally() -> None:
     writer = definition("write", WRITER)
     log = Log("run-1", writer, definition("web", WEB))
-    policy = RulePolicy()
+    policy = RulePolicy(COARSE)
     assert decide(policy, writer, log=log).decision == "allow"
     log.result("web")
     assert decide(policy, writer, log=log).rule == "provenance"
@@ -654,9 +665,9 @@ def test_taint_is_folded_incrementally() -> None:
 
 def test_outside_claims_of_safety_are_ignored() -> None:
     mcp = definition("mcp_read", SAFE, origin="mcp:x")
-    assert effective_annotations(mcp) == UNANNOTATED
+    assert effective_annotations(mcp) == OUTSIDE
     assert decide(RulePolicy(), mcp).rule == "default:unannotated"
-    assert RulePolicy().annotations(mcp) == UNANNOTATED
+    assert RulePolicy().annotations(mcp) == OUTSIDE
     local = definition("local_read", SAFE)
     assert effective_annotations(local) == SAFE
 
@@ -665,10 +676,15 @@ def test_a_trust_rule_sets_the_baseline() -> None:
     trust = Trust(tools=("mcp_*",), annotations=SAFE)
     policy = RulePolicy(Rules(trust=(trust,)))
     silent = definition("mcp_read", UNANNOTATED, origin="mcp:x")
-    assert policy.annotations(silent) == SAFE  # outside silence is no claim
+    # outside silence is no claim; its output stays untrusted unless the trust says not
+    assert policy.annotations(silent) == replace(SAFE, untrusted_output=True)
     assert decide(policy, silent).rule == "default:safe"
     claims_safe = definition("mcp_read", SAFE, origin="mcp:x")
-    assert policy.annotations(claims_safe) == SAFE
+    assert policy.annotations(claims_safe) == replace(SAFE, untrusted_output=True)
+    vouched = RulePolicy(
+        Rules(trust=(Trust(tools=("mcp_*",), annotations=replace(SAFE, untrusted_output=False)),))
+    )
+    assert not vouched.annotations(silent).is_untrusted_output
 
 
 @pytest.mark.parametrize(
@@ -725,8 +741,9 @@ def _never_safer(got: ToolAnnotations, base: ToolAnnotations) -> None:
     assert got.is_destructive >= base.is_destructive
     assert got.is_idempotent <= base.is_idempotent
     assert got.is_open_world >= base.is_open_world
+    assert got.is_untrusted_output  # from outside: untrusted unless the developer vouches
     if base == UNANNOTATED:
-        assert got == UNANNOTATED  # still the worst case (the unannotated default applies)
+        assert got == OUTSIDE  # still the worst case (the unannotated default applies)
 
 
 @given(
@@ -758,7 +775,8 @@ def test_outside_annotations_only_tighten_exhaustively() -> None:
         got = effective_annotations(definition("t", outside, origin="mcp:x"), [(("t",), base)])
         _never_safer(got, base)
         if outside in (UNANNOTATED, base):
-            assert got == base  # silence, or agreement, keeps the baseline
+            # silence, or agreement, keeps the baseline
+            assert got == replace(base, untrusted_output=True)
 
 
 # -- results --------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -19,6 +20,7 @@ from tether.policy.gate import RulePolicy
 from tether.policy.rules import (
     Concurrency,
     ContentFilter,
+    Provenance,
     RateLimit,
     Rules,
     Sizes,
@@ -74,9 +76,27 @@ async def secret() -> str:
     return "the key is sk-abc123, keep it"
 
 
-async def test_the_default_policy_denies_an_unannotated_tool_and_the_run_goes_on() -> None:
+def from_outside(tool_: Tool) -> Tool:
+    """``tool_`` as if an MCP server had offered it."""
+    return replace(tool_, definition=replace(tool_.definition, origin="mcp:test"))
+
+
+async def test_the_default_policy_runs_the_developers_own_unannotated_tool() -> None:
     model = ScriptedModel([call("mystery", x=1), call("add", a=1, b=2), finish("3")])
     outcome = await Agent(model=model, tools=[mystery, add]).run("x")
+    assert outcome.status == "finished"
+    assert decisions(outcome.events) == [
+        ("mystery", "allow", "default:own"),
+        ("add", "allow", "default:safe"),
+        ("finish_task", "allow", "control_tool"),
+    ]
+    assert outcome.denied == ()
+    assert outcome.tool_calls == 2
+
+
+async def test_the_default_policy_denies_an_unannotated_outside_tool_and_the_run_goes_on() -> None:
+    model = ScriptedModel([call("mystery", x=1), call("add", a=1, b=2), finish("3")])
+    outcome = await Agent(model=model, tools=[from_outside(mystery), add]).run("x")
     assert outcome.status == "finished"
     assert outcome.output == "3"
     denied, added, _ = results(outcome.events)
@@ -145,14 +165,14 @@ async def test_needs_approval_waits_with_the_pending_call() -> None:
 
 
 async def test_provenance_in_the_loop() -> None:
-    policy = RulePolicy(allow("fetch"))
+    policy = RulePolicy(Rules(provenance=Provenance(mode="coarse")), allow("fetch"))
     model = ScriptedModel(
         [call("note", text="before"), call("fetch", url="x"), call("note", text="after")]
     )
     outcome = await Agent(model=model, tools=[fetch, note], policy=policy).run("x")
     assert outcome.status == "waiting_for_approval"
     assert decisions(outcome.events) == [
-        ("note", "allow", "default:safe"),
+        ("note", "allow", "default:own"),
         ("fetch", "allow", "allow:fetch"),
         ("note", "needs_approval", "provenance"),
     ]

@@ -18,7 +18,7 @@ from tether.cli.continuing import (
     RunArgument,
     VerboseOption,
 )
-from tether.cli.driving import drive, report
+from tether.cli.driving import drive, exit_code, report
 from tether.cli.failures import fail, store_failure
 from tether.cli.model_commands import model_app
 from tether.cli.safety_commands import safety_app
@@ -102,6 +102,9 @@ def _run(
 ) -> None:
     """Run an agent on a goal, with a live status line; exit 0 only if it finished.
 
+    Exit codes: 0 finished; 3 finished, but the answer was given without a call the
+    policy denied (and no later call of that tool ran); 1 any other end; 2 an error.
+
     The run is durable by default: every event is committed to the run store, so a run
     that is interrupted can be continued with `tether resume RUN`.
     """
@@ -149,7 +152,7 @@ def _run(
     report(outcome, directory, as_json)
     if store is not None and outcome.status in ("waiting_for_user", "cancelled"):
         err.print(f"[dim]continue it with: tether resume {outcome.run_id}[/]")
-    raise typer.Exit(0 if outcome.success else 1)
+    raise typer.Exit(exit_code(outcome))
 
 
 def _close(store: SqliteStore | None) -> TetherError | None:
@@ -221,7 +224,7 @@ def _demo(
     except TetherError as exc:
         raise fail(exc) from None
     report(outcome, directory, False)
-    raise typer.Exit(0 if outcome.success else 1)
+    raise typer.Exit(exit_code(outcome))
 
 
 @app.command("replay")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from tether.cli.driving import drive
+from tether.cli.driving import drive, exit_code
 from tether.errors import ConfigError, TetherError, UserError
 from tether.events import Event, RunFinished, RunStarted
 from tether.outcome import RunOutcome
@@ -190,4 +190,4 @@ def continue_and_report(run: str, **options: Any) -> None:
     if failure is not None:
         raise fail(failure)
     report(outcome, None, False)
-    raise typer.Exit(0 if outcome.success else 1)
+    raise typer.Exit(exit_code(outcome))

@@ -15,7 +15,7 @@ from tether.events import Event, ModelResponded, RunFinished, RunStarted, ToolCa
 from tether.loop import AgentRun
 from tether.outcome import RunOutcome
 
-__all__ = ["drive", "report"]
+__all__ = ["drive", "exit_code", "report"]
 
 out = Console()
 err = Console(stderr=True)
@@ -62,6 +62,13 @@ async def drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutc
     return run.outcome
 
 
+def exit_code(outcome: RunOutcome[Any]) -> int:
+    """0: finished; 3: finished, but without calls the policy denied; 1: anything else."""
+    if not outcome.success:
+        return 1
+    return 3 if outcome.unresolved_denials else 0
+
+
 def report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> None:
     """The answer on stdout; status, usage, pending approvals and warnings on stderr."""
     if as_json:
@@ -80,6 +87,7 @@ def report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> Non
                         {"call_id": d.call_id, "tool": d.tool, "rule": d.rule, "reason": d.reason}
                         for d in outcome.denied
                     ],
+                    "unresolved_denials": [d.call_id for d in outcome.unresolved_denials],
                 }
             ).decode()
         )
@@ -100,6 +108,15 @@ def report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> Non
         err.print(
             f"[red]denied by policy[/] {denied.call_id}: {escape(denied.tool)} "
             f"({escape(denied.rule)}: {escape(denied.reason)})",
+            soft_wrap=True,
+        )
+    unresolved = outcome.unresolved_denials
+    if outcome.success and unresolved:
+        calls = ", ".join(f"{d.call_id} ({escape(d.tool)})" for d in unresolved)
+        err.print(
+            f"[red]the answer was given without {len(unresolved)} call(s) the policy denied "
+            f"and nothing made up for: {calls}[/] (exit code 3). Allow the tool in the policy "
+            "if the call was wanted, or check the answer",
             soft_wrap=True,
         )
     for pending in outcome.pending:

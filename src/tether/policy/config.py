@@ -2,6 +2,7 @@
 
 ```toml
 [risk]                      # calls no rule decided, by the tool's annotations
+own = "allow"               # the developer's own tools; or "by_risk" (the keys below)
 destructive = "deny"        # "allow" | "deny" | "needs_approval"
 open_world = "needs_approval"
 unannotated = "deny"
@@ -13,6 +14,7 @@ large_results = "truncate"  # or "error"
 
 [provenance]
 enabled = true
+mode = "dataflow"           # or "coarse": hold every side effect after untrusted output
 decision = "needs_approval"
 allow = ["kv_set"]          # may act after untrusted output without approval
 
@@ -40,6 +42,8 @@ result_action = "block"     # or "redact"
 tools = ["search"]
 read_only = true
 open_world = true
+untrusted_output = true     # what it returns was written by others
+sensitive = ["query"]       # the arguments the data-flow rule traces
 ```
 
 The same tables may sit under a ``[policy]`` table (for a larger agent file).
@@ -178,12 +182,29 @@ def _decision(value: object) -> str:
     return cast(str, value)
 
 
+def _own(value: object) -> str:
+    if value == "by_risk":
+        return "by_risk"
+    try:
+        return _decision(value)
+    except ConfigError:
+        raise ConfigError(
+            f"must be 'allow', 'deny', 'needs_approval' or 'by_risk', not {value!r}"
+        ) from None
+
+
 def _globs(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     if isinstance(value, list) and all(isinstance(v, str) for v in cast(list[object], value)):
         return tuple(cast(list[str], value))
     raise ConfigError(f"must be a string or a list of strings, not {value!r}")
+
+
+def _names(value: object) -> tuple[str, ...]:
+    if isinstance(value, list) and all(isinstance(v, str) for v in cast(list[object], value)):
+        return tuple(cast(list[str], value))
+    raise ConfigError(f"must be a list of argument names, not {value!r}")
 
 
 def _choice(*options: str) -> Callable[[object], str]:
@@ -249,12 +270,14 @@ _SIZES: dict[str, Callable[[object], object]] = {
     "large_results": _choice("truncate", "error"),
 }
 _RISK: dict[str, Callable[[object], object]] = {
+    "own": _own,
     "destructive": _decision,
     "open_world": _decision,
     "unannotated": _decision,
 }
 _PROVENANCE: dict[str, Callable[[object], object]] = {
     "enabled": _boolean,
+    "mode": _choice("dataflow", "coarse"),
     "decision": _decision,
     "allow": _globs,
 }
@@ -269,7 +292,7 @@ _RULE: dict[str, Callable[[object], object]] = {
     "reason": _text,
     "name": _text,
 }
-_HINTS = ("read_only", "destructive", "idempotent", "open_world")
+_HINTS = ("read_only", "destructive", "idempotent", "open_world", "untrusted_output")
 
 
 # -- tables --------------------------------------------------------------------------------
@@ -366,7 +389,7 @@ def _checked(check: Callable[[object], T], value: object, where: str, key: str) 
 
 
 def _trust(table: Mapping[str, Any], where: str) -> Trust:
-    _known(table, {"tools", *_HINTS}, where)
+    _known(table, {"tools", "sensitive", *_HINTS}, where)
     if "tools" not in table:
         raise ConfigError(f"{where}: tools is required")
     hints: dict[str, bool] = {}
@@ -377,4 +400,7 @@ def _trust(table: Mapping[str, Any], where: str) -> Trust:
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {hint} {exc}") from None
     tools = _checked(_globs, table["tools"], where, "tools")
-    return Trust(tools=tools, annotations=ToolAnnotations(**hints))
+    sensitive = (
+        _checked(_names, table["sensitive"], where, "sensitive") if "sensitive" in table else None
+    )
+    return Trust(tools=tools, annotations=ToolAnnotations(**hints, sensitive=sensitive))

@@ -18,19 +18,22 @@ from pathlib import Path
 
 import orjson
 
-from tether.content import ContentBlock, ResourceBlock, TextBlock, ToolResult, content_text
+from tether.content import ToolResult
 from tether.events import (
     ApprovalGiven,
     Decision,
     Event,
     PolicyDecided,
+    RunStarted,
     ToolCallFinished,
     ToolCallRequested,
+    UserReplied,
 )
 from tether.messages import CONTROL_TOOLS, ToolCall
 from tether.policy.base import Policy, PolicyContext, PolicyDecision
+from tether.policy.dataflow import Sources, described, untraced
+from tether.policy.results import filter_result, result_size, truncate
 from tether.policy.rules import (
-    ContentFilter,
     RateLimit,
     Rule,
     Rules,
@@ -40,7 +43,7 @@ from tether.tools.base import ToolAnnotations, ToolDefinition
 
 __all__ = ["RulePolicy", "effective_annotations"]
 
-_UNANNOTATED = ToolAnnotations()
+_OUTSIDE = ToolAnnotations(untrusted_output=True)  # from outside, and nobody vouched for it
 _CONTROL = PolicyDecision(decision="allow", rule="control_tool", reason="tether's own control tool")
 _SAFE = PolicyDecision(
     decision="allow",
@@ -79,26 +82,30 @@ def effective_annotations(
     if tool.origin is None:
         return base if base is not None else tool.annotations
     if base is None:
-        return _UNANNOTATED  # the worst case already: no outside claim makes it worse
+        return _OUTSIDE  # the worst case already: no outside claim makes it worse
     claimed = tool.annotations
+    untrusted = True if base.untrusted_output is None else base.untrusted_output
     return ToolAnnotations(
         read_only=_outside(base.read_only, claimed.read_only, danger=False),
         destructive=_outside(base.destructive, claimed.destructive, danger=True),
         idempotent=_outside(base.idempotent, claimed.idempotent, danger=False),
         open_world=_outside(base.open_world, claimed.open_world, danger=True),
+        untrusted_output=_outside(untrusted, claimed.untrusted_output, danger=True),
+        sensitive=base.sensitive if base.sensitive is not None else claimed.sensitive,
     )
 
 
 class _Facts:
     """What a policy derives from one run's log, folded incrementally."""
 
-    __slots__ = ("calls", "counted", "last_hash", "seen", "tainted", "tool_of")
+    __slots__ = ("calls", "counted", "last_hash", "seen", "sources", "tainted", "tool_of")
 
     def __init__(self) -> None:
         self.seen = 0
+        self.sources = Sources()  # what the model has read, trusted or not
         self.counted: dict[str, datetime] = {}  # call id -> when it was counted
         self.last_hash = ""
-        self.tainted: dict[str, None] = {}  # open-world tools whose output is in the context
+        self.tainted: dict[str, None] = {}  # tools whose untrusted output is in the context
         self.calls: dict[str, list[datetime]] = {}  # tool -> when each allowed call was decided
         self.tool_of: dict[str, str] = {}  # call id -> tool
 
@@ -106,8 +113,10 @@ class _Facts:
 class RulePolicy(Policy):
     """The policy gate over ``Rules``; ``RulePolicy()`` is tether's safe default.
 
-    The default allows read-only, closed-world tools and denies destructive, open-world and
-    unannotated ones; once untrusted output is in the context, side effects need approval.
+    The default runs the developer's own tools and tether's read-only, closed-world ones,
+    and denies built-in or outside tools that are destructive, open-world or unannotated;
+    once untrusted output is in the context, a side effect (or an open-world call) whose
+    target came from that output, not from the user or a trusted source, needs approval.
     """
 
     def __init__(self, rules: Rules | Rule | None = None, *more: Rule) -> None:
@@ -156,7 +165,7 @@ class RulePolicy(Policy):
         if cached is not None and cached[0] is tool:
             return cached
         believed = effective_annotations(tool, self._trust)
-        entry = (tool, believed, self._by_risk(tool.name, believed))
+        entry = (tool, believed, self._by_risk(tool, believed))
         self._annotations[tool.name] = entry
         return entry
 
@@ -211,24 +220,17 @@ class RulePolicy(Policy):
                     decision="needs_approval", rule=rule.label, reason=rule.reason
                 )
         _, believed, by_risk = self._believed(tool)
-        provenance = rules.provenance
-        tainted: PolicyDecision | None = None
-        if (
-            provenance.enabled
-            and not believed.is_read_only
-            and not matches_any(name, provenance.allow)
-        ):
-            sources = self.facts(run).tainted
-            if sources:
-                tainted = PolicyDecision(
-                    decision=provenance.decision,
-                    rule="provenance",
-                    reason=(
-                        f"output of {', '.join(sources)} (open-world, untrusted) is in the "
-                        f"context and {name} is not read-only: a human must confirm this call "
-                        "was asked for by the user, not by that output"
-                    ),
-                )
+        tainted, traced = self._provenance(call, tool, believed, run)
+        decision = self._settle(call, tainted, by_risk)
+        if traced and decision.decision == "allow":  # say where what it acts on came from
+            decision = replace(decision, reason=f"{decision.reason}; data flow: {traced}")
+        return decision
+
+    def _settle(
+        self, call: ToolCall, tainted: PolicyDecision | None, by_risk: PolicyDecision
+    ) -> PolicyDecision:
+        """Steps 7-9: an allow rule, else the risk default; provenance only tightens them."""
+        name, arguments = call.name, call.arguments
         for rule in self._allow:
             if rule.matches(name, arguments):
                 if tainted is not None:
@@ -238,17 +240,54 @@ class RulePolicy(Policy):
             return tainted  # provenance tightens the risk default, never loosens it
         return by_risk
 
-    def _by_risk(self, name: str, believed: ToolAnnotations) -> PolicyDecision:
-        risk = self.rules.risk
+    def _provenance(
+        self, call: ToolCall, tool: ToolDefinition, believed: ToolAnnotations, run: PolicyContext
+    ) -> tuple[PolicyDecision | None, str]:
+        """The provenance rule's decision on ``call`` if it holds it, and what it traced."""
+        provenance = self.rules.provenance
+        if not provenance.enabled or matches_any(call.name, provenance.allow):
+            return None, ""
+        if believed.is_read_only and (provenance.mode == "coarse" or not believed.is_open_world):
+            return None, ""
+        facts = self.facts(run)
+        if not facts.tainted:
+            return None, ""
+        traced = ""
+        if provenance.mode == "dataflow":
+            why, traced = untraced(
+                call.name, call.arguments, tool.input_schema, believed.sensitive, facts.sources
+            )
+        else:
+            why = (
+                f"output of {', '.join(facts.tainted)} (untrusted) is in the context and "
+                f"{call.name} is not read-only: a human must confirm this call was asked for "
+                "by the user, not by that output"
+            )
+        if why is None:
+            return None, traced
+        return PolicyDecision(decision=provenance.decision, rule="provenance", reason=why), ""
+
+    def _by_risk(self, tool: ToolDefinition, believed: ToolAnnotations) -> PolicyDecision:
+        risk, name = self.rules.risk, tool.name
+        if risk.own != "by_risk" and tool.origin is None and not tool.builtin:
+            if risk.own == "allow" and believed.is_read_only and not believed.is_open_world:
+                return _SAFE  # the same words as for any harmless tool
+            return _own(risk.own)
         destructive, open_world = believed.is_destructive, believed.is_open_world
+        unannotated = (
+            believed.read_only is None
+            and believed.destructive is None
+            and believed.idempotent is None
+            and believed.open_world is None
+        )
         if (
-            believed != _UNANNOTATED
+            not unannotated
             and destructive
             and open_world
             and _STRICTNESS[risk.open_world] > _STRICTNESS[risk.destructive]
         ):
             destructive = False  # both apply: the stricter default decides
-        if believed == _UNANNOTATED:
+        if unannotated:
             return PolicyDecision(
                 decision=risk.unannotated,
                 rule="default:unannotated",
@@ -361,7 +400,7 @@ class RulePolicy(Policy):
         for flt in self._result_filters:
             if matches_any(name, flt.tools):
                 current = result if changed is None else changed
-                updated = _filter_result(flt, current)
+                updated = filter_result(flt, current)
                 if updated is not None:
                     changed = updated
                     if updated.is_error:
@@ -370,14 +409,14 @@ class RulePolicy(Policy):
         cap = sizes.max_result_bytes
         if cap is not None:
             current = result if changed is None else changed
-            size = _result_size(current, cap)
+            size = result_size(current, cap)
             if size > cap:
                 if sizes.large_results == "error":
                     return ToolResult.error(
                         f"the result of {name} was {size} bytes; the policy allows {cap}. "
                         "Ask for less (a narrower query, a range, a smaller page)"
                     )
-                return _truncate(current, cap, size)
+                return truncate(current, cap, size)
         return changed
 
     def concurrency(self, tool: str) -> int | None:
@@ -417,6 +456,9 @@ class RulePolicy(Policy):
             self._release_process_call((run_id, call_id))
 
     def _fold(self, facts: _Facts, events: Sequence[Event], run: PolicyContext) -> None:
+        if facts.seen == 0:
+            tools = run.tools
+            facts.sources.add(lambda: described(tools), "the tools' descriptions", trusted=True)
         for index in range(facts.seen, len(events)):
             event = events[index]
             match event:
@@ -432,16 +474,43 @@ class RulePolicy(Policy):
                     facts.calls.setdefault(event.tool, []).append(event.at)
                 case ApprovalGiven() if not event.approved:
                     self._release(facts, run.run_id, event.call_id)  # denied: it never ran
+                case ApprovalGiven() if event.arguments is not None:
+                    facts.sources.add(event, "arguments a human gave", trusted=True)
                 case PolicyDecided() if event.decision == "deny":
                     self._release(facts, run.run_id, event.call_id)  # e.g. edited, then denied
                 case ToolCallFinished() if not event.synthetic:
                     definition = run.tools.get(event.tool)
-                    if definition is None or self.annotations(definition).is_open_world:
+                    untrusted = (
+                        definition is None or self.annotations(definition).is_untrusted_output
+                    )
+                    if untrusted:
                         facts.tainted[event.tool] = None
+                    facts.sources.add(event, event.tool, trusted=not untrusted)
+                case RunStarted():
+                    facts.sources.add(event, "the goal and instructions", trusted=True)
+                case UserReplied():
+                    facts.sources.add(event, "the user's reply", trusted=True)
                 case _:
                     pass
         facts.seen = len(events)
         facts.last_hash = events[-1].hash
+
+
+_OWN: dict[Decision, PolicyDecision] = {
+    decision: PolicyDecision(
+        decision=decision,
+        rule="default:own",
+        reason=(
+            "the developer's own tool (defined in this program): "
+            f"{'allowed' if decision == 'allow' else decision} by default"
+        ),
+    )
+    for decision in ("allow", "needs_approval", "deny")
+}
+
+
+def _own(decision: Decision) -> PolicyDecision:
+    return _OWN[decision]
 
 
 def _unused(facts: _Facts, call_id: str) -> None:
@@ -460,86 +529,3 @@ def _run_calls(facts: _Facts, limit: RateLimit, name: str, events: Sequence[Even
         return 0
     horizon = events[-1].at - timedelta(seconds=limit.per_seconds)
     return sum(1 for t in tools for at in facts.calls.get(t, ()) if at > horizon)
-
-
-def _text_of(block: ContentBlock) -> str | None:
-    """The text a block carries (a text block's, a resource's), or None (images)."""
-    if type(block) is TextBlock or isinstance(block, TextBlock):
-        return block.text
-    if isinstance(block, ResourceBlock):
-        return block.text
-    return None
-
-
-def _result_size(result: ToolResult, cap: int) -> int:
-    """The result's size in bytes: exact when it may be over ``cap``, else an upper bound."""
-    chars = 0
-    for block in result.content:
-        text = _text_of(block)
-        if text is not None:
-            chars += len(text)
-    structured = result.structured
-    size = 0 if structured is None else len(orjson.dumps(structured))
-    if 4 * chars + size <= cap:  # UTF-8: at most 4 bytes a character; no need to encode
-        return 4 * chars + size
-    for block in result.content:
-        text = _text_of(block)
-        if text is not None:
-            size += len(text.encode())
-    return size
-
-
-def _truncate(result: ToolResult, cap: int, size: int) -> ToolResult:
-    budget = cap
-    blocks: list[ContentBlock] = []
-    for block in result.content:
-        text = _text_of(block)
-        if text is None:
-            blocks.append(block)  # images and links are not text: kept, not counted
-            continue
-        if budget <= 0:
-            continue
-        data = text.encode()
-        cut = data[:budget].decode(errors="ignore")
-        blocks.append(
-            replace(block, text=cut) if isinstance(block, ResourceBlock) else TextBlock(text=cut)
-        )
-        budget -= len(data)
-    note = (
-        f"[truncated by the policy: the result was {size} bytes, the limit is {cap}; "
-        "ask for a smaller part if you need more]"
-    )
-    blocks.append(TextBlock(text=note))
-    return replace(result, content=tuple(blocks), structured=None)
-
-
-def _filter_result(flt: ContentFilter, result: ToolResult) -> ToolResult | None:
-    text = content_text(result.content)
-    if result.structured is not None:
-        text += "\n" + orjson.dumps(result.structured).decode()
-    found = flt.first_match(text)
-    if found is None:
-        return None
-    if flt.result_action == "redact" and flt.regexes and not flt.checks:
-        redacted = replace(
-            result, content=tuple(_redact(flt, b) for b in result.content), structured=None
-        )
-        if flt.first_match(content_text(redacted.content)) is None:
-            return redacted
-        # a match left over (across blocks, or in the marker itself): withhold it all
-    reason = flt.reason or f"it contains {found}"
-    return ToolResult.error(f"the result was withheld by the policy ({flt.label}): {reason}")
-
-
-def _redact(flt: ContentFilter, block: ContentBlock) -> ContentBlock:
-    if isinstance(block, TextBlock):
-        return TextBlock(text=_sub_all(flt, block.text))
-    if isinstance(block, ResourceBlock) and block.text is not None:
-        return replace(block, text=_sub_all(flt, block.text))
-    return block
-
-
-def _sub_all(flt: ContentFilter, text: str) -> str:
-    for regex in flt.regexes:
-        text = regex.sub("[FILTERED]", text)
-    return text

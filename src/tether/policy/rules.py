@@ -11,12 +11,18 @@ How a call is decided, first match wins (the strictest outcome comes first):
 3. a ``deny`` rule matches -> deny
 4. a rate limit is reached -> deny
 5. a ``require_approval`` rule matches -> needs_approval
-6. provenance: untrusted (open-world) output is in the context and the tool is not
-   read-only -> needs_approval (unless ``Provenance.allow`` names the tool); it never
-   loosens: a call that no allow rule matches and the risk defaults deny stays denied
+6. provenance (unless ``Provenance.allow`` names the tool), by its ``mode``:
+   ``dataflow`` (the default): a call that is not read-only, or that reaches the open
+   world, whose sensitive arguments (what it acts on: recipients, accounts, URLs, paths,
+   amounts) did not come from the goal, the user, the instructions or a trusted tool's
+   result, while untrusted output is in the context -> needs_approval;
+   ``coarse``: untrusted output is in the context and the tool is not read-only ->
+   needs_approval. It never loosens: a call the risk defaults deny stays denied
 7. an ``allow`` rule matches -> allow
-8. the tool's risk (``RiskDefaults``): unannotated -> its default; else destructive and
-   open-world -> the stricter of the two defaults that apply (deny unless changed)
+8. the tool's risk (``RiskDefaults``): the developer's own tools (defined in this program,
+   not built into tether, not from outside) -> ``own`` (allow unless changed);
+   unannotated -> its default; else destructive and open-world -> the stricter of the two
+   defaults that apply (deny unless changed)
 9. otherwise (read-only or declared harmless, closed-world) -> allow
 """
 
@@ -440,6 +446,13 @@ class ContentFilter:
 class RiskDefaults:
     """What happens to calls no rule decided, by the tool's risk (its annotations)."""
 
+    own: Decision | Literal["by_risk"] = "allow"
+    """The developer's own tools: defined in this program (``@tool``, ``Tool.from_schema``),
+    neither built into tether (``tether.tools.builtin``) nor from outside (MCP). Allowed by
+    default (the provenance rule still holds their side effects when what they act on
+    came from untrusted output); ``"by_risk"`` gates them by their annotations like every
+    other tool (the defaults below)."""
+
     destructive: Decision = "deny"
     """Tools that may change or destroy things (not declared read-only or non-destructive)."""
     open_world: Decision = "deny"
@@ -450,15 +463,23 @@ class RiskDefaults:
 
 @dataclass(frozen=True, kw_only=True)
 class Provenance:
-    """Untrusted output in the context makes side effects wait for a human.
+    """Side effects driven by untrusted output wait for a human (or are denied).
 
-    Once a successful result of an open-world tool (the web, an API, an unannotated tool)
-    has entered the context, a call to a tool that is not read-only gets ``decision``
-    instead of running, unless ``allow`` names it.
+    Untrusted output is what tools declared ``untrusted_output`` (by default the open-world
+    ones: the web, an API, an unannotated tool) return. In ``dataflow`` mode a call waits
+    only when what it acts on came from such output; in ``coarse`` mode every call that is
+    not read-only waits once any such output is in the context. ``allow`` names tools
+    exempt from the rule.
     """
 
     enabled: bool = True
     """Whether the rule applies."""
+    mode: Literal["dataflow", "coarse"] = "dataflow"
+    """``dataflow``: hold a call (not read-only, or open-world) whose sensitive arguments
+    appear in no trusted source (the goal, the user's replies, the instructions, trusted
+    tools' results) once untrusted output is in the context; the decision names the
+    argument and the event its value came from. ``coarse``: hold every call that is not
+    read-only once untrusted output is in the context."""
     decision: Decision = "needs_approval"
     """What such a call gets (``needs_approval`` or ``deny``)."""
     allow: tuple[str, ...] = ()

@@ -56,6 +56,14 @@ class ToolAnnotations:
     """Calling it again with the same arguments has no further effect."""
     open_world: bool | None = None
     """Talks to systems outside the agent's control (the web, third-party APIs)."""
+    untrusted_output: bool | None = None
+    """Its output carries text written by someone other than the user or the developer (a
+    web page, a mail body, a file others wrote, a write whose result echoes such text).
+    Unset: untrusted when open-world. It changes what the policy trusts, not the tool's risk."""
+    sensitive: tuple[str, ...] | None = None
+    """The arguments that say what a call acts on (recipients, accounts, URLs, paths,
+    amounts), by parameter name: the policy's data-flow rule checks where their values came
+    from. Unset: chosen by name and JSON Schema format (see ``tether.policy.dataflow``)."""
 
     @property
     def is_read_only(self) -> bool:
@@ -77,6 +85,13 @@ class ToolAnnotations:
         """Open-world unless declared closed."""
         return self.open_world is not False
 
+    @property
+    def is_untrusted_output(self) -> bool:
+        """Output to treat as untrusted: as declared, else when open-world."""
+        if self.untrusted_output is not None:
+            return self.untrusted_output
+        return self.is_open_world
+
     def tightened(self, other: ToolAnnotations) -> ToolAnnotations:
         """The stricter of two sets of hints (outside hints may tighten, never loosen)."""
 
@@ -91,7 +106,16 @@ class ToolAnnotations:
             destructive=unsafe(self.destructive, other.destructive),
             idempotent=safe(self.idempotent, other.idempotent),
             open_world=unsafe(self.open_world, other.open_world),
+            untrusted_output=unsafe(self.untrusted_output, other.untrusted_output),
+            sensitive=_union(self.sensitive, other.sensitive),
         )
+
+
+def _union(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """Both lists of sensitive arguments (unset where either leaves it to the defaults)."""
+    if a is None or b is None:
+        return None
+    return tuple(dict.fromkeys((*a, *b)))
 
 
 @frozen
@@ -113,6 +137,9 @@ class ToolDefinition:
     origin: str | None = None
     """Where the definition came from when not from this program's code (e.g. ``mcp:NAME``);
     the policy then trusts its annotations only to make the tool look riskier."""
+    builtin: bool = False
+    """One of tether's built-in tools (``tether.tools.builtin``): the default policy gates
+    them by their risk, while the developer's own tools run."""
 
 
 @frozen

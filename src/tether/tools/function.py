@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import UnionType
 from typing import TYPE_CHECKING, Any, Union, cast, get_args, get_origin, get_type_hints, overload
 
@@ -138,6 +138,13 @@ def function_tool(
     if not text:
         raise ConfigError(f"tool {tool_name!r}: give it a docstring or a description")
 
+    known = [renamed.get(k, k) for k in fields]
+    unknown = [n for n in annotations.sensitive or () if n.split(".")[0] not in known]
+    if unknown:
+        raise ConfigError(
+            f"tool {tool_name!r}: sensitive names {', '.join(map(repr, unknown))}, which are "
+            f"not parameters of the function (it has: {', '.join(known) or 'none'})"
+        )
     ctx_name = context_param
     handler = _handler(
         func, ctx_name, is_async=inspect.iscoroutinefunction(func), blocking=blocking
@@ -203,6 +210,8 @@ def tool(
     destructive: bool | None = None,
     idempotent: bool | None = None,
     open_world: bool | None = None,
+    untrusted_output: bool | None = None,
+    sensitive: Sequence[str] | None = None,
     timeout: float | None = None,
     blocking: bool = True,
     idempotency_key: bool = False,
@@ -220,6 +229,8 @@ def tool(
     destructive: bool | None = None,
     idempotent: bool | None = None,
     open_world: bool | None = None,
+    untrusted_output: bool | None = None,
+    sensitive: Sequence[str] | None = None,
     timeout: float | None = None,
     blocking: bool = True,
     idempotency_key: bool = False,
@@ -236,6 +247,11 @@ def tool(
         destructive: It may destroy or overwrite data.
         idempotent: Repeating a call has no further effect.
         open_world: It talks to systems outside the agent's control.
+        untrusted_output: What it returns holds text written by others (mail bodies, web
+            pages, names in shared lists); unset: untrusted when open-world. The policy's
+            data-flow rule holds side effects whose targets come only from such output.
+        sensitive: The parameters that say what a call acts on (recipients, accounts,
+            URLs, paths, amounts); unset: chosen by name (see ``tether.policy.dataflow``).
         timeout: Seconds a call may take (default: the run's ``Limits.tool_timeout``).
         blocking: For sync functions: run in a worker thread (default) so a slow call does
             not stall the event loop; ``False`` runs it inline (for fast, pure functions).
@@ -244,8 +260,15 @@ def tool(
             whose outcome is unknown is then run again (with the same key) instead of being
             reported as unknown.
     """
+    if isinstance(sensitive, str):
+        raise ConfigError(f"tool: sensitive takes parameter names, e.g. ({sensitive!r},)")
     hints = ToolAnnotations(
-        read_only=read_only, destructive=destructive, idempotent=idempotent, open_world=open_world
+        read_only=read_only,
+        destructive=destructive,
+        idempotent=idempotent,
+        open_world=open_world,
+        untrusted_output=untrusted_output,
+        sensitive=None if sensitive is None else tuple(sensitive),
     )
 
     def build(f: Callable[..., object]) -> Tool:

@@ -172,8 +172,9 @@ def root(tmp_path: Path) -> Path:
 def test_annotations_are_honest(root: Path) -> None:
     t = tools(root)
     assert list(t) == ["read_file", "write_file", "list_files", "search_files"]
+    # what the files say was not written by the developer unless they vouch for the root
     assert t["read_file"].annotations == ToolAnnotations(
-        read_only=True, idempotent=True, open_world=False
+        read_only=True, idempotent=True, open_world=False, untrusted_output=True
     )
     assert t["write_file"].annotations == ToolAnnotations(
         read_only=False, destructive=True, idempotent=True, open_world=False
@@ -181,6 +182,10 @@ def test_annotations_are_honest(root: Path) -> None:
     for name in ("list_files", "search_files"):
         assert t[name].annotations.is_read_only
         assert not t[name].annotations.is_open_world
+        assert t[name].annotations.is_untrusted_output
+    assert all(tool_.definition.builtin for tool_ in t.values())
+    trusted = {x.name: x for x in file_tools(root, trusted=True)}
+    assert not any(x.annotations.is_untrusted_output for x in trusted.values())
 
 
 async def test_read_whole_range_and_offset(root: Path) -> None:

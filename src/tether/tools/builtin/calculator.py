@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from tether.errors import ModelRetry
 from tether.tools.base import Tool
+from tether.tools.builtin._mark import builtin
 from tether.tools.function import tool
 
 __all__ = ["calculate", "evaluate"]
@@ -155,7 +156,9 @@ def _calculate(expression: str) -> int | float:
     return round(value, 12) if isinstance(value, float) else value
 
 
-calculate: Tool = tool(
-    name="calculate", read_only=True, idempotent=True, open_world=False, blocking=False
-)(_calculate)
+calculate: Tool = builtin(
+    tool(name="calculate", read_only=True, idempotent=True, open_world=False, blocking=False)(
+        _calculate
+    )
+)
 """The ``calculate`` tool."""

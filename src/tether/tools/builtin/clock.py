@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tether.errors import ModelRetry
 from tether.tools.base import Tool
+from tether.tools.builtin._mark import builtin
 from tether.tools.function import tool
 
 __all__ = ["current_time", "days_until"]
@@ -50,12 +51,12 @@ def _days_until(target: str, timezone: str = "UTC") -> dict[str, int | str]:
     return {"today": today.isoformat(), "target": day.isoformat(), "days": (day - today).days}
 
 
-current_time: Tool = tool(name="current_time", read_only=True, open_world=False, blocking=False)(
-    _current_time
+current_time: Tool = builtin(
+    tool(name="current_time", read_only=True, open_world=False, blocking=False)(_current_time)
 )
 """The ``current_time`` tool."""
 
-days_until: Tool = tool(name="days_until", read_only=True, open_world=False, blocking=False)(
-    _days_until
+days_until: Tool = builtin(
+    tool(name="days_until", read_only=True, open_world=False, blocking=False)(_days_until)
 )
 """The ``days_until`` tool."""

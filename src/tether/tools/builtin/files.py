@@ -34,6 +34,7 @@ from tether.tools.builtin._confine import (
     parent_beneath,
     split_path,
 )
+from tether.tools.builtin._mark import builtin
 from tether.tools.function import tool
 
 __all__ = ["file_tools"]
@@ -488,6 +489,7 @@ def file_tools(
     max_list_entries: int = 1000,
     max_search_matches: int = 200,
     follow_symlinks: bool = False,
+    trusted: bool = False,
 ) -> list[Tool]:
     """``read_file``, ``write_file``, ``list_files`` and ``search_files``, confined to a root.
 
@@ -500,6 +502,10 @@ def file_tools(
         max_search_matches: Most matching lines one search returns.
         follow_symlinks: Follow symbolic links that stay within the root (by default
             every symbolic link is refused).
+        trusted: The files under the roots were written by the user or the developer, so
+            what ``read_file``, ``list_files`` and ``search_files`` return is trusted. By
+            default it is untrusted output (a file someone else wrote can carry
+            instructions), which the policy's data-flow rule tracks.
 
     Raises:
         ConfigError: a root is not an existing directory, or a limit is not positive.
@@ -514,9 +520,12 @@ def file_tools(
         if type(value) is not int or value < 1:
             raise ConfigError(f"file_tools: {name} must be a positive integer, not {value!r}")
     roots = _roots(root, follow_symlinks)
+    untrusted = not trusted
     return [
-        _make_read(roots, max_read_bytes),
-        _make_write(roots, max_write_bytes),
-        _make_list(roots, max_list_entries),
-        _make_search(roots, max_search_matches, max_read_bytes),
+        builtin(_make_read(roots, max_read_bytes), untrusted_output=untrusted),
+        builtin(_make_write(roots, max_write_bytes)),
+        builtin(_make_list(roots, max_list_entries), untrusted_output=untrusted),
+        builtin(
+            _make_search(roots, max_search_matches, max_read_bytes), untrusted_output=untrusted
+        ),
     ]

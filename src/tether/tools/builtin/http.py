@@ -24,6 +24,7 @@ from tether.content import ToolResult
 from tether.errors import ConfigError, MissingExtraError, ModelRetry
 from tether.jsontypes import JsonValue
 from tether.tools.base import Tool
+from tether.tools.builtin._mark import builtin
 from tether.tools.builtin._netguard import NetGuard, Refused, Resolver
 from tether.tools.function import tool
 
@@ -175,17 +176,20 @@ def http_tools(
 
     margin = timeout + 5  # the call's own deadline fires first, with a clearer message
     return [
-        tool(name="http_get", read_only=True, idempotent=True, open_world=True, timeout=margin)(
-            http_get
-        ),
-        tool(
-            name="http_post",
-            read_only=False,
-            destructive=None,
-            idempotent=False,
-            open_world=True,
-            timeout=margin,
-        )(http_post),
+        builtin(t)
+        for t in (
+            tool(name="http_get", read_only=True, idempotent=True, open_world=True, timeout=margin)(
+                http_get
+            ),
+            tool(
+                name="http_post",
+                read_only=False,
+                destructive=None,
+                idempotent=False,
+                open_world=True,
+                timeout=margin,
+            )(http_post),
+        )
     ]
 
 

@@ -14,6 +14,7 @@ from tether.errors import ConfigError, ModelRetry
 from tether.jsontypes import JsonValue
 from tether.stores.kv import MAX_KEY_LENGTH, InvalidEntry, KeyValueStore, check_key, encode_value
 from tether.tools.base import Tool, ToolAnnotations, ToolContext
+from tether.tools.builtin._mark import builtin
 
 __all__ = ["MAX_LIST", "kv_tools"]
 
@@ -104,7 +105,7 @@ def kv_tools(
             result["note"] = f"only the first {limit} keys; narrow the prefix to see the rest"
         return result
 
-    return [
+    tools = [
         Tool.from_schema(
             name="kv_get",
             description="Read the value stored under a key (found: false if there is none).",
@@ -158,3 +159,4 @@ def kv_tools(
             annotations=ToolAnnotations(read_only=True, idempotent=True, open_world=False),
         ),
     ]
+    return [builtin(t) for t in tools]

@@ -60,6 +60,7 @@ from tether.content import ToolResult
 from tether.errors import ConfigError, ModelRetry
 from tether.tools.base import Tool, ToolAnnotations, ToolContext
 from tether.tools.builtin._confine import Root, fd_path, is_beneath, open_beneath
+from tether.tools.builtin._mark import builtin
 from tether.tools.builtin._sandbox import (
     SAFE_PATH,
     CgroupSupport,
@@ -360,7 +361,7 @@ def shell_tool(
                 shutil.rmtree(tmp, ignore_errors=True)
         return _result(done, timeout, why_not)
 
-    return Tool.from_schema(
+    command = Tool.from_schema(
         name="run_command",
         title="Run a command",
         description=(
@@ -376,6 +377,7 @@ def shell_tool(
         ),
         timeout=timeout + 10.0,  # our own timeout fires first and cleans up
     )
+    return builtin(command, untrusted_output=True)  # a command can print any file's text
 
 
 def _schema() -> dict[str, Any]:

@@ -39,6 +39,7 @@ from tether.content import JsonObject
 from tether.errors import ConfigError, MissingExtraError, ModelRetry
 from tether.jsontypes import JsonValue
 from tether.tools.base import Tool, ToolAnnotations, ToolContext
+from tether.tools.builtin._mark import builtin
 from tether.tools.builtin._sqltext import Backend, first_keyword, split_statements
 
 if TYPE_CHECKING:
@@ -473,18 +474,20 @@ def sql_tool(
         if read_only
         else ToolAnnotations(read_only=False, destructive=True, idempotent=False, open_world=False)
     )
-    return Tool.from_schema(
-        name=name,
-        description=description,
-        input_schema={
-            "type": "object",
-            "properties": {"query": query_schema, "params": _params_schema(kind)},
-            "required": ["query"],
-            "additionalProperties": False,
-        },
-        handler=run,
-        annotations=annotations,
-        timeout=timeout + 2 * _GRACE,  # the database's own limit answers first, and clearly
+    return builtin(
+        Tool.from_schema(
+            name=name,
+            description=description,
+            input_schema={
+                "type": "object",
+                "properties": {"query": query_schema, "params": _params_schema(kind)},
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+            handler=run,
+            annotations=annotations,
+            timeout=timeout + 2 * _GRACE,  # the database's own limit answers first, and clearly
+        )
     )
 
 
