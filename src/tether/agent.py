@@ -19,7 +19,7 @@ from tether.codec import canonical_json
 from tether.errors import ConfigError, UserError
 from tether.limits import Limits
 from tether.loop import AgentRun, ToolRunner, run_tool
-from tether.memory.base import MemoryStore
+from tether.memory.base import Memory
 from tether.models.base import Model, ModelSettings
 from tether.models.registry import resolve_model
 from tether.outcome import RunOutcome
@@ -111,7 +111,7 @@ class Agent(Generic[OutputT]):
     """The gate every tool call passes; ``None`` is the safe default ``RulePolicy()``:
     read-only closed-world tools run, destructive, open-world and unannotated ones are
     denied, and after untrusted output side effects wait for approval."""
-    memory: MemoryStore | None = None
+    memory: Memory | None = None
     """Long-term memory (not yet used by the loop: setting it is an error for now)."""
     can_ask_user: bool = False
     """Offer ``ask_user``: the run may pause with ``waiting_for_user``."""

@@ -24,7 +24,7 @@ from tether.content import ContentBlock
 from tether.jsontypes import JsonObject, JsonValue
 from tether.limits import Limits
 from tether.messages import ToolCall
-from tether.outcome import ErrorInfo, RunStatus
+from tether.status import ErrorInfo, RunStatus
 from tether.usage import Usage
 
 __all__ = [

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Generic, Literal, TypeAlias
+from typing import TYPE_CHECKING, Generic
 
 from typing_extensions import TypeVar
 
 from tether._internal.frozen import frozen
+from tether.status import TERMINAL_STATUSES, ErrorInfo, RunStatus
 from tether.usage import Usage
 
 if TYPE_CHECKING:
@@ -16,32 +17,6 @@ if TYPE_CHECKING:
 __all__ = ["TERMINAL_STATUSES", "ErrorInfo", "PendingCall", "RunOutcome", "RunStatus"]
 
 OutputT = TypeVar("OutputT", default=str)
-
-RunStatus: TypeAlias = Literal[
-    "finished",
-    "budget_exhausted",
-    "policy_denied",
-    "waiting_for_approval",
-    "waiting_for_user",
-    "cancelled",
-    "failed",
-]
-"""How a run ended. Only ``finished`` means the task was completed through ``finish_task``."""
-
-TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(
-    {"finished", "budget_exhausted", "policy_denied", "cancelled", "failed"}
-)
-"""Statuses a run cannot be resumed from (the others wait for a human)."""
-
-
-@frozen(slots=False)
-class ErrorInfo:
-    """What went wrong, for a run that did not finish cleanly."""
-
-    type: str
-    """The error's class name, e.g. ``ModelError``."""
-    message: str
-    """The error's message: what happened and what to do."""
 
 
 @frozen

@@ -1,5 +1,5 @@
 """Long-term memory (the port; backends come with the memory issue)."""
 
-from tether.memory.base import MemoryRecord, MemoryStore
+from tether.memory.base import Memory, MemoryRecord
 
-__all__ = ["MemoryRecord", "MemoryStore"]
+__all__ = ["Memory", "MemoryRecord"]

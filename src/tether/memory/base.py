@@ -9,7 +9,7 @@ from dataclasses import field
 from tether._internal.frozen import frozen
 from tether.content import JsonObject
 
-__all__ = ["MemoryRecord", "MemoryStore"]
+__all__ = ["Memory", "MemoryRecord"]
 
 
 @frozen
@@ -26,7 +26,7 @@ class MemoryRecord:
     """Free-form attributes."""
 
 
-class MemoryStore(ABC):
+class Memory(ABC):
     """Namespaced records with search."""
 
     @abstractmethod

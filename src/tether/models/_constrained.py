@@ -20,7 +20,7 @@ from tether.errors import ModelError
 from tether.jsontypes import JsonObject
 from tether.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from tether.models.base import ModelRequest, ModelResponse
-from tether.policy.untrusted import fence
+from tether.models.fence import fence
 from tether.tools.base import ToolDefinition
 from tether.usage import Usage
 

@@ -31,8 +31,8 @@ from tether.models.base import (
     StreamEvent,
     TextDelta,
 )
+from tether.models.fence import fence
 from tether.models.prices import Price, cost_of
-from tether.policy.untrusted import fence
 from tether.usage import Usage
 
 if TYPE_CHECKING:

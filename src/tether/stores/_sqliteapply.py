@@ -11,8 +11,8 @@ import logging
 import sqlite3
 from pathlib import Path
 
-from tether._internal.appendcheck import new_events
 from tether.events import Event
+from tether.stores._appendcheck import new_events
 from tether.stores._pendinglog import OtherLog, Record, record_line
 from tether.stores._sqlitetables import (
     insert_macs,

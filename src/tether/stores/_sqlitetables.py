@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import orjson
 
-from tether._internal.runindex import index_row
 from tether.events import Event, ModelResponded, RunFinished, RunStarted
+from tether.stores._runindex import index_row
 from tether.stores.base import RunIndexStatus, RunInfo
 from tether.usage import Usage
 

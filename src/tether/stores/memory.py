@@ -12,11 +12,11 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from tether._internal.appendcheck import new_events
-from tether._internal.runindex import index_row
 from tether.auditkey import AuditKey
 from tether.events import Event
 from tether.jsontypes import JsonValue
+from tether.stores._appendcheck import new_events
+from tether.stores._runindex import index_row
 from tether.stores.base import (
     Lease,
     LeaseHeld,

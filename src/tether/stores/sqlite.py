@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
-from tether._internal.appendcheck import new_events
 from tether._internal.sealed import body_of
 from tether.auditkey import AuditKeySetting, resolve_audit_key
 from tether.codec import decode_event, encode_event, kept, verify_chain
@@ -42,6 +41,7 @@ from tether.errors import ConfigError, StoreBusy, StoreError, StoreUnavailable, 
 from tether.events import Event
 from tether.jsontypes import JsonValue
 from tether.stores import _sqlitekv
+from tether.stores._appendcheck import new_events
 from tether.stores._pendinglog import OtherLog, PendingLog, Record, other_logs, record_line
 from tether.stores._sqliteapply import Applier
 from tether.stores._sqliteopen import connect, os_error, prepare_directory, sqlite_error

@@ -1,4 +1,4 @@
-"""Holes an independent review found, each pinned by a test that failed before its fix."""
+"""Approvals, budgets and secrets at their edges: each case pinned by a test that failed before its fix."""
 
 from __future__ import annotations
 
