@@ -55,7 +55,7 @@ from tether.state import StateBuilder
 from tether.stores.base import Lease, RunStore, default_owner
 
 if TYPE_CHECKING:
-    from tether.agent import Agent, AgentSpec
+    from tether.spec import AgentSpec
 
 __all__ = ["AgentRun", "ToolRunner", "run_tool", "tool_error"]
 
@@ -101,7 +101,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
 
     def __init__(
         self,
-        agent: Agent[OutputT],
+        spec: AgentSpec[OutputT],
         goal: str,
         *,
         run_id: str,
@@ -122,13 +122,12 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
     ) -> None:
         self.run_id = run_id
         self.goal = goal
-        self._agent = agent
-        self._spec = agent.spec
+        self._spec = spec
         self._model = model
         self._clock = clock
         self._state = StateBuilder()
         self._journal = Journal(
-            run_id, clock=clock, sinks=sinks, on_event=self._state.apply, redactor=agent.redactor
+            run_id, clock=clock, sinks=sinks, on_event=self._state.apply, redactor=spec.redactor
         )
         self._add = self._journal.add
         self._agent_ref = agent_ref

@@ -45,7 +45,7 @@ from tether.stores.base import (
 from tether.tools.base import Tool, ToolContext, ToolDefinition
 
 if TYPE_CHECKING:
-    from tether.agent import Agent, AgentSpec
+    from tether.spec import AgentSpec
 
 __all__ = [
     "Cancelled",
@@ -149,7 +149,6 @@ class RunBase(Generic[OutputT]):
 
     run_id: str
     goal: str
-    _agent: Agent[OutputT]
     _spec: AgentSpec[OutputT]
     _model: Model
     _clock: Clock
