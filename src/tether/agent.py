@@ -192,7 +192,7 @@ class Agent(Generic[OutputT]):
         all_sinks = list(sinks)
         if self.log_dir is not None:  # opened last: nothing is left behind if the above fails
             all_sinks.append(JsonlSink(self.log_dir, rid))
-        return AgentRun(
+        return AgentRun.start(
             self.spec,
             goal,
             run_id=rid,
@@ -228,15 +228,13 @@ class Agent(Generic[OutputT]):
         chosen_store = store or self.store
         if chosen_store is None:
             raise UserError("resume needs a run store: Agent(store=...) or resume(..., store=...)")
-        return AgentRun(
+        return AgentRun.resuming(
             self.spec,
-            "",
-            run_id=run_id,
+            run_id,
             model=resolve_model(model) if model is not None else self.resolved_model(),
             clock=clock or Clock(),
             tool_runner=tool_runner,
             store=chosen_store,
-            resume=True,
             answer=answer,
             approvals=approvals,
             max_recoveries=self.max_recoveries,

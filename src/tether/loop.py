@@ -65,6 +65,9 @@ _FINAL_ANSWER_SECONDS = 60.0
 _WARN_AT = 0.8
 
 
+_O = TypeVar("_O")
+
+
 @lru_cache(maxsize=256)
 def _digest_prefix(spec_digest: str, tool_choice: str, settings: ModelSettings, tools: int) -> Any:
     """A SHA-256 state over what is fixed per agent and request options (copied per request)."""
@@ -98,6 +101,76 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT]):
     interrupted). If the task iterating the run is cancelled by someone else, the run records
     ``cancelled`` and the ``CancelledError`` propagates, as asyncio expects.
     """
+
+    @staticmethod
+    def start(
+        spec: AgentSpec[_O],
+        goal: str,
+        *,
+        run_id: str,
+        model: Model,
+        clock: Clock,
+        sinks: Sequence[EventSink] = (),
+        agent_ref: str | None = None,
+        tags: Sequence[str] = (),
+        parent_run_id: str | None = None,
+        tool_runner: ToolRunner = run_tool,
+        store: RunStore | None = None,
+        existing: bool = False,
+        max_recoveries: int = 3,
+    ) -> AgentRun[_O]:
+        """A new run of ``spec`` on ``goal``.
+
+        With ``existing`` (the caller chose ``run_id``), a run the store already holds under
+        that id is continued from its log, or its stored outcome returned, instead.
+        """
+        return AgentRun(
+            spec,
+            goal,
+            run_id=run_id,
+            model=model,
+            clock=clock,
+            sinks=sinks,
+            agent_ref=agent_ref,
+            tags=tags,
+            parent_run_id=parent_run_id,
+            tool_runner=tool_runner,
+            store=store,
+            existing=existing,
+            max_recoveries=max_recoveries,
+        )
+
+    @staticmethod
+    def resuming(
+        spec: AgentSpec[_O],
+        run_id: str,
+        *,
+        model: Model,
+        clock: Clock,
+        store: RunStore,
+        tool_runner: ToolRunner = run_tool,
+        answer: str | None = None,
+        approvals: Sequence[Approval] = (),
+        max_recoveries: int = 3,
+    ) -> AgentRun[_O]:
+        """The stored run ``run_id`` of ``spec``, continued.
+
+        A run that crashed is repaired first; one waiting for the user gets ``answer``, one
+        waiting for approvals gets ``approvals``.
+        """
+        return AgentRun(
+            spec,
+            "",
+            run_id=run_id,
+            model=model,
+            clock=clock,
+            tool_runner=tool_runner,
+            store=store,
+            resume=True,
+            answer=answer,
+            approvals=approvals,
+            max_recoveries=max_recoveries,
+        )
 
     def __init__(
         self,
