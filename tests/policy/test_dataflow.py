@@ -12,7 +12,8 @@ from tether.events import PolicyDecided, ToolCallFinished
 from tether.jsontypes import JsonObject
 from tether.outcome import RunOutcome
 from tether.policy import Provenance, RulePolicy, Rules
-from tether.policy.dataflow import Source, sensitive_values
+from tether.policy.dataflow import Sources, sensitive_values
+from tether.policy.gate import _Facts  # pyright: ignore[reportPrivateUsage]
 from tether.testing import ScriptedModel, call, finish
 
 LANDLORD = "DE89370400440532013000"
@@ -299,8 +300,10 @@ def test_sensitive_arguments_by_name_format_and_declaration() -> None:
     ],
 )
 def test_a_value_is_found_as_a_whole_token(text: str, value: str | int, found: bool) -> None:
-    source = Source(seq=1, label="goal", trusted=True, raw=lambda: text)
-    assert source.holds(value) is found
+    sources = Sources()
+    sources.add(lambda: text, -1, "goal", trusted=True)
+    [source] = sources
+    assert sources.holds(source, value) is found
 
 
 def test_declared_sensitive_names_must_be_parameters() -> None:
@@ -316,3 +319,36 @@ def test_declared_sensitive_names_must_be_parameters() -> None:
         tool(sensitive=("account",))(pay)
     with pytest.raises(ConfigError, match="takes parameter names"):
         tool(sensitive="iban")(pay)  # pyright: ignore[reportArgumentType]
+
+
+async def test_the_policy_keeps_no_event_of_a_run_and_a_bounded_number_of_texts() -> None:
+    """A policy lives as long as its agent: what it keeps per run must stay small."""
+    policy = RulePolicy()
+    run_ids: list[str] = []
+    for _ in range(40):
+        outcome = await run(
+            f"Check my mail and pay {LANDLORD} 5.",
+            call("inbox"),
+            call("send_money", iban=LANDLORD, amount=5, subject="x"),
+            policy=policy,
+        )
+        assert outcome.status == "finished"
+        run_ids.append(outcome.run_id)
+    kept = [_facts(policy, run_id) for run_id in run_ids]
+    assert all(facts is not None for facts in kept)
+    for facts in kept:
+        assert facts is not None
+        for source in facts.sources:
+            assert isinstance(source.raw, int) or callable(source.raw)  # a place, not an event
+    read = [run_id for run_id in run_ids if _has_texts(policy, run_id)]
+    assert read == run_ids[-32:]  # the texts of older runs are read again if ever needed
+
+
+def _has_texts(policy: RulePolicy, run_id: str) -> bool:
+    facts = _facts(policy, run_id)
+    assert facts is not None
+    return any(s._text is not None for s in facts.sources)  # pyright: ignore[reportPrivateUsage]
+
+
+def _facts(policy: RulePolicy, run_id: str) -> _Facts | None:
+    return policy._facts.get(run_id)  # pyright: ignore[reportPrivateUsage]

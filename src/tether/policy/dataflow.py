@@ -224,45 +224,22 @@ def _has_token(text: str, token: str) -> bool:
 
 @dataclass(slots=True)
 class Source:
-    """One event whose text the model has read: trusted or not."""
+    """One text the model has read, trusted or not: an event of the log, or a text outside it.
+
+    It holds the event's place, never the event: a policy keeps these for many runs, and a
+    finished run's log must not stay in memory because of them.
+    """
 
     seq: int
-    """The event's place in the log."""
+    """The event's place in the log (``-1`` for a text outside it)."""
     label: str
     """What it is, in words (``the goal``, ``read_inbox``)."""
     trusted: bool
     """Written by the user, the developer or a trusted tool."""
-    raw: Event | Callable[[], str]
-    """The event, or what makes the text (either is read on first use only)."""
+    raw: int | Callable[[], str]
+    """The event's index in the log, or what makes the text (read on first use only)."""
     _text: str | None = field(default=None, repr=False)
     _numbers: frozenset[float] | None = field(default=None, repr=False)
-
-    @property
-    def text(self) -> str:
-        """The source's text, normalized (case folded, whitespace collapsed)."""
-        if self._text is None:
-            raw = self.raw
-            self._text = _normal(raw() if callable(raw) else _text_of(raw))
-        return self._text
-
-    @property
-    def numbers(self) -> frozenset[float]:
-        """Every number written in the source."""
-        if self._numbers is None:
-            self._numbers = frozenset(_numbers_in(self.text))
-        return self._numbers
-
-    def holds(self, value: Leaf) -> bool:
-        """Whether ``value`` appears in this source."""
-        number = _number(value)
-        if number is not None:
-            return number in self.numbers  # by value; never a digit inside a date or an id
-        if isinstance(value, str):
-            token = _normal(value.strip())
-            return _has_token(self.text, token) or (
-                token.endswith("/") and _has_token(self.text, token.rstrip("/"))
-            )
-        return False
 
 
 def _text_of(event: Event) -> str:
@@ -283,29 +260,64 @@ def _text_of(event: Event) -> str:
 
 
 class Sources:
-    """The sources of one run's log, in order."""
+    """The sources of one run's log, in order, and the values found in them."""
 
-    __slots__ = ("items", "untrusted")
+    __slots__ = ("_events", "items", "untrusted")
 
     def __init__(self) -> None:
         self.items: list[Source] = []
         self.untrusted: list[Source] = []
+        self._events: Sequence[Event] = ()
 
-    def add(self, event: Event | Callable[[], str], label: str, *, trusted: bool) -> None:
-        """Record that the model has read ``event``'s text (or a text outside the log)."""
-        at = -1 if callable(event) else event.seq
-        source = Source(seq=at, label=label, trusted=trusted, raw=event)
+    def add(self, text: int | Callable[[], str], seq: int, label: str, *, trusted: bool) -> None:
+        """Record a text the model has read: the log's event at index ``text``, or ``text()``."""
+        source = Source(seq=seq, label=label, trusted=trusted, raw=text)
         self.items.append(source)
         if not trusted:
             self.untrusted.append(source)
 
+    def bind(self, events: Sequence[Event]) -> None:
+        """Read the texts of log events from ``events`` (the run's log) until ``release``."""
+        self._events = events
+
+    def release(self) -> None:
+        """Forget the log bound last (nothing here keeps a run's events alive)."""
+        self._events = ()
+
+    def forget(self) -> None:
+        """Drop the texts read so far (they are read again when needed)."""
+        for source in self.items:
+            source._text = None  # pyright: ignore[reportPrivateUsage]
+            source._numbers = None  # pyright: ignore[reportPrivateUsage]
+
+    def text(self, source: Source) -> str:
+        """``source``'s text, normalized (case folded, whitespace collapsed)."""
+        if source._text is None:  # pyright: ignore[reportPrivateUsage]
+            raw = source.raw
+            source._text = _normal(raw() if callable(raw) else _text_of(self._events[raw]))  # pyright: ignore[reportPrivateUsage]
+        return source._text  # pyright: ignore[reportPrivateUsage]
+
+    def holds(self, source: Source, value: Leaf) -> bool:
+        """Whether ``value`` appears in ``source``."""
+        number = _number(value)
+        if number is not None:  # by value; never a digit inside a date or an id
+            if source._numbers is None:  # pyright: ignore[reportPrivateUsage]
+                source._numbers = frozenset(_numbers_in(self.text(source)))  # pyright: ignore[reportPrivateUsage]
+            return number in source._numbers  # pyright: ignore[reportPrivateUsage]
+        if isinstance(value, str):
+            text, token = self.text(source), _normal(value.strip())
+            return _has_token(text, token) or (
+                token.endswith("/") and _has_token(text, token.rstrip("/"))
+            )
+        return False
+
     def trusted_source(self, value: Leaf) -> Source | None:
         """The first trusted source holding ``value``."""
-        return next((s for s in self.items if s.trusted and s.holds(value)), None)
+        return next((s for s in self.items if s.trusted and self.holds(s, value)), None)
 
     def untrusted_source(self, value: Leaf) -> Source | None:
         """The last untrusted source holding ``value`` (the likeliest origin)."""
-        return next((s for s in reversed(self.untrusted) if s.holds(value)), None)
+        return next((s for s in reversed(self.untrusted) if self.holds(s, value)), None)
 
     def __iter__(self) -> Iterator[Source]:
         return iter(self.items)
@@ -346,6 +358,7 @@ def untraced(
     schema: JsonObject,
     declared: Sequence[str] | None,
     sources: Sources,
+    events: Sequence[Event],
 ) -> tuple[str | None, str]:
     """Trace a call's sensitive values: why it must wait (or ``None``), and where they came from.
 
@@ -354,8 +367,18 @@ def untraced(
     was found in (``iban from contacts (event 7)``), for its decision's reason. Call it only
     once untrusted output is in the context.
     """
+    sources.bind(events)
+    try:
+        return _trace(name, sensitive_values(arguments, schema, declared), sources)
+    finally:
+        sources.release()
+
+
+def _trace(
+    name: str, values: Sequence[tuple[str, Leaf]], sources: Sources
+) -> tuple[str | None, str]:
     traced: list[str] = []
-    for path, value in sensitive_values(arguments, schema, declared):
+    for path, value in values:
         source = sources.trusted_source(value)
         if source is not None:
             traced.append(f"{path} from {_where(source)}")
@@ -366,12 +389,14 @@ def untraced(
                 f"appears in the output of {origin.label} (event {origin.seq}, untrusted) and "
                 f"in none of {_TRUSTED}"
             )
-        else:
+        elif sources.untrusted:
             last = sources.untrusted[-1]
             where = (
                 f"appears in none of {_TRUSTED}, and untrusted output ({last.label}, event "
                 f"{last.seq}) is in the context"
             )
+        else:
+            where = f"appears in none of {_TRUSTED}, and untrusted output is in the context"
         why = (
             f"argument {path} of {name} is {_show(value)}, which {where}: a human must "
             "confirm the user asked for it (or declare the source trusted)"

@@ -52,6 +52,7 @@ _SAFE = PolicyDecision(
 )
 _MAX_COUNTED = 65_536  # calls whose process-wide places can still be given back
 _MAX_RUNS = 1024  # runs whose derived facts are kept (a run rebuilds them from its log)
+_MAX_TEXTS = 32  # runs whose sources' texts stay read (the others read them again if needed)
 _STRICTNESS: dict[Decision, int] = {"allow": 0, "needs_approval": 1, "deny": 2}
 
 
@@ -135,6 +136,7 @@ class RulePolicy(Policy):
         self._process_limits = any(r.scope == "process" for r in base.rate_limits)
         self._annotations: dict[str, tuple[ToolDefinition, ToolAnnotations, PolicyDecision]] = {}
         self._facts: OrderedDict[str, _Facts] = OrderedDict()
+        self._texts: OrderedDict[str, Sources] = OrderedDict()
         self._windows: dict[tuple[int, str], deque[float]] = {}
         # (run, call) -> when it took its places, and in which windows
         self._process_counted: OrderedDict[tuple[str, str], tuple[float, list[tuple[int, str]]]] = (
@@ -226,6 +228,14 @@ class RulePolicy(Policy):
             decision = replace(decision, reason=f"{decision.reason}; data flow: {traced}")
         return decision
 
+    def _read(self, run_id: str, sources: Sources) -> None:
+        """Keep the texts read for the runs traced last; forget those of older runs."""
+        texts = self._texts
+        texts[run_id] = sources
+        texts.move_to_end(run_id)
+        if len(texts) > _MAX_TEXTS:
+            texts.popitem(last=False)[1].forget()
+
     def _settle(
         self, call: ToolCall, tainted: PolicyDecision | None, by_risk: PolicyDecision
     ) -> PolicyDecision:
@@ -255,8 +265,14 @@ class RulePolicy(Policy):
         traced = ""
         if provenance.mode == "dataflow":
             why, traced = untraced(
-                call.name, call.arguments, tool.input_schema, believed.sensitive, facts.sources
+                call.name,
+                call.arguments,
+                tool.input_schema,
+                believed.sensitive,
+                facts.sources,
+                run.events,
             )
+            self._read(run.run_id, facts.sources)
         else:
             why = (
                 f"output of {', '.join(facts.tainted)} (untrusted) is in the context and "
@@ -458,7 +474,7 @@ class RulePolicy(Policy):
     def _fold(self, facts: _Facts, events: Sequence[Event], run: PolicyContext) -> None:
         if facts.seen == 0:
             tools = run.tools
-            facts.sources.add(lambda: described(tools), "the tools' descriptions", trusted=True)
+            facts.sources.add(lambda: described(tools), -1, "the tools' descriptions", trusted=True)
         for index in range(facts.seen, len(events)):
             event = events[index]
             match event:
@@ -475,7 +491,7 @@ class RulePolicy(Policy):
                 case ApprovalGiven() if not event.approved:
                     self._release(facts, run.run_id, event.call_id)  # denied: it never ran
                 case ApprovalGiven() if event.arguments is not None:
-                    facts.sources.add(event, "arguments a human gave", trusted=True)
+                    facts.sources.add(index, event.seq, "arguments a human gave", trusted=True)
                 case PolicyDecided() if event.decision == "deny":
                     self._release(facts, run.run_id, event.call_id)  # e.g. edited, then denied
                 case ToolCallFinished() if not event.synthetic:
@@ -485,11 +501,11 @@ class RulePolicy(Policy):
                     )
                     if untrusted:
                         facts.tainted[event.tool] = None
-                    facts.sources.add(event, event.tool, trusted=not untrusted)
+                    facts.sources.add(index, event.seq, event.tool, trusted=not untrusted)
                 case RunStarted():
-                    facts.sources.add(event, "the goal and instructions", trusted=True)
+                    facts.sources.add(index, event.seq, "the goal and instructions", trusted=True)
                 case UserReplied():
-                    facts.sources.add(event, "the user's reply", trusted=True)
+                    facts.sources.add(index, event.seq, "the user's reply", trusted=True)
                 case _:
                     pass
         facts.seen = len(events)
