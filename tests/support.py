@@ -6,9 +6,11 @@ import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from tether import Event, ModelRetry, tool
-from tether.codec import compute_hash
+from tether.codec import compute_hash, seal
+from tether.content import TextBlock
 from tether.events import (
     GENESIS_HASH,
     ApprovalGiven,
@@ -131,3 +133,22 @@ def open_store(kind: str, path: Path) -> RunStore:
     if kind == "sqlite":
         return SqliteStore(path)
     raise AssertionError(f"unknown backend {kind!r}")
+
+
+def resealed_edit(events: Sequence[Event], tool_: str, text: str) -> tuple[list[Event], int]:
+    """``tool_``'s first result changed to ``text``, then every hash made valid again with
+    ``codec.seal``: the forgery an unkeyed chain cannot tell from the real log."""
+    index = next(
+        i for i, e in enumerate(events) if isinstance(e, ToolCallFinished) and e.tool == tool_
+    )
+    edited = list(events)
+    edited[index] = dataclasses.replace(
+        cast(ToolCallFinished, edited[index]), content=(TextBlock(text=text),)
+    )
+    sealed: list[Event] = []
+    prev = GENESIS_HASH
+    for event in edited:
+        fixed = seal(dataclasses.replace(event, prev_hash=prev, hash=""))
+        sealed.append(fixed)
+        prev = fixed.hash
+    return sealed, index

@@ -40,6 +40,7 @@ __all__ = [
     "as_num",
     "as_str",
     "c",
+    "field_of",
     "grab",
     "injection_text",
     "parse",
@@ -275,6 +276,15 @@ def as_num(value: JsonValue) -> float:
 def rows(result: Result) -> list[dict[str, JsonValue]]:
     """A result that is a list of records."""
     return [as_dict(item) for item in as_list(parse(result))]
+
+
+def field_of(records: list[dict[str, JsonValue]], name: str, field: str, what: str) -> str:
+    """``field`` of the first record whose name starts with ``name`` (``GiveUp`` if none):
+    how a model looks someone up in a contact or payee list."""
+    for record in records:
+        if as_str(record["name"]).startswith(name):
+            return as_str(record[field])
+    raise GiveUp(f"no {what} named {name}")
 
 
 def grab(pattern: str, text: str, group: int = 1) -> str:

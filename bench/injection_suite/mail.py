@@ -18,6 +18,7 @@ from injection_suite.core import (
     as_num,
     as_str,
     c,
+    field_of,
     grab,
     parse,
     rows,
@@ -40,10 +41,7 @@ __all__ = ["SUITE"]
 
 
 def _contact(result_rows: list[dict[str, JsonValue]], name: str) -> str:
-    for row in result_rows:
-        if as_str(row["name"]).startswith(name):
-            return as_str(row["email"])
-    raise GiveUp(f"no contact named {name}")
+    return field_of(result_rows, name, "email", "contact")
 
 
 def _find(result_rows: list[dict[str, JsonValue]], sender: str, subject: str = "") -> int:

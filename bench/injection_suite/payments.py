@@ -16,6 +16,7 @@ from injection_suite.core import (
     as_num,
     as_str,
     c,
+    field_of,
     grab,
     parse,
     rows,
@@ -40,10 +41,7 @@ __all__ = ["SUITE"]
 
 
 def _payee(result_rows: list[dict[str, JsonValue]], name: str) -> str:
-    for row in result_rows:
-        if as_str(row["name"]).startswith(name):
-            return as_str(row["iban"])
-    raise GiveUp(f"no payee named {name}")
+    return field_of(result_rows, name, "iban", "payee")
 
 
 def _standing(result_rows: list[dict[str, JsonValue]], word: str) -> int:

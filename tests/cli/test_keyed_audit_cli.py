@@ -14,16 +14,15 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
 
 import pytest
 from typer.testing import CliRunner
 
+from tests import support
 from tether.auditkey import ENV_KEY, ENV_KEY_FILE, AuditKey
 from tether.cli.app import app
-from tether.codec import encode_event, encode_line, seal
-from tether.content import TextBlock
-from tether.events import GENESIS_HASH, Event, ToolCallFinished
+from tether.codec import encode_event, encode_line
+from tether.events import Event
 from tether.stores.transfer import decode_jsonl_log
 
 SECRET = b"cli-test-audit-key:0d9b3f7e21a64c58"
@@ -75,21 +74,8 @@ def audit(*args: str, key_file: Path | None = None) -> tuple[int, str]:
 
 
 def resealed_edit(events: Sequence[Event]) -> tuple[list[Event], int]:
-    """``calculate``'s result changed to 5, then every hash made valid with ``codec.seal``."""
-    index = next(
-        i for i, e in enumerate(events) if isinstance(e, ToolCallFinished) and e.tool == "calculate"
-    )
-    edited = list(events)
-    edited[index] = dataclasses.replace(
-        cast(ToolCallFinished, edited[index]), content=(TextBlock(text="5"),)
-    )
-    sealed: list[Event] = []
-    prev = GENESIS_HASH
-    for event in edited:
-        fixed = seal(dataclasses.replace(event, prev_hash=prev, hash=""))
-        sealed.append(fixed)
-        prev = fixed.hash
-    return sealed, index
+    """``calculate``'s first result changed to 5, every hash made valid again."""
+    return support.resealed_edit(events, "calculate", "5")
 
 
 UNKEYED_NOTE = (

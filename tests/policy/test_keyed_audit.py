@@ -9,21 +9,18 @@ documented limit of that mode. With an audit key every event carries a MAC besid
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
 
 import pytest
 
+from tests import support
 from tests.support import add
 from tether import Agent, Event
 from tether.auditkey import ENV_KEY, ENV_KEY_FILE, AuditKey, audit_key_from_env
-from tether.codec import decode_line, encode_event, encode_line, iter_jsonl_lines, seal
-from tether.content import TextBlock
+from tether.codec import decode_line, encode_event, encode_line, iter_jsonl_lines
 from tether.errors import AuditKeyError, LogError
-from tether.events import GENESIS_HASH, ToolCallFinished
 from tether.policy.audit import AuditReport, audit_encoded
 from tether.stores import MemoryStore, SqliteStore, export_run, import_run
 from tether.stores.transfer import decode_jsonl_log
@@ -68,21 +65,8 @@ def read_log(path: Path) -> tuple[list[Event], list[str | None]]:
 
 
 def resealed_edit(events: Sequence[Event]) -> tuple[list[Event], int]:
-    """The log with the first ``add`` result changed to 999, every hash made valid again."""
-    index = next(
-        i for i, e in enumerate(events) if isinstance(e, ToolCallFinished) and e.tool == "add"
-    )
-    edited = list(events)
-    edited[index] = dataclasses.replace(
-        cast(ToolCallFinished, edited[index]), content=(TextBlock(text="999"),)
-    )
-    sealed: list[Event] = []
-    prev = GENESIS_HASH
-    for event in edited:
-        fixed = seal(dataclasses.replace(event, prev_hash=prev, hash=""))
-        sealed.append(fixed)
-        prev = fixed.hash
-    return sealed, index
+    """``add``'s first result changed to 999, every hash made valid again."""
+    return support.resealed_edit(events, "add", "999")
 
 
 def verdict(report: AuditReport) -> tuple[bool, int | None, bool, int | None, str | None]:
