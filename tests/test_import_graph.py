@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.status",
             "tether.outcome",
             "tether.events",
+            "tether.eventdispatch",
             "tether.errors",
             "tether.codec",
             "tether.retry",

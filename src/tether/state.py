@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import assert_never
 
 from tether._internal.frozen import frozen
 from tether.content import TextBlock
+from tether.eventdispatch import EventHandler
 from tether.events import (
     GENESIS_HASH,
     ApprovalGiven,
@@ -109,7 +109,7 @@ _NO_LIMITS = Limits()  # frozen: one shared default until run_started sets the r
 
 
 @dataclass(kw_only=True, slots=True)
-class StateBuilder:
+class StateBuilder(EventHandler[None]):
     """The fold of a run's events, one event at a time (``apply``)."""
 
     run_id: str = ""
@@ -146,116 +146,156 @@ class StateBuilder:
             cost=self.cost,
         )
 
-    def apply(self, event: Event) -> None:  # noqa: C901 - one flat dispatch over the event union
+    def apply(self, event: Event) -> None:
         """Fold one event into the state."""
         self.last = event
         if self.finished is not None and event.kind != "run_finished":
             self.finished = None  # a waiting run was resumed
-        # Cases are ordered by how often they occur: this runs for every event.
-        match event:
-            case ToolCallRequested():
-                pass
-            case PolicyDecided():
-                if event.decision == "allow":
-                    if event.tool not in CONTROL_TOOLS:
-                        self.tool_calls += 1
-                elif event.decision == "deny" and event.rule.startswith("default:"):
-                    self.default_denied.add(event.tool)
-            case ToolCallFinished():
-                call = self.pending.pop(event.call_id, None)
-                if not event.is_error:
-                    self.retries = 0
-                elif event.error_type in CORRECTABLE_ERRORS:
-                    self.retries += 1
-                self.messages.append(
-                    ToolResultMessage(
-                        call_id=event.call_id,
-                        name=event.tool if call is None else call.name,
-                        content=event.content,
-                        is_error=event.is_error,
-                        synthetic=event.synthetic,
-                    )
-                )
-            case ModelResponded():
-                usage = event.usage
-                self.requests += 1
-                self.input_tokens += usage.input_tokens
-                self.output_tokens += usage.output_tokens
-                if self.cost is not None:
-                    self.cost = None if usage.cost is None else self.cost + usage.cost
-                self.model_failures = 0
-                if not event.final:
-                    self.steps = event.step
-                if event.text:
-                    self.last_text = event.text
-                self.messages.append(
-                    AssistantMessage(
-                        text=event.text, tool_calls=event.tool_calls, reasoning=event.reasoning
-                    )
-                )
-                calls = event.tool_calls
-                if len(calls) == 1:
-                    self.pending = {calls[0].id: calls[0]}
-                    self.call_ids.add(calls[0].id)
-                else:
-                    self.pending = {call.id: call for call in calls}
-                    self.call_ids.update(self.pending)
-            case RunStarted():
-                self.run_id = event.run_id
-                self.goal = event.goal
-                self.agent = event.agent
-                self.model = event.model
-                self.limits = event.limits
-                self.started_at = event.at
-                self.messages.append(UserMessage(text=event.goal))
-            case ModelFailed():
-                self.model_failures += 1
-            case RetryPrompted():
-                self.retries += 1
-                self.messages.append(UserMessage(text=event.text))
-            case ToolCallUnknown():
-                self.pending.pop(event.call_id, None)
-                self.messages.append(
-                    ToolResultMessage(
-                        call_id=event.call_id,
-                        name=event.tool,
-                        content=(TextBlock(text=event.reason),),
-                        is_error=True,
-                        synthetic=True,
-                    )
-                )
-            case LimitReached():
-                self.limit_reached = event
-                if event.ask_for_answer:
-                    self.messages.append(UserMessage(text=limit_prompt(event.limit)))
-            case RunFinished():
-                self.finished = event
-            case ApprovalGiven():
-                call = self.pending.get(event.call_id)
-                # an approved call runs; edited arguments count when the policy allows them
-                if (
-                    event.approved
-                    and event.arguments is None
-                    and call is not None
-                    and call.name not in CONTROL_TOOLS
-                ):
-                    self.tool_calls += 1
-            case (
-                RunResumed()
-                | UserReplied()
-                | Redacted()
-                | ApprovalRequested()
-                | PlanMade()
-                | PlanRevised()
-                | Reflected()
-                | MemoryRecalled()
-                | MemoryWritten()
-                | ContextCompacted()
-                | BudgetWarning()
-            ):
-                pass  # recorded facts that do not change what the model sees (yet)
-            case _:
-                assert_never(event)
+        self._table[type(event)](self, event)
+
+    # -- one method per kind of event (tether.eventdispatch) --------------------------------
+
+    def on_tool_call_requested(self, event: ToolCallRequested) -> None:
+        """The call is pending since the model's turn: nothing to add."""
+
+    def on_policy_decided(self, event: PolicyDecided) -> None:
+        """Count calls allowed to run; remember tools the defaults denied."""
+        if event.decision == "allow":
+            if event.tool not in CONTROL_TOOLS:
+                self.tool_calls += 1
+        elif event.decision == "deny" and event.rule.startswith("default:"):
+            self.default_denied.add(event.tool)
+
+    def on_tool_call_finished(self, event: ToolCallFinished) -> None:
+        """The result, as the model reads it next."""
+        call = self.pending.pop(event.call_id, None)
+        if not event.is_error:
+            self.retries = 0
+        elif event.error_type in CORRECTABLE_ERRORS:
+            self.retries += 1
+        self.messages.append(
+            ToolResultMessage(
+                call_id=event.call_id,
+                name=event.tool if call is None else call.name,
+                content=event.content,
+                is_error=event.is_error,
+                synthetic=event.synthetic,
+            )
+        )
+
+    def on_model_responded(self, event: ModelResponded) -> None:
+        """Usage, the turn's text and its calls (now pending)."""
+        usage = event.usage
+        self.requests += 1
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        if self.cost is not None:
+            self.cost = None if usage.cost is None else self.cost + usage.cost
+        self.model_failures = 0
+        if not event.final:
+            self.steps = event.step
+        if event.text:
+            self.last_text = event.text
+        self.messages.append(
+            AssistantMessage(
+                text=event.text, tool_calls=event.tool_calls, reasoning=event.reasoning
+            )
+        )
+        calls = event.tool_calls
+        if len(calls) == 1:
+            self.pending = {calls[0].id: calls[0]}
+            self.call_ids.add(calls[0].id)
+        else:
+            self.pending = {call.id: call for call in calls}
+            self.call_ids.update(self.pending)
+
+    def on_run_started(self, event: RunStarted) -> None:
+        """Who runs what, and the goal as the first message."""
+        self.run_id = event.run_id
+        self.goal = event.goal
+        self.agent = event.agent
+        self.model = event.model
+        self.limits = event.limits
+        self.started_at = event.at
+        self.messages.append(UserMessage(text=event.goal))
+
+    def on_model_failed(self, event: ModelFailed) -> None:
+        """One more failed request in a row."""
+        self.model_failures += 1
+
+    def on_retry_prompted(self, event: RetryPrompted) -> None:
+        """The correction the model reads."""
+        self.retries += 1
+        self.messages.append(UserMessage(text=event.text))
+
+    def on_tool_call_unknown(self, event: ToolCallUnknown) -> None:
+        """A call whose outcome is unknown, answered as an error."""
+        self.pending.pop(event.call_id, None)
+        self.messages.append(
+            ToolResultMessage(
+                call_id=event.call_id,
+                name=event.tool,
+                content=(TextBlock(text=event.reason),),
+                is_error=True,
+                synthetic=True,
+            )
+        )
+
+    def on_limit_reached(self, event: LimitReached) -> None:
+        """The limit, and the request for a final answer if the run asks for one."""
+        self.limit_reached = event
+        if event.ask_for_answer:
+            self.messages.append(UserMessage(text=limit_prompt(event.limit)))
+
+    def on_run_finished(self, event: RunFinished) -> None:
+        """The end."""
+        self.finished = event
+
+    def on_approval_given(self, event: ApprovalGiven) -> None:
+        """An approved call runs; edited arguments count when the policy allows them."""
+        call = self.pending.get(event.call_id)
+        if (
+            event.approved
+            and event.arguments is None
+            and call is not None
+            and call.name not in CONTROL_TOOLS
+        ):
+            self.tool_calls += 1
+
+    # recorded facts that do not change what the model sees (yet)
+
+    def on_run_resumed(self, event: RunResumed) -> None:
+        """Nothing to fold."""
+
+    def on_user_replied(self, event: UserReplied) -> None:
+        """Nothing to fold (the answer arrives as the ``ask_user`` result)."""
+
+    def on_redacted(self, event: Redacted) -> None:
+        """Nothing to fold."""
+
+    def on_approval_requested(self, event: ApprovalRequested) -> None:
+        """Nothing to fold."""
+
+    def on_plan_made(self, event: PlanMade) -> None:
+        """Nothing to fold."""
+
+    def on_plan_revised(self, event: PlanRevised) -> None:
+        """Nothing to fold."""
+
+    def on_reflected(self, event: Reflected) -> None:
+        """Nothing to fold."""
+
+    def on_memory_recalled(self, event: MemoryRecalled) -> None:
+        """Nothing to fold."""
+
+    def on_memory_written(self, event: MemoryWritten) -> None:
+        """Nothing to fold."""
+
+    def on_context_compacted(self, event: ContextCompacted) -> None:
+        """Nothing to fold."""
+
+    def on_budget_warning(self, event: BudgetWarning) -> None:
+        """Nothing to fold."""
 
     def snapshot(self) -> RunState:
         """A frozen copy of the state."""
