@@ -1,0 +1,231 @@
+"""The model step of a run: build the request, ask the model, judge a failure.
+
+The request is bounded by the run's time and interruptible by ``cancel()``; a failed one
+is retried, stops the run or fails it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable
+from dataclasses import replace
+from functools import lru_cache
+from typing import Any
+
+from typing_extensions import TypeVar
+
+from tether._internal.endings import error_info
+from tether._internal.runbase import Cancelled, OutputT, Retry, RunBase, Stop
+from tether.codec import canonical_json
+from tether.errors import ModelError, UserError
+from tether.events import ModelFailed
+from tether.models.base import (
+    ModelRequest,
+    ModelResponse,
+    ModelSettings,
+    ToolChoice,
+    check_model_requests_allowed,
+)
+from tether.outcome import ErrorInfo
+
+__all__ = ["ModelStep"]
+
+T = TypeVar("T")
+
+_FINAL_ANSWER_SECONDS = 60.0
+
+
+@lru_cache(maxsize=256)
+def _digest_prefix(spec_digest: str, tool_choice: str, settings: ModelSettings, tools: int) -> Any:
+    """A SHA-256 state over what is fixed per agent and request options (copied per request)."""
+    return hashlib.sha256(spec_digest.encode() + canonical_json((tool_choice, settings, tools)))
+
+
+class ModelStep(RunBase[OutputT]):
+    """Asking the model, one request at a time."""
+
+    def _request(self, tool_choice: ToolChoice = "auto", *, final: bool = False) -> ModelRequest:
+        spec, st = self._spec, self._state
+        settings = spec.model_settings
+        limits = spec.limits
+        self._basis = self._journal.prev_hash
+        if final:
+            cap = limits.answer_max_tokens
+            if settings.max_output_tokens is not None:
+                cap = min(cap, settings.max_output_tokens)
+            settings = replace(settings, max_output_tokens=cap)
+        if limits.max_tokens is not None:
+            left = max(1, limits.max_tokens - st.input_tokens - st.output_tokens)
+            if settings.max_output_tokens is None or settings.max_output_tokens > left:
+                settings = replace(settings, max_output_tokens=left)
+        return ModelRequest(
+            instructions=spec.instructions,
+            messages=tuple(st.messages),
+            tools=() if final else spec.definitions,
+            tool_choice="none" if final else tool_choice,
+            settings=settings,
+            run_id=self.run_id,
+        )
+
+    def _request_digest(self, request: ModelRequest) -> str:
+        """Commit to a request: the spec digest, its options, and the log prefix it came from.
+
+        The request is a pure function of the agent's spec and the events before it, so the
+        hash of the last of those events (taken when the request was built) pins its history.
+        """
+        settings, choice, prefix = self._prefix
+        if request.settings is not settings or request.tool_choice != choice:
+            prefix = _digest_prefix(
+                self._spec.digest, request.tool_choice, request.settings, len(request.tools)
+            )
+            self._prefix = (request.settings, request.tool_choice, prefix)
+        digest = prefix.copy()
+        digest.update(self._basis.encode())
+        return digest.hexdigest()
+
+    def _model_timeout(self, request: ModelRequest, *, now: float, final: bool) -> float | None:
+        """The bound of one model request: its own timeout, the run's remaining time."""
+        timeout = request.settings.timeout
+        deadline = self._deadline
+        remaining = None if deadline is None else max(0.0, deadline - now)
+        if final:
+            remaining = (
+                _FINAL_ANSWER_SECONDS
+                if remaining is None
+                else min(remaining, _FINAL_ANSWER_SECONDS)
+            )
+        if remaining is not None and (timeout is None or remaining < timeout):
+            timeout = remaining
+        return timeout
+
+    async def _call_model(self, request: ModelRequest, *, final: bool, now: float) -> ModelResponse:
+        """One model request, bounded by the run's remaining time (``now``: monotonic)."""
+        model = self._model
+        if model.real:
+            check_model_requests_allowed(model)
+        return await self._bounded(
+            model.request(request), self._model_timeout(request, now=now, final=final)
+        )
+
+    def _model_failed(self, exc: BaseException, step: int) -> Stop | Retry:
+        """Record a failed model request; decide whether to retry, stop or fail."""
+        limits = self._spec.limits
+        remaining = self._remaining()
+        if isinstance(exc, TimeoutError) and remaining is not None and remaining <= 0:
+            self._add(
+                ModelFailed,
+                step=step,
+                model=self._model.name,
+                error=ErrorInfo(
+                    type="TimeoutError", message="the run's time ran out during the request"
+                ),
+                transient=False,
+                attempt=self._state.model_failures + 1,
+                will_retry=False,
+            )
+            return self._time_stop()
+        transient = isinstance(exc, TimeoutError) or (isinstance(exc, ModelError) and exc.transient)
+        attempt = self._state.model_failures + 1
+        retry = transient and attempt <= limits.max_retries
+        delay = self._spec.backoff.delay(attempt) if retry else 0.0
+        if retry and remaining is not None and delay >= remaining:
+            retry = False
+        info = error_info(exc, "the model request timed out")
+        self._add(
+            ModelFailed,
+            step=step,
+            model=self._model.name,
+            error=info,
+            transient=transient,
+            attempt=attempt,
+            will_retry=retry,
+            retry_in_s=delay,
+        )
+        if retry:
+            return Retry(delay)
+        if transient:
+            return Stop("budget_exhausted", "max_retries", attempt, limits.max_retries, False, info)
+        return Stop("failed", error=info)
+
+    async def _bounded(self, awaitable: Awaitable[T], timeout: float | None) -> T:
+        """Await on the run's task, interruptible by ``cancel()``; past ``timeout``: TimeoutError."""
+        watchdog = self._watchdog
+        assert watchdog is not None
+        watchdog.arm(timeout)
+        self._interruptible = True
+        try:
+            return await awaitable
+        except asyncio.CancelledError as exc:
+            match self._settle():
+                case "timeout":
+                    raise TimeoutError from None
+                case "cancel":
+                    raise Cancelled from None
+                case "tool":
+                    raise RuntimeError(f"the awaited call raised CancelledError: {exc}") from None
+                case "external":
+                    raise
+        finally:
+            self._interruptible = False
+            watchdog.disarm()
+
+    async def _ask_model(self, request: ModelRequest) -> ModelResponse | Stop | Retry:
+        """One attempt at this turn's model request.
+
+        Returns the response (recorded as ``model_responded``), a ``Stop``, or a ``Retry``
+        with the back-off before the next attempt (the failure is recorded as ``model_failed``).
+        The await is bounded by the watchdog here rather than through ``_bounded``: this is
+        the one await of a step that suspends, and every frame on it is paid twice.
+        """
+        step = self._state.steps + 1
+        t0 = self._monotonic()
+        model = self._model
+        if model.real:
+            check_model_requests_allowed(model)
+        watchdog = self._watchdog
+        assert watchdog is not None
+        watchdog.arm(self._model_timeout(request, now=t0, final=False))
+        self._interruptible = True
+        try:
+            response = await model.request(request)
+        except asyncio.CancelledError as exc:
+            match self._settle():
+                case "timeout":
+                    return self._model_failed(TimeoutError(), step)
+                case "cancel":
+                    raise Cancelled from None
+                case "tool":
+                    return self._model_failed(RuntimeError(f"raised CancelledError: {exc!r}"), step)
+                case "external":
+                    raise
+        except UserError:
+            raise
+        except KeyboardInterrupt:  # Ctrl-C reached the model call: cancel the run, logged
+            self._cancel_reason = "interrupted by KeyboardInterrupt during the model request"
+            self._interrupted = True
+            raise Cancelled from None
+        except (Exception, SystemExit) as exc:
+            return self._model_failed(exc, step)
+        finally:
+            self._interruptible = False
+            watchdog.disarm()
+        if not isinstance(response, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance] - adapters are user code
+            return self._model_failed(
+                TypeError(f"the model returned {type(response).__name__}, not a ModelResponse"),
+                step,
+            )
+        return self._record_response(request, response, step, t0)
+
+    async def _sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        self._interruptible = True
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            if self._settle() == "cancel":
+                raise Cancelled from None
+            raise
+        finally:
+            self._interruptible = False
