@@ -288,7 +288,7 @@ class RulePolicy(Policy):
         if risk.own != "by_risk" and tool.origin is None and not tool.builtin:
             if risk.own == "allow" and believed.is_read_only and not believed.is_open_world:
                 return _SAFE  # the same words as for any harmless tool
-            return _own(risk.own)
+            return _OWN[risk.own]
         destructive, open_world = believed.is_destructive, believed.is_open_world
         unannotated = (
             believed.read_only is None
@@ -523,10 +523,6 @@ _OWN: dict[Decision, PolicyDecision] = {
     )
     for decision in ("allow", "needs_approval", "deny")
 }
-
-
-def _own(decision: Decision) -> PolicyDecision:
-    return _OWN[decision]
 
 
 def _unused(facts: _Facts, call_id: str) -> None:

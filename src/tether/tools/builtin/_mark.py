@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tether.tools.base import Tool, ToolAnnotations
+from tether.tools.base import Tool
 
 __all__ = ["builtin"]
 
@@ -14,12 +14,5 @@ def builtin(tool: Tool, *, untrusted_output: bool | None = None) -> Tool:
     definition = tool.definition
     hints = definition.annotations
     if untrusted_output is not None:
-        hints = ToolAnnotations(
-            read_only=hints.read_only,
-            destructive=hints.destructive,
-            idempotent=hints.idempotent,
-            open_world=hints.open_world,
-            untrusted_output=untrusted_output,
-            sensitive=hints.sensitive,
-        )
+        hints = replace(hints, untrusted_output=untrusted_output)
     return replace(tool, definition=replace(definition, builtin=True, annotations=hints))
