@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Generic
 
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock
+from tether._internal.frozen import frozen
 from tether._internal.ids import new_run_id
 from tether._internal.journal import EventSink, JsonlSink
 from tether.codec import canonical_json
@@ -45,7 +46,7 @@ _FINISH_HINT = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(slots=False)
 class Agent(Generic[OutputT]):
     """An agent: instructions, a model, tools, an output type and limits.
 

@@ -22,7 +22,6 @@ cannot (``head -c 32 /dev/urandom | base64 > audit.key`` makes one).
 from __future__ import annotations
 
 import hashlib
-import hmac
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -74,6 +73,8 @@ class AuditKey:
                 f"{source} is {len(secret)} bytes long; an audit key needs at least "
                 f"{MIN_KEY_BYTES} (make one with `head -c 32 /dev/urandom | base64 > FILE`)"
             )
+        import hmac  # only keyed logs need it: not loaded by ``import tether``
+
         self._base = hmac.new(secret, _MAC_DOMAIN, hashlib.sha256)
         self.key_id = hmac.new(secret, _KEY_ID_DOMAIN, hashlib.sha256).hexdigest()[:16]
         """A public name for the key (16 hex digits): which key made a MAC."""
@@ -113,7 +114,9 @@ class AuditKey:
         key_id, _, _ = mac.partition(":")
         if key_id != self.key_id:
             return "other_key"
-        return "ok" if hmac.compare_digest(mac, self.mac(event_hash)) else "mismatch"
+        from hmac import compare_digest
+
+        return "ok" if compare_digest(mac, self.mac(event_hash)) else "mismatch"
 
 
 AuditKeySetting: TypeAlias = AuditKey | Literal["env"] | None

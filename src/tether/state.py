@@ -108,7 +108,7 @@ class RunState:
 _NO_LIMITS = Limits()  # frozen: one shared default until run_started sets the real ones
 
 
-@dataclass(kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True, eq=False)
 class StateBuilder(EventHandler[None]):
     """The fold of a run's events, one event at a time (``apply``)."""
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from tether._internal.frozen import frozen
 from tether.codec import decode_event, encode_event, seal
 from tether.events import GENESIS_HASH, ToolCallFinished
 from tether.limits import Limits
@@ -72,3 +73,77 @@ def test_equality_and_hash_follow_the_fields() -> None:
 def test_events_survive_the_codec_unchanged() -> None:
     original = event()
     assert decode_event(encode_event(original)) == original
+
+
+@frozen(slots=False)
+class _Plain:
+    a: int
+    b: str = "x"
+    hidden: int = dataclasses.field(default=0, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Stdlib:
+    a: int
+    b: str = "x"
+    hidden: int = dataclasses.field(default=0, repr=False, compare=False)
+
+
+@frozen
+class _Nested:
+    inner: object = None
+
+
+def test_repr_and_equality_read_as_the_stdlib_dataclass_would() -> None:
+    ours, theirs = _Plain(a=1, b="y", hidden=5), _Stdlib(a=1, b="y", hidden=5)
+    assert repr(ours) == repr(theirs).replace("_Stdlib", "_Plain") == "_Plain(a=1, b='y')"
+    assert ours == _Plain(a=1, b="y", hidden=6)  # a field left out of comparison
+    assert ours != _Plain(a=2, b="y")
+    assert ours != theirs  # another class is never equal, as with dataclasses
+    assert ours.__eq__(theirs) is NotImplemented
+    assert repr(Usage(input_tokens=3)).startswith("Usage(input_tokens=3, ")
+
+
+def test_a_value_that_holds_itself_still_has_a_repr() -> None:
+    box: list[object] = []
+    nested = _Nested(inner=box)
+    box.append(nested)
+    assert repr(nested) == "_Nested(inner=[...])"
+
+
+def test_the_constructor_is_compiled_on_first_use_and_reports_like_a_dataclass() -> None:
+    @frozen
+    class Fresh:
+        a: int
+        b: int = 2
+
+    first = Fresh.__init__
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'a'"):
+        Fresh()  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    assert Fresh.__init__ is not first  # the real constructor took over
+    assert Fresh(a=1) == Fresh(a=1, b=2)
+    with pytest.raises(TypeError, match="positional"):
+        Fresh(1)  # type: ignore[misc]  # pyright: ignore[reportCallIssue]
+
+
+@frozen(slots=False)
+class _Derived:
+    a: int
+    derived: int = dataclasses.field(init=False, repr=False, compare=False)
+    cache: list[int] = dataclasses.field(
+        init=False, repr=False, compare=False, default_factory=lambda: []
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "derived", self.a * 2)
+
+
+def test_fields_outside_the_constructor_are_set_by_default_or_post_init() -> None:
+    value = _Derived(a=2)
+    assert (value.derived, value.cache) == (4, [])
+    assert _Derived(a=2).cache is not value.cache
+    assert value == _Derived(a=2)
+    assert hash(value) == hash(_Derived(a=2))
+    assert repr(value) == "_Derived(a=2)"
+    with pytest.raises(TypeError):
+        _Derived(a=1, derived=3)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import orjson
@@ -85,19 +85,38 @@ class Planned:
         self.call = call
 
 
-@dataclass(frozen=True, slots=True)
 class Stop:
-    status: RunStatus
-    limit: str | None = None
-    used: float = 0.0
-    maximum: float = 0.0
-    ask_for_answer: bool = False
-    error: ErrorInfo | None = None
+    """The run stops here: with which status, and why (a limit, an error)."""
+
+    __slots__ = ("ask_for_answer", "error", "limit", "maximum", "status", "used")
+
+    def __init__(
+        self,
+        status: RunStatus,
+        limit: str | None = None,
+        used: float = 0.0,
+        maximum: float = 0.0,
+        ask_for_answer: bool = False,
+        error: ErrorInfo | None = None,
+    ) -> None:
+        self.status = status
+        self.limit = limit
+        self.used = used
+        self.maximum = maximum
+        self.ask_for_answer = ask_for_answer
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"Stop({self.status!r}, limit={self.limit!r}, error={self.error!r})"
 
 
-@dataclass(frozen=True, slots=True)
 class Retry:
-    delay: float
+    """Ask the model again after ``delay`` seconds."""
+
+    __slots__ = ("delay",)
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
 
 
 class Cancelled(Exception):

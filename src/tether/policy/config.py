@@ -51,7 +51,6 @@ The same tables may sit under a ``[policy]`` table (for a larger agent file).
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -100,6 +99,8 @@ def load_rules(path: str | Path) -> Rules:
         ConfigError: the file is missing, is not TOML, or holds an unknown key or bad value
             (the message names the file and the key).
     """
+    import tomllib  # only a policy file needs it: not loaded by ``import tether``
+
     file = Path(path)
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))

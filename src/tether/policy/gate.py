@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -31,7 +32,6 @@ from tether.events import (
 )
 from tether.messages import CONTROL_TOOLS, ToolCall
 from tether.policy.base import Policy, PolicyContext, PolicyDecision
-from tether.policy.dataflow import Sources, described, untraced
 from tether.policy.results import filter_result, result_size, truncate
 from tether.policy.rules import (
     RateLimit,
@@ -40,6 +40,9 @@ from tether.policy.rules import (
     matches_any,
 )
 from tether.tools.base import ToolAnnotations, ToolDefinition
+
+if TYPE_CHECKING:
+    from tether.policy.dataflow import Sources
 
 __all__ = ["RulePolicy", "effective_annotations"]
 
@@ -102,6 +105,8 @@ class _Facts:
     __slots__ = ("calls", "counted", "last_hash", "seen", "sources", "tainted", "tool_of")
 
     def __init__(self) -> None:
+        from tether.policy.dataflow import Sources  # first needed by a run's first decision
+
         self.seen = 0
         self.sources = Sources()  # what the model has read, trusted or not
         self.counted: dict[str, datetime] = {}  # call id -> when it was counted
@@ -264,6 +269,8 @@ class RulePolicy(Policy):
             return None, ""
         traced = ""
         if provenance.mode == "dataflow":
+            from tether.policy.dataflow import untraced
+
             why, traced = untraced(
                 call.name,
                 call.arguments,
@@ -473,6 +480,8 @@ class RulePolicy(Policy):
 
     def _fold(self, facts: _Facts, events: Sequence[Event], run: PolicyContext) -> None:
         if facts.seen == 0:
+            from tether.policy.dataflow import described
+
             tools = run.tools
             facts.sources.add(lambda: described(tools), -1, "the tools' descriptions", trusted=True)
         for index in range(facts.seen, len(events)):

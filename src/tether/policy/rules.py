@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from fnmatch import fnmatchcase
 from functools import cached_property
 from typing import Literal, TypeAlias, TypeVar, cast
 
+from tether._internal.frozen import frozen
 from tether._internal.linearregex import LinearPattern, compile_linear
 from tether.errors import ConfigError
 from tether.events import Decision
@@ -139,7 +140,7 @@ def _normalize(obj: object, *names: str) -> None:
             object.__setattr__(obj, name, _globs(cast(Sequence[str], value)))
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(slots=False)
 class ArgCondition:
     """A predicate on one argument: ``ArgCondition(path="argv.0", op="in", value=["rm"])``.
 
@@ -242,7 +243,7 @@ def _compare(op: str, found: object, value: object) -> bool:
     }[op]
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(slots=False)
 class Rule:
     """An allow, deny or approval rule: which tools, and optionally which arguments."""
 
@@ -318,7 +319,7 @@ def require_approval(
     return _rule("needs_approval", tools, when, reason or "a human must approve this call", name)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(slots=False)
 class RateLimit:
     """At most ``max_calls`` calls of matching tools, per run or across runs, per window.
 
@@ -346,7 +347,7 @@ class RateLimit:
             raise ConfigError("RateLimit.per_seconds must be > 0")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(slots=False)
 class Concurrency:
     """At most ``max`` calls of each matching tool run at once (across this process's runs)."""
 
@@ -361,7 +362,7 @@ class Concurrency:
             raise ConfigError("Concurrency.max must be >= 1")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(slots=False)
 class Sizes:
     """Caps on a call's arguments and a result's size (bytes of JSON / text)."""
 
@@ -379,7 +380,7 @@ class Sizes:
                 raise ConfigError(f"Sizes.{name} must be >= 0 (or None for no cap)")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(slots=False)
 class ContentFilter:
     """Patterns (regexes) and callables checked against a call's arguments or its result.
 
@@ -442,7 +443,7 @@ class ContentFilter:
         return None
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(slots=False)
 class RiskDefaults:
     """What happens to calls no rule decided, by the tool's risk (its annotations)."""
 
@@ -461,7 +462,7 @@ class RiskDefaults:
     """Tools that declare nothing (read as the worst case)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(slots=False)
 class Provenance:
     """Side effects driven by untrusted output wait for a human (or are denied).
 
@@ -489,7 +490,7 @@ class Provenance:
         _normalize(self, "allow")
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(slots=False)
 class Trust:
     """The developer's own statement of what tools do, replacing their declared annotations.
 
@@ -523,7 +524,7 @@ def _merge(left: _S, right: _S, default: _S) -> _S:
     return replace(left, **changed) if changed else left
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(slots=False)
 class Rules:
     """Every rule of a policy. Combine with ``+``; load from TOML with ``load_rules``."""
 
