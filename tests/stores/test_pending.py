@@ -25,7 +25,8 @@ def crash(store: SqliteStore) -> None:
 
     Closing a file drops its ``flock`` exactly as the kernel does when the process dies.
     """
-    log = store._log  # pyright: ignore[reportPrivateUsage]
+    db = store._db  # pyright: ignore[reportPrivateUsage]
+    log = db.log
     assert log is not None
     files = [*log._older.values(), log._current]  # pyright: ignore[reportPrivateUsage]
     for file in files:
@@ -33,10 +34,10 @@ def crash(store: SqliteStore) -> None:
             os.close(file.fd)
     log._older.clear()  # pyright: ignore[reportPrivateUsage]
     log._current = None  # pyright: ignore[reportPrivateUsage]
-    store._held.clear()  # pyright: ignore[reportPrivateUsage]
-    store._pending.clear()  # pyright: ignore[reportPrivateUsage]
-    store._closed = True  # pyright: ignore[reportPrivateUsage]
-    store._worker.stop()  # pyright: ignore[reportPrivateUsage]
+    store._leases.held.clear()  # pyright: ignore[reportPrivateUsage]
+    db.pending.clear()
+    db.closed = True
+    db.worker.stop()
 
 
 DEAD = f"{socket.gethostname()}:999999:gone"
