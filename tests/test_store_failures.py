@@ -17,7 +17,6 @@ import pytest
 
 from tests.support import add, assert_protocol_valid
 from tether import Agent, Model, ModelRequest, ModelResponse, ToolCall
-from tether._internal.journal import JsonlSink
 from tether.errors import (
     ConfigError,
     ModelRequestsBlocked,
@@ -30,6 +29,7 @@ from tether.events import Event, RunFinished
 from tether.policy.approvals import Approval
 from tether.policy.gate import RulePolicy
 from tether.policy.rules import Rules, require_approval
+from tether.run.journal import JsonlSink
 from tether.stores import Lease, MemoryStore, RunStore, SqliteStore
 from tether.stores.base import RunInfo, RunQuery
 from tether.testing import FunctionModel, ScriptedModel, call, finish

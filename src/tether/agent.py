@@ -5,16 +5,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic
 
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock
-from tether._internal.frozen import frozen
 from tether._internal.ids import new_run_id
-from tether._internal.journal import EventSink, JsonlSink
 from tether.codec import canonical_json
 from tether.errors import ConfigError, UserError
 from tether.limits import Limits
@@ -28,6 +26,7 @@ from tether.policy.base import Policy
 from tether.policy.gate import RulePolicy
 from tether.policy.redaction import Redactor
 from tether.retry import Backoff
+from tether.run.journal import EventSink, JsonlSink
 from tether.spec import AgentSpec
 from tether.stores.base import RunStore
 from tether.tools.base import Tool
@@ -46,7 +45,7 @@ _FINISH_HINT = (
 )
 
 
-@frozen(slots=False)
+@dataclass(frozen=True, kw_only=True)
 class Agent(Generic[OutputT]):
     """An agent: instructions, a model, tools, an output type and limits.
 

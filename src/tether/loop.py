@@ -20,15 +20,6 @@ import orjson
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock, monotonic_of
-from tether._internal.endings import Endings
-from tether._internal.journal import EventSink, Journal, StoreSink
-from tether._internal.loopmonitor import Call, monitor
-from tether._internal.modelstep import ModelStep
-from tether._internal.recovery import Recovery
-from tether._internal.runbase import Cancelled, OutputT, Retry, Stop, ToolRunner
-from tether._internal.toolcalls import ToolCalls
-from tether._internal.toolexec import run_tool, tool_error
-from tether._internal.watchdog import Watchdog
 from tether.errors import RunExists, RunNotFound, StoreError, UserError
 from tether.events import (
     BudgetWarning,
@@ -43,6 +34,15 @@ from tether.outcome import RunOutcome
 from tether.policy.approvals import Approval
 from tether.policy.base import Policy
 from tether.policy.redaction import Redactor
+from tether.run.base import Cancelled, OutputT, Retry, Stop, ToolRunner
+from tether.run.endings import Endings
+from tether.run.journal import EventSink, Journal, StoreSink
+from tether.run.loopmonitor import Call, monitor
+from tether.run.modelstep import ModelStep
+from tether.run.recovery import Recovery
+from tether.run.toolcalls import ToolCalls
+from tether.run.toolexec import run_tool, tool_error
+from tether.run.watchdog import Watchdog
 from tether.state import StateBuilder
 from tether.stores.base import Lease, RunStore, default_owner
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from tether import Agent, RulePolicy, require_approval, tool
-from tether._internal import vault
 from tether.cli.app import app
+from tether.run import vault
 from tether.testing import ScriptedModel, call, finish
 
 KEY = "sk-proj-Abcdefghijklmnopqrstuvwxyz012345"

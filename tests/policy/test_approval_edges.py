@@ -11,8 +11,6 @@ from typing import cast
 import orjson
 
 from tether import Agent, Approval, Limits, RulePolicy, allow, deny, require_approval, tool
-from tether._internal import vault
-from tether._internal.approving import arguments_hash
 from tether.codec import encode_event
 from tether.content import content_text
 from tether.events import Decision, Event, PolicyDecided, ToolCallFinished, ToolCallUnknown
@@ -28,6 +26,8 @@ from tether.policy import (
     Redactor,
     Rules,
 )
+from tether.run import vault
+from tether.run.approving import arguments_hash
 from tether.stores import MemoryStore
 from tether.testing import ScriptedModel, ScriptStep, call, finish
 from tether.tools.base import ToolDefinition

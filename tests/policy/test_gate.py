@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether._internal.journal import Journal
 from tether.content import ImageBlock, ResourceBlock, TextBlock, ToolResult, content_text
 from tether.events import (
     ApprovalGiven,
@@ -38,6 +37,7 @@ from tether.policy.rules import (
     deny,
     require_approval,
 )
+from tether.run.journal import Journal
 from tether.testing import FakeClock
 from tether.tools.base import ToolAnnotations, ToolDefinition
 

@@ -10,7 +10,6 @@ import pytest
 
 from tests.support import add, assert_protocol_valid
 from tether import Agent, Event, Limits, tool
-from tether._internal.approving import arguments_hash
 from tether.content import ToolResult, content_text
 from tether.events import PolicyDecided, ToolCallFinished, ToolCallRequested
 from tether.messages import ToolCall, ToolResultMessage
@@ -27,6 +26,7 @@ from tether.policy.rules import (
     allow,
     require_approval,
 )
+from tether.run.approving import arguments_hash
 from tether.stores import RunStore
 from tether.testing import FakeClock, ScriptedModel, call, finish
 from tether.tools.base import Tool, ToolDefinition

@@ -9,11 +9,11 @@ import orjson
 from rich.console import Console
 from rich.markup import escape
 
-from tether._internal.loopmonitor import exit_process, monitor
 from tether.cli.render import describe
 from tether.events import Event, ModelResponded, RunFinished, RunStarted, ToolCallRequested
 from tether.loop import AgentRun
 from tether.outcome import RunOutcome
+from tether.run.loopmonitor import exit_process, monitor
 
 __all__ = ["drive", "exit_code", "report"]
 

@@ -21,8 +21,6 @@ from typing import Literal, TypeAlias
 
 from tether._internal.clock import Clock
 from tether._internal.frozen import frozen
-from tether._internal.journal import Journal
-from tether._internal.unfinished import refuse, verdict
 from tether.errors import StoreError, UserError
 from tether.events import (
     ApprovalGiven,
@@ -34,6 +32,8 @@ from tether.events import (
 from tether.messages import CONTROL_TOOLS
 from tether.outcome import ErrorInfo
 from tether.policy.redaction import Redactor
+from tether.run.journal import Journal
+from tether.run.unfinished import refuse, verdict
 from tether.state import StateBuilder
 from tether.stores.base import RunInfo, RunQuery, RunStore, alive, default_owner
 from tether.stores.sqlite import SqliteStore

@@ -17,10 +17,6 @@ import orjson
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock
-from tether._internal.journal import Journal
-from tether._internal.loopmonitor import Call
-from tether._internal.unfinished import refuse
-from tether._internal.watchdog import Watchdog
 from tether.content import ToolResult
 from tether.events import (
     Event,
@@ -37,6 +33,10 @@ from tether.outcome import ErrorInfo, RunOutcome, RunStatus
 from tether.policy.approvals import Approval
 from tether.policy.base import PolicyContext, PolicyDecision
 from tether.policy.redaction import Redactor
+from tether.run.journal import Journal
+from tether.run.loopmonitor import Call
+from tether.run.unfinished import refuse
+from tether.run.watchdog import Watchdog
 from tether.state import StateBuilder
 from tether.stores.base import (
     Lease,
@@ -107,7 +107,11 @@ class Stop:
         self.error = error
 
     def __repr__(self) -> str:
-        return f"Stop({self.status!r}, limit={self.limit!r}, error={self.error!r})"
+        return (
+            f"Stop({self.status!r}, limit={self.limit!r}, used={self.used!r}, "
+            f"maximum={self.maximum!r}, ask_for_answer={self.ask_for_answer!r}, "
+            f"error={self.error!r})"
+        )
 
 
 class Retry:
@@ -120,7 +124,7 @@ class Retry:
 
 
 class Cancelled(Exception):
-    pass
+    """The run is cancelled (``cancel()``, Ctrl-C): unwind to ``_drive``, which ends it."""
 
 
 def unique_ids(calls: tuple[ToolCall, ...], step: int, used: set[str]) -> tuple[ToolCall, ...]:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HANG", "PING", "STALL", "Call", "LoopMonitor", "monitor"]
+__all__ = ["HANG", "PING", "STALL", "Call", "LoopMonitor", "exit_process", "monitor"]
 
 _log = logging.getLogger("tether")
 

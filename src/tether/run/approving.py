@@ -12,9 +12,6 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether._internal import vault
-from tether._internal.runbase import OutputT, Planned, RunBase, Stop
-from tether._internal.unfinished import denial_text
 from tether.codec import canonical_json
 from tether.content import ToolResult
 from tether.errors import ModelRetry, UserError
@@ -31,6 +28,9 @@ from tether.jsontypes import JsonObject
 from tether.messages import ASK_USER, ToolCall
 from tether.policy.approvals import Approval
 from tether.policy.base import PolicyDecision
+from tether.run import vault
+from tether.run.base import OutputT, Planned, RunBase, Stop
+from tether.run.unfinished import denial_text
 
 __all__ = [
     "Approving",

@@ -22,11 +22,11 @@ from functools import partial
 from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
-from tether._internal.loopmonitor import Call, monitor
 from tether.content import ToolResult
 from tether.errors import ApprovalRequired, ModelRetry
 from tether.messages import ToolCall
 from tether.policy.base import Policy
+from tether.run.loopmonitor import Call, monitor
 from tether.tools.base import Tool, ToolContext
 
 __all__ = [

@@ -15,8 +15,6 @@ from typing import Any
 
 from typing_extensions import TypeVar
 
-from tether._internal.endings import error_info
-from tether._internal.runbase import Cancelled, OutputT, Retry, RunBase, Stop
 from tether.codec import canonical_json
 from tether.errors import ModelError, UserError
 from tether.events import ModelFailed
@@ -28,6 +26,8 @@ from tether.models.base import (
     check_model_requests_allowed,
 )
 from tether.outcome import ErrorInfo
+from tether.run.base import Cancelled, OutputT, Retry, RunBase, Stop
+from tether.run.endings import error_info
 
 __all__ = ["ModelStep"]
 

@@ -11,23 +11,6 @@ from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any, cast
 
-from tether._internal import vault
-from tether._internal.approving import arguments_hash
-from tether._internal.loopmonitor import Call
-from tether._internal.runbase import Cancelled, OutputT, Planned, RunBase, Stop
-from tether._internal.toolexec import (
-    ABANDONED,
-    INTERRUPTED,
-    Drive,
-    Turn,
-    abandoned_text,
-    bounded,
-    no_turn,
-    run_tool,
-    slot_for,
-    timed_out,
-    tool_error,
-)
 from tether.content import TextBlock, ToolResult
 from tether.errors import LoopBlocked, ModelRetry
 from tether.events import (
@@ -46,6 +29,23 @@ from tether.models.base import (
 )
 from tether.outcome import ErrorInfo
 from tether.policy.base import PolicyContext, PolicyDecision
+from tether.run import vault
+from tether.run.approving import arguments_hash
+from tether.run.base import Cancelled, OutputT, Planned, RunBase, Stop
+from tether.run.loopmonitor import Call
+from tether.run.toolexec import (
+    ABANDONED,
+    INTERRUPTED,
+    Drive,
+    Turn,
+    abandoned_text,
+    bounded,
+    no_turn,
+    run_tool,
+    slot_for,
+    timed_out,
+    tool_error,
+)
 from tether.tools.base import Tool, ToolContext, ToolDefinition
 
 __all__ = ["ToolCalls"]

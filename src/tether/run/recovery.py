@@ -5,9 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from tether._internal.approving import Approving, redacted_calls
-from tether._internal.runbase import OutputT, Planned, Stop
-from tether._internal.unfinished import verdict
 from tether.content import TextBlock
 from tether.errors import ConfigError, UserError
 from tether.events import (
@@ -24,6 +21,9 @@ from tether.events import (
 )
 from tether.messages import ASK_USER, FINISH_TASK
 from tether.outcome import ErrorInfo
+from tether.run.approving import Approving, redacted_calls
+from tether.run.base import OutputT, Planned, Stop
+from tether.run.unfinished import verdict
 
 __all__ = ["Recovery"]
 

@@ -12,9 +12,6 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import cast
 
-from tether._internal import vault
-from tether._internal.approving import has_redaction, secret_gone, was_redacted
-from tether._internal.runbase import Cancelled, OutputT, RunBase, Stop
 from tether.errors import StaleLease, StoreError
 from tether.events import (
     ApprovalRequested,
@@ -28,6 +25,9 @@ from tether.events import (
 from tether.jsontypes import JsonObject
 from tether.messages import ASK_USER
 from tether.outcome import ErrorInfo, PendingCall, RunOutcome, RunStatus
+from tether.run import vault
+from tether.run.approving import has_redaction, secret_gone, was_redacted
+from tether.run.base import Cancelled, OutputT, RunBase, Stop
 from tether.state import StateBuilder
 from tether.usage import Usage
 
@@ -357,6 +357,7 @@ class Endings(RunBase[OutputT]):
 
 
 def error_info(exc: BaseException, timeout_message: str) -> ErrorInfo:
+    """What the log says of a failure (a bare ``TimeoutError`` gets ``timeout_message``)."""
     if isinstance(exc, TimeoutError) and not str(exc):
         return ErrorInfo(type="TimeoutError", message=timeout_message)
     return ErrorInfo(type=type(exc).__name__, message=str(exc) or type(exc).__name__)

@@ -1,0 +1,14 @@
+"""The run engine: what ``AgentRun`` (``tether.loop``) is made of.
+
+- ``base``: what the parts of a run share (its state, the signals between them);
+- ``modelstep``: asking the model, bounded and interruptible;
+- ``toolcalls`` and ``toolexec``: a turn's tool calls, from intent through the policy to
+  their results, and running one call whatever the tool does;
+- ``approving``, ``endings``, ``recovery``: approvals, ending a run, continuing a stored one;
+- ``journal``: the append side of the log (seq, time, hash chain, commits to the sinks);
+- ``watchdog``, ``loopmonitor``: the run's deadline, and a blocked event loop seen from outside;
+- ``unfinished``, ``vault``: calls a stop left without a result, and arguments kept out of
+  the log while they wait for approval.
+
+Nothing here is public API: import from ``tether`` (and ``tether.loop``) instead.
+"""
