@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
+import math
 import pickle
 from datetime import UTC, datetime
 
@@ -116,11 +118,21 @@ def test_the_constructor_is_compiled_on_first_use_and_reports_like_a_dataclass()
     class Fresh:
         a: int
         b: int = 2
+        c: list[int] = dataclasses.field(default_factory=lambda: [])
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Theirs:
+        a: int
+        b: int = 2
+        c: list[int] = dataclasses.field(default_factory=lambda: [])
 
     first = Fresh.__init__
+    shown = str(inspect.signature(Theirs))
+    assert str(inspect.signature(Fresh)) == shown  # before the first instance (help, Jupyter)
     with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'a'"):
         Fresh()  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
     assert Fresh.__init__ is not first  # the real constructor took over
+    assert str(inspect.signature(Fresh)) == shown
     assert Fresh(a=1) == Fresh(a=1, b=2)
     with pytest.raises(TypeError, match="positional"):
         Fresh(1)  # type: ignore[misc]  # pyright: ignore[reportCallIssue]
@@ -147,3 +159,87 @@ def test_fields_outside_the_constructor_are_set_by_default_or_post_init() -> Non
     assert repr(value) == "_Derived(a=2)"
     with pytest.raises(TypeError):
         _Derived(a=1, derived=3)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+
+
+def test_methods_the_class_body_defines_are_kept() -> None:
+    @frozen
+    class Own:
+        a: int
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        def __hash__(self) -> int:
+            return 7
+
+        def __repr__(self) -> str:
+            return "own"
+
+    assert Own(a=1) == Own(a=2)
+    assert hash(Own(a=1)) == 7
+    assert repr(Own(a=1)) == "own"
+
+
+def test_one_field_compares_as_a_tuple_and_hash_follows_the_hash_flag() -> None:
+    @frozen
+    class One:
+        x: float
+
+    @frozen
+    class Unhashed:
+        a: int
+        notes: list[str] = dataclasses.field(default_factory=lambda: [], hash=False)
+
+    nan = math.nan
+    assert One(x=nan) == One(x=nan)  # the same object in both: equal, as a tuple compares
+    assert hash(Unhashed(a=1, notes=["x"])) == hash(Unhashed(a=1))
+
+
+def test_submodules_loaded_late_are_still_attributes_of_their_package() -> None:
+    import tether.policy
+    import tether.stores
+
+    assert tether.stores.sqlite.SqliteStore is tether.stores.SqliteStore
+    assert "SqliteStore" in dir(tether.stores)
+    assert tether.policy.dataflow.Sources.__name__ == "Sources"
+
+
+def test_the_rule_classes_extend_as_stdlib_frozen_dataclasses_do() -> None:
+    from tether.policy.rules import Rule, Rules
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Tagged(Rule):
+        tag: str = "t"
+
+    rule = Tagged(decision="allow", tools=("read_*",), tag="x")
+    assert rule.tag == "x"
+    assert copy.copy(rule) == rule
+    with pytest.raises(TypeError, match="non-frozen"):
+
+        @dataclasses.dataclass  # pyright: ignore[reportGeneralTypeIssues]
+        class Mutable(Rules):  # pyright: ignore[reportUnusedClass, reportGeneralTypeIssues]
+            extra: int = 0
+
+    @frozen(slots=False)
+    class _Base:
+        a: int = 0
+
+    @frozen(slots=False)
+    class _Sub(_Base):
+        b: int = 1
+
+    assert _Sub(a=2) == _Sub(a=2, b=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _Sub().b = 3  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def test_a_subclass_keeps_what_its_post_init_adds_through_copy_and_pickle() -> None:
+    from tether.policy.rules import Rule
+
+    class Extra(Rule):
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            object.__setattr__(self, "extra", 42)
+
+    rule = Extra(decision="allow")
+    assert getattr(copy.copy(rule), "extra") == 42  # noqa: B009 - set outside the fields

@@ -5,6 +5,9 @@ arguments, risk defaults by the tools' annotations, rate limits, concurrency cap
 content filters and the provenance rule. ``AllowAll`` turns the gate off.
 """
 
+from importlib import import_module
+from types import ModuleType
+
 from tether.policy.approvals import Approval
 from tether.policy.base import AllowAll, Policy, PolicyContext, PolicyDecision
 from tether.policy.config import load_rules, rules_from_mapping
@@ -51,3 +54,9 @@ __all__ = [
     "require_approval",
     "rules_from_mapping",
 ]
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name == "dataflow":  # loaded by a run's first decision: ``tether.policy.dataflow`` works
+        return import_module(f"{__name__}.dataflow")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -42,13 +42,22 @@ _LAZY = {
 needs it unless a run is given a SQLite store)."""
 
 
+_SUBMODULES = frozenset({"retention", "sqlite", "transfer"})
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:  # ``tether.stores.sqlite`` without importing it first
+        return import_module(f"{__name__}.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_SUBMODULES})
 
 
 __all__ = [

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, cast
 
 import orjson
 from typing_extensions import TypeVar
 
-from tether._internal.frozen import frozen
 from tether.jsontypes import JsonObject, JsonValue
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ _ANSWER_SCHEMA: JsonObject = {
 }
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class OutputSpec(Generic[OutputT]):
     """How ``finish_task`` arguments become the typed output, and back."""
 
@@ -50,13 +50,11 @@ class OutputSpec(Generic[OutputT]):
 
         adapter: TypeAdapter[Any] = TypeAdapter(output_type)
         if output_type is str:
-            return cls(
-                output_type=output_type, adapter=adapter, schema=_ANSWER_SCHEMA, wrapped="answer"
-            )
+            return cls(output_type, adapter, _ANSWER_SCHEMA, "answer")
         schema = cast(JsonObject, adapter.json_schema())
         if schema.get("type") == "object":
             schema.pop("title", None)
-            return cls(output_type=output_type, adapter=adapter, schema=schema, wrapped=None)
+            return cls(output_type, adapter, schema, None)
         defs = schema.pop("$defs", None)  # refs resolve from the root: hoist the definitions
         wrapped: JsonObject = {
             "type": "object",
@@ -66,7 +64,7 @@ class OutputSpec(Generic[OutputT]):
         }
         if defs is not None:
             wrapped["$defs"] = defs
-        return cls(output_type=output_type, adapter=adapter, schema=wrapped, wrapped="result")
+        return cls(output_type, adapter, wrapped, "result")
 
     @property
     def is_text(self) -> bool:
