@@ -152,3 +152,18 @@ def resealed_edit(events: Sequence[Event], tool_: str, text: str) -> tuple[list[
         sealed.append(fixed)
         prev = fixed.hash
     return sealed, index
+
+
+SENT: list[str] = []
+"""The accounts ``send_money`` paid, in order (clear it first)."""
+
+
+@tool(destructive=True, open_world=False)
+def send_money(iban: str) -> str:
+    """Sends money.
+
+    Args:
+        iban: The recipient's account.
+    """
+    SENT.append(iban)
+    return "sent"

@@ -117,6 +117,7 @@ async def test_two_tools() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "model_responded",
@@ -165,6 +166,7 @@ async def test_two_tools() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "model_responded",
@@ -213,6 +215,7 @@ async def test_two_tools() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "run_finished",
@@ -302,6 +305,7 @@ async def test_validation_retry() -> None:
                 "error_type": "invalid_arguments",
                 "duration_s": 0.0,
                 "synthetic": True,
+                "untrusted": None,
             },
             {
                 "kind": "model_responded",
@@ -350,6 +354,7 @@ async def test_validation_retry() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "model_responded",
@@ -398,6 +403,7 @@ async def test_validation_retry() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "run_finished",
@@ -489,6 +495,7 @@ async def test_failing_tool() -> None:
                 "error_type": "exception",
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "model_responded",
@@ -537,6 +544,7 @@ async def test_failing_tool() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "run_finished",
@@ -681,6 +689,7 @@ async def test_parallel_calls() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "tool_call_finished",
@@ -693,6 +702,7 @@ async def test_parallel_calls() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "tool_call_finished",
@@ -705,6 +715,7 @@ async def test_parallel_calls() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "model_responded",
@@ -753,6 +764,7 @@ async def test_parallel_calls() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "run_finished",
@@ -847,6 +859,7 @@ async def test_budget_exhaustion() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {"kind": "budget_warning", "seq": 5, "limit": "max_steps", "used": 1.0, "maximum": 2.0},
             {
@@ -896,6 +909,7 @@ async def test_budget_exhaustion() -> None:
                 "error_type": None,
                 "duration_s": 0.0,
                 "synthetic": False,
+                "untrusted": None,
             },
             {
                 "kind": "limit_reached",
@@ -1028,6 +1042,7 @@ async def test_cancellation() -> None:
                 "error_type": "cancelled",
                 "duration_s": 0.0,
                 "synthetic": True,
+                "untrusted": None,
             },
             {
                 "kind": "run_finished",

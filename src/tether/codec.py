@@ -26,7 +26,7 @@ import orjson
 
 from tether._internal.sealed import remember
 from tether.errors import BrokenChain, EmptyLog, LogError, UnknownEventKind
-from tether.events import EVENT_TYPES, GENESIS_HASH, Event
+from tether.events import EVENT_TYPES, GENESIS_HASH, Event, late_fields
 from tether.jsontypes import JsonValue
 
 if TYPE_CHECKING:
@@ -103,12 +103,34 @@ _hashed_fields: dict[type[Any], Callable[[Any], tuple[Any, ...]]] = {}
 
 
 def hashed_fields(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]]:
-    """The getter of an event class's hashed field values (every field but ``hash``)."""
+    """The getter of an event class's hashed field values (every field but ``hash``).
+
+    Late fields (``events.LATE``) are hashed only when one of them is set.
+    """
     getter = _hashed_fields.get(cls)
     if getter is None:
-        names = [f.name for f in fields(cls) if f.name != "hash"]
-        getter = _hashed_fields[cls] = attrgetter(*names)
+        late = late_fields(cls)
+        names = [f.name for f in fields(cls) if f.name != "hash" and f.name not in late]
+        getter = _hashed_fields[cls] = _with_late(attrgetter(*names), late)
     return getter
+
+
+def _with_late(
+    values: Callable[[Any], tuple[Any, ...]], late: tuple[str, ...]
+) -> Callable[[Any], tuple[Any, ...]]:
+    """``values``, followed by the late fields' values when any of them is set."""
+    if not late:
+        return values
+
+    def late_values(event: Any) -> tuple[Any, ...]:
+        return tuple(getattr(event, name) for name in late)
+
+    def hashed(event: Any) -> tuple[Any, ...]:
+        extra: tuple[Any, ...] = late_values(event)
+        found: tuple[Any, ...] = values(event)
+        return found + extra if any(v is not None for v in extra) else found
+
+    return hashed
 
 
 def compute_hash(event: Event) -> str:

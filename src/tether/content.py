@@ -69,11 +69,18 @@ class ToolResult:
     """Machine-readable result (MCP ``structuredContent``), if any."""
     is_error: bool = False
     """Whether the call failed; the content then explains why."""
+    untrusted: bool | None = None
+    """This result's trust, per call: ``True``: outside text is in it (tainting, whatever the
+    tool declared); ``False``: none is (believed only of a tool defined in this program, and
+    not where the developer's ``Trust`` says otherwise); ``None``: the tool's declared
+    ``untrusted_output`` stands."""
 
     @classmethod
-    def text(cls, text: str, *, structured: JsonValue = None) -> ToolResult:
-        """A successful result holding one text block."""
-        return cls(content=(TextBlock(text=text),), structured=structured)
+    def text(
+        cls, text: str, *, structured: JsonValue = None, untrusted: bool | None = None
+    ) -> ToolResult:
+        """A successful result holding one text block (``untrusted``: see the field)."""
+        return cls(content=(TextBlock(text=text),), structured=structured, untrusted=untrusted)
 
     @classmethod
     def error(cls, message: str) -> ToolResult:

@@ -16,7 +16,9 @@ the values it hashed: ``tether._internal.eventmaker``).
 
 from __future__ import annotations
 
+from dataclasses import field, fields
 from datetime import datetime
+from types import MappingProxyType
 from typing import Literal, TypeAlias
 
 from tether._internal.frozen import frozen
@@ -30,6 +32,7 @@ from tether.usage import Usage
 __all__ = [
     "EVENT_TYPES",
     "GENESIS_HASH",
+    "LATE",
     "ApprovalGiven",
     "ApprovalRequested",
     "BudgetWarning",
@@ -55,6 +58,7 @@ __all__ = [
     "ToolCallRequested",
     "ToolCallUnknown",
     "UserReplied",
+    "late_fields",
 ]
 
 GENESIS_HASH = "0" * 64
@@ -62,6 +66,22 @@ GENESIS_HASH = "0" * 64
 
 Decision: TypeAlias = Literal["allow", "deny", "needs_approval"]
 """A policy decision on one tool call."""
+
+LATE = MappingProxyType({"late": True})
+"""Metadata of a field added after logs were written (``field(default=None, metadata=LATE)``).
+
+The hash covers it only when it is set: an event that leaves it ``None`` hashes exactly as
+it did before the field existed, so every older log still verifies. Late fields come last.
+"""
+
+
+def late_fields(cls: type[EventBase]) -> tuple[str, ...]:
+    """The names of ``cls``'s late fields (the last ones, each ``None`` by default)."""
+    names = [f.name for f in fields(cls)]
+    late = tuple(f.name for f in fields(cls) if f.metadata.get("late"))
+    if late and tuple(names[-len(late) :]) != late:
+        raise TypeError(f"{cls.__name__}: late fields must come after every other field")
+    return late
 
 
 @frozen
@@ -287,6 +307,9 @@ class ToolCallFinished(EventBase):
     """Seconds the tool ran."""
     synthetic: bool = False
     """True when the tool did not run and tether wrote the result."""
+    untrusted: bool | None = field(default=None, metadata=LATE)
+    """What the tool said of this result's trust (``ToolResult.untrusted``); ``None``: nothing,
+    its declared ``untrusted_output`` stands."""
 
 
 @frozen

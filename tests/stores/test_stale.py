@@ -128,6 +128,7 @@ async def test_calls_never_decided_are_recorded_as_not_executed(store: SqliteSto
                 "error_type": "interrupted",
                 "duration_s": 0.0,
                 "synthetic": True,
+                "untrusted": None,
             },
             {
                 "kind": "tool_call_finished",
@@ -145,6 +146,7 @@ async def test_calls_never_decided_are_recorded_as_not_executed(store: SqliteSto
                 "error_type": "interrupted",
                 "duration_s": 0.0,
                 "synthetic": True,
+                "untrusted": None,
             },
             {
                 "kind": "tool_call_finished",
@@ -162,6 +164,7 @@ async def test_calls_never_decided_are_recorded_as_not_executed(store: SqliteSto
                 "error_type": "interrupted",
                 "duration_s": 0.0,
                 "synthetic": True,
+                "untrusted": None,
             },
             {
                 "kind": "tool_call_finished",
@@ -179,6 +182,7 @@ async def test_calls_never_decided_are_recorded_as_not_executed(store: SqliteSto
                 "error_type": "interrupted",
                 "duration_s": 0.0,
                 "synthetic": True,
+                "untrusted": None,
             },
             {
                 "kind": "run_finished",
@@ -232,6 +236,7 @@ async def test_decided_calls_are_closed_as_a_crash_recovery_closes_them(
                 "error_type": "run_ended",
                 "duration_s": 0.0,
                 "synthetic": True,
+                "untrusted": None,
             },
             {
                 "kind": "tool_call_finished",
@@ -244,6 +249,7 @@ async def test_decided_calls_are_closed_as_a_crash_recovery_closes_them(
                 "error_type": "denied",
                 "duration_s": 0.0,
                 "synthetic": True,
+                "untrusted": None,
             },
             {
                 "kind": "tool_call_finished",
@@ -256,6 +262,7 @@ async def test_decided_calls_are_closed_as_a_crash_recovery_closes_them(
                 "error_type": "run_ended",
                 "duration_s": 0.0,
                 "synthetic": True,
+                "untrusted": None,
             },
             {
                 "kind": "run_finished",

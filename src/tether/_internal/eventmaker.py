@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from tether.events import Event
+from tether.events import Event, late_fields
 
 __all__ = ["BODIES", "MAKERS", "NOT_SCANNED", "body", "maker"]
 
@@ -52,6 +52,7 @@ NOT_SCANNED = frozenset(
         "count",
         "fields",
         "kinds",
+        "untrusted",
     }
 )
 """Fields that hold only tether's own identifiers, numbers, times and hashes: the redaction
@@ -90,10 +91,15 @@ def _generate(cls: type[Any]) -> Maker:
         else:
             params.append(f.name)
     own_names = [f.name for f in own]
+    late = late_fields(cls)
     for name in names:  # the slot descriptors: set directly (the class refuses setattr)
         namespace[f"_set_{name}"] = getattr(cls, name).__set__
     sets = "".join(f"    _set_{n}(event, {n})\n" for n in ("kind", *_BASE[1:5], *own_names))
-    values = ", ".join(own_names)
+    values = ", ".join(n for n in own_names if n not in late)
+    extra = ""  # late fields: hashed only when one is set (``events.LATE``)
+    if late:
+        given = " or ".join(f"{n} is not None" for n in late)
+        extra = f" + (({', '.join(late)},) if {given} else ())"
     scanned = "".join(f"{n}, " for n in own_names if n not in NOT_SCANNED)
     signature = "run_id, seq, at, prev_hash" + (", *, " + ", ".join(params) if params else "")
     source = (
@@ -102,8 +108,8 @@ def _generate(cls: type[Any]) -> Maker:
         "    kind = _kind\n"
         f"{sets}"
         "    _set_hash(event, '')\n"
-        f"    return event, (_kind, run_id, seq, at, prev_hash{', ' + values if values else ''}),"
-        f" ({scanned})\n"
+        f"    return event, (_kind, run_id, seq, at, prev_hash{', ' + values if values else ''})"
+        f"{extra}, ({scanned})\n"
     )
     exec(source, namespace)
     made: Maker = namespace["make"]
@@ -123,8 +129,13 @@ def body(cls: type[Event]) -> Body:
     found = BODIES.get(cls)
     if found is None:
         names = [f.name for f in dataclasses.fields(cls)]
+        late = late_fields(cls)
         items = ", ".join(
-            f"{n!r}: digest" if n == "hash" else f"{n!r}: h[{i - (i > 5)}]"
+            f"{n!r}: digest"
+            if n == "hash"
+            else f"{n!r}: (h[{i - 1}] if len(h) > {i - 1} else None)"
+            if n in late
+            else f"{n!r}: h[{i - (i > 5)}]"
             for i, n in enumerate(names)
         )
         namespace: dict[str, Any] = {}

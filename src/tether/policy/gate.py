@@ -160,6 +160,21 @@ class RulePolicy(Policy):
 
     # -- what a tool is ----------------------------------------------------------------
 
+    def _untrusted_result(self, event: ToolCallFinished, tool: ToolDefinition | None) -> bool:
+        """Whether a result counts as untrusted: the tool's word on it, else its declaration.
+
+        A result may always say it is untrusted. It may say it is trusted only for a tool
+        defined in this program (no ``origin``) whose trust the developer's ``Trust`` does
+        not state: an outside tool's claim of safety is never believed.
+        """
+        if tool is None or event.untrusted is True:
+            return True
+        if event.untrusted is False and tool.origin is None:
+            stated = next((h for tools, h in self._trust if matches_any(tool.name, tools)), None)
+            if stated is None or stated.untrusted_output is None:
+                return False
+        return self.annotations(tool).is_untrusted_output
+
     def annotations(self, tool: ToolDefinition) -> ToolAnnotations:
         """The annotations this policy believes for ``tool``."""
         return self._believed(tool)[1]
@@ -504,10 +519,7 @@ class RulePolicy(Policy):
                 case PolicyDecided() if event.decision == "deny":
                     self._release(facts, run.run_id, event.call_id)  # e.g. edited, then denied
                 case ToolCallFinished() if not event.synthetic:
-                    definition = run.tools.get(event.tool)
-                    untrusted = (
-                        definition is None or self.annotations(definition).is_untrusted_output
-                    )
+                    untrusted = self._untrusted_result(event, run.tools.get(event.tool))
                     if untrusted:
                         facts.tainted[event.tool] = None
                     facts.sources.add(index, event.seq, event.tool, trusted=not untrusted)

@@ -507,6 +507,7 @@ class ToolCalls(RunBase[OutputT]):
             error_type=error_type,
             duration_s=duration,
             synthetic=synthetic,
+            untrusted=result.untrusted,
         )
 
     def _record_planned(self, item: Planned, planned: list[Planned]) -> None:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
+import inspect
 import os
 import re
 import secrets
 import stat
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ParamSpec
 
@@ -55,6 +56,8 @@ class _Roots:
     """Roots by name (``""`` for the single unnamed root)."""
     follow: bool
     """Whether symlinks are followed (within the root)."""
+    trusted: frozenset[str] = frozenset()
+    """Names of the roots whose files the user or the developer wrote (``file_tools``)."""
 
     @property
     def named(self) -> bool:
@@ -74,6 +77,27 @@ class _Roots:
                 f"start it with one of {names}, e.g. '{min(self.roots)}/file.txt'"
             )
         return self.roots[parts[0]], parts[1:], shown
+
+
+def _vouched(roots: _Roots, func: Callable[_P, ToolResult]) -> Callable[_P, ToolResult]:
+    """``func``, whose results say they are trusted when its ``path`` lies in a trusted root.
+
+    ``path`` ``"."`` (every root) is trusted only if every root is.
+    """
+    if not roots.trusted:
+        return func
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def vouched(*args: _P.args, **kwargs: _P.kwargs) -> ToolResult:
+        result = func(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        parts = split_path(str(bound.arguments["path"]))
+        names = set(roots.roots) if not parts else {parts[0]}
+        return replace(result, untrusted=False) if names <= roots.trusted else result
+
+    return vouched
 
 
 def _roots(root: str | Path | Mapping[str, str | Path], follow: bool) -> _Roots:
@@ -224,7 +248,7 @@ def _make_read(roots: _Roots, max_bytes: int) -> Tool:
         return ToolResult.text(f"{text}\n{note}" if note else text, structured=meta)
 
     return tool(name="read_file", read_only=True, idempotent=True, open_world=False)(
-        _os_errors(read_file)
+        _vouched(roots, _os_errors(read_file))
     )
 
 
@@ -373,7 +397,7 @@ def _make_list(roots: _Roots, max_entries: int) -> Tool:
         return ToolResult.text(text, structured={"entries": entries, "truncated": more})
 
     return tool(name="list_files", read_only=True, idempotent=True, open_world=False)(
-        _os_errors(list_files)
+        _vouched(roots, _os_errors(list_files))
     )
 
 
@@ -477,7 +501,7 @@ def _make_search(roots: _Roots, max_matches: int, max_bytes: int) -> Tool:
         )
 
     return tool(name="search_files", read_only=True, idempotent=True, open_world=False)(
-        _os_errors(search_files)
+        _vouched(roots, _os_errors(search_files))
     )
 
 
@@ -489,7 +513,7 @@ def file_tools(
     max_list_entries: int = 1000,
     max_search_matches: int = 200,
     follow_symlinks: bool = False,
-    trusted: bool = False,
+    trusted: bool | Collection[str] = False,
 ) -> list[Tool]:
     """``read_file``, ``write_file``, ``list_files`` and ``search_files``, confined to a root.
 
@@ -505,7 +529,9 @@ def file_tools(
         trusted: The files under the roots were written by the user or the developer, so
             what ``read_file``, ``list_files`` and ``search_files`` return is trusted. By
             default it is untrusted output (a file someone else wrote can carry
-            instructions), which the policy's data-flow rule tracks.
+            instructions), which the policy's data-flow rule tracks. With several roots,
+            the names of the trusted ones: a result from those says so (per call), the
+            others' stay untrusted (``downloads`` beside ``notes``).
 
     Raises:
         ConfigError: a root is not an existing directory, or a limit is not positive.
@@ -520,7 +546,21 @@ def file_tools(
         if type(value) is not int or value < 1:
             raise ConfigError(f"file_tools: {name} must be a positive integer, not {value!r}")
     roots = _roots(root, follow_symlinks)
-    untrusted = not trusted
+    if not isinstance(trusted, bool):
+        names = frozenset(trusted)
+        if not roots.named:
+            raise ConfigError(
+                "file_tools: with one root, trusted is True or False; to trust some files "
+                "and not others, name the roots (root={'notes': ..., 'downloads': ...}) and "
+                "list the trusted ones (trusted=['notes'])"
+            )
+        if unknown := names - set(roots.roots):
+            raise ConfigError(
+                f"file_tools: trusted names {sorted(unknown)} that are not roots; the roots "
+                f"are {sorted(roots.roots)}"
+            )
+        roots = replace(roots, trusted=names)
+    untrusted = trusted is not True
     return [
         builtin(_make_read(roots, max_read_bytes), untrusted_output=untrusted),
         builtin(_make_write(roots, max_write_bytes)),
