@@ -11,7 +11,7 @@ import pytest
 
 from tether import Agent, Event, ModelRequest, Tool, tool
 from tether.codec import compute_hash, read_jsonl, verify_chain, write_jsonl
-from tether.content import TextBlock, content_text
+from tether.content import TextBlock, ToolResult, content_text
 from tether.errors import BrokenChain, ConfigError, ModelError, ReplayDivergence, UserError
 from tether.events import (
     GENESIS_HASH,
@@ -131,6 +131,25 @@ async def test_a_recorded_run_replays_ok(tmp_path: Path) -> None:
     assert replayed_final.output == "5"
     assert replayed_final.run_id != events[0].run_id
     verify_chain(report.replayed)
+
+
+@tool(read_only=True, open_world=False)
+def shared_note() -> ToolResult:
+    """A note someone else wrote."""
+    return ToolResult.text("hello", untrusted=True)
+
+
+async def test_what_a_result_said_of_its_trust_replays(tmp_path: Path) -> None:
+    agent = Agent(name="reader", tools=[shared_note], backoff=NO_WAIT)
+    events = await record(agent, ScriptedModel([call("shared_note"), finish("hi")]), tmp_path)
+    [note] = [e for e in events if isinstance(e, ToolCallFinished) and e.tool == "shared_note"]
+    assert note.untrusted is True
+
+    report = await replay(events, agent=agent)
+
+    assert report.ok, report.divergence
+    [again] = [e for e in report.replayed if isinstance(e, ToolCallFinished) and e.untrusted]
+    assert again.tool == "shared_note"
 
 
 async def test_parallel_calls_and_a_retried_model_failure_replay_ok(tmp_path: Path) -> None:

@@ -127,7 +127,10 @@ class _RecordedTools:
             self.divergence = self.divergence or message
             return ToolResult.error(f"replay divergence: {message}"), "replay_divergence"
         result = ToolResult(
-            content=recorded.content, structured=recorded.structured, is_error=recorded.is_error
+            content=recorded.content,
+            structured=recorded.structured,
+            is_error=recorded.is_error,
+            untrusted=recorded.untrusted,
         )
         return result, recorded.error_type
 

@@ -6,11 +6,14 @@ from dataclasses import replace
 
 from tests.support import SENT, send_money
 from tether import Agent, ToolResult, tool
+from tether.content import content_text
 from tether.events import ToolCallFinished
+from tether.messages import ToolCall
 from tether.outcome import RunOutcome
 from tether.policy import RulePolicy, Rules, Trust
+from tether.policy.base import PolicyContext
 from tether.testing import ScriptedModel, call, finish
-from tether.tools.base import ToolAnnotations
+from tether.tools.base import ToolAnnotations, ToolDefinition
 
 EVIL = "GB33BUKB20201555555555"
 
@@ -92,3 +95,22 @@ async def test_a_result_cannot_vouch_for_itself_against_the_developer_or_from_ou
     assert finished(from_outside, "mailbox").untrusted is False  # what it claimed is logged
     assert from_outside.status == "waiting_for_approval"  # and not believed
     assert SENT == []
+
+
+class Rewriting(RulePolicy):
+    """Replaces every result of ``notes`` with a summary of its own."""
+
+    def check_result(
+        self, call: ToolCall, tool: ToolDefinition, result: ToolResult, run: PolicyContext
+    ) -> ToolResult | None:
+        return ToolResult.text(f"summary: {content_text(result.content)}")
+
+
+async def test_a_policy_that_rewrites_a_result_keeps_its_taint() -> None:
+    outcome = await run(
+        call("notes", source="shared"), call("send_money", iban=EVIL), policy=Rewriting()
+    )
+    note = finished(outcome, "notes")
+    assert content_text(note.content).startswith("summary:")
+    assert note.untrusted is True
+    assert outcome.status == "waiting_for_approval"

@@ -275,6 +275,8 @@ class ToolCalls(RunBase[OutputT]):
             ), "filtered"
         if replacement is None:
             return result, error_type
+        if result.untrusted is True and replacement.untrusted is None:
+            replacement = replace(replacement, untrusted=True)  # what it said of itself stays
         # a result the policy withheld is "filtered"; a trimmed one keeps its own error type
         withheld = replacement.is_error and not result.is_error
         return replacement, ("filtered" if withheld else error_type)
