@@ -36,13 +36,13 @@ from tether.policy.base import Policy
 from tether.policy.redaction import Redactor
 from tether.run.base import Cancelled, OutputT, Retry, Stop, ToolRunner
 from tether.run.endings import Endings
+from tether.run.interrupts import Interrupts
 from tether.run.journal import EventSink, Journal, StoreSink
 from tether.run.loopmonitor import Call, monitor
 from tether.run.modelstep import ModelStep
 from tether.run.recovery import Recovery
 from tether.run.toolcalls import ToolCalls
 from tether.run.toolexec import run_tool, tool_error
-from tether.run.watchdog import Watchdog
 from tether.state import StateBuilder
 from tether.stores.base import Lease, RunStore, default_owner
 
@@ -194,11 +194,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
         self._tool_runner = tool_runner
         self._output: OutputT | None = None
         self._outcome: RunOutcome[OutputT] | None = None
-        self._cancel_reason: str | None = None
-        self._task: asyncio.Task[Any] | None = None
-        self._interruptible = False
-        self._cancel_requests = 0
-        self._watchdog: Watchdog | None = None
+        self._interrupts = Interrupts()
         self._t0 = 0.0
         self._deadline: float | None = None
         self._monotonic = monotonic_of(clock)
@@ -221,7 +217,6 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
         self._caps = {}
         self._loaded = 0
         self._fatal = None
-        self._interrupted = False
         self._watch = Call(run_id)
         self._answer_redacted = True  # until an answer is recorded: nothing was seen yet
         policy = self._spec.policy
@@ -266,19 +261,9 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """End the run with ``cancelled``; interrupts an in-flight model or tool call."""
-        if self._outcome is not None or self._cancel_reason is not None:
+        if self._outcome is not None or self._interrupts.reason is not None:
             return
-        self._cancel_reason = reason
-        task = self._task
-        current = asyncio.current_task()
-        if (
-            self._interruptible
-            and task is not None
-            and not task.done()
-            and current is not task  # from inside the run: the flag suffices
-        ):
-            self._cancel_requests += 1
-            task.cancel()
+        self._interrupts.request(reason)
 
     async def aclose(self) -> None:
         """Stop early: the run ends ``cancelled`` (call this after breaking out of the loop)."""
@@ -296,8 +281,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
     async def _drive(self) -> AsyncGenerator[list[Event]]:  # noqa: C901 - the loop, top to bottom
         task = asyncio.current_task()
         assert task is not None, "a run must be iterated inside a task"
-        self._task = task
-        self._watchdog = Watchdog(task)
+        self._interrupts.bind(task)
         journal = self._journal
         loop = task.get_loop()
         monitor.watch(loop)
@@ -357,7 +341,7 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
                             planned = self._plan(answer)
                             if batch := journal.take() if fast else await journal.commit():
                                 yield batch
-                            if self._cancel_reason is not None:  # stop before any tool runs
+                            if self._interrupts.reason is not None:  # stop before any tool runs
                                 raise Cancelled
                             if self._runnable <= 1:
                                 await self._execute_inline(planned)
@@ -366,7 +350,9 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
                             else:
                                 async for batch in self._execute_parallel(planned):
                                     yield batch
-                            if self._interrupted:  # Ctrl-C reached a tool: end the run here
+                            if (
+                                self._interrupts.interrupted
+                            ):  # Ctrl-C reached a tool: end the run here
                                 raise Cancelled
                             stop = self._after_turn(planned)
                     if stop is not None:
@@ -414,12 +400,12 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
             if committed:
                 yield committed
             self._finish_outcome()
-            if self._interrupted:  # the run is ended and logged: now Ctrl-C goes on up
+            if self._interrupts.interrupted:  # the run is ended and logged: now Ctrl-C goes on up
                 raise KeyboardInterrupt
         finally:
             monitor.end(task)
             monitor.unwatch(loop)
-            self._watchdog.close()
+            self._interrupts.close()
             await journal.close()
             await self._release()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Generic, Literal
+from typing import TYPE_CHECKING, Any, Generic
 
 import orjson
 from typing_extensions import TypeVar
@@ -33,10 +33,10 @@ from tether.outcome import ErrorInfo, RunOutcome, RunStatus
 from tether.policy.approvals import Approval
 from tether.policy.base import PolicyContext, PolicyDecision
 from tether.policy.redaction import Redactor
+from tether.run.interrupts import Interrupts
 from tether.run.journal import Journal
 from tether.run.loopmonitor import Call
 from tether.run.unfinished import refuse
-from tether.run.watchdog import Watchdog
 from tether.state import StateBuilder
 from tether.stores.base import (
     Lease,
@@ -184,11 +184,7 @@ class RunBase(Generic[OutputT]):
     _tool_runner: ToolRunner
     _output: OutputT | None
     _outcome: RunOutcome[OutputT] | None
-    _cancel_reason: str | None
-    _task: asyncio.Task[Any] | None
-    _interruptible: bool
-    _cancel_requests: int
-    _watchdog: Watchdog | None
+    _interrupts: Interrupts
     _t0: float
     _deadline: float | None
     _monotonic: Callable[[], float]
@@ -203,7 +199,6 @@ class RunBase(Generic[OutputT]):
     _resume: bool
     _existing: bool
     _fatal: ErrorInfo | None
-    _interrupted: bool
     _watch: Call
     _answer_redacted: bool
     _answer: str | None
@@ -328,32 +323,5 @@ class RunBase(Generic[OutputT]):
         return None if deadline is None else max(0.0, deadline - self._monotonic())
 
     def _check_cancel(self) -> None:
-        if self._cancel_reason is not None:
+        if self._interrupts.reason is not None:
             raise Cancelled
-
-    def _settle(self) -> Literal["timeout", "cancel", "tool", "external"]:
-        """Classify a CancelledError just raised by one of the run's awaits.
-
-        ``timeout``: the watchdog's deadline; ``cancel``: ``cancel()``; both are withdrawn
-        from the task. ``tool``: nobody cancelled the task: the awaited code raised it itself.
-        ``external``: the task's owner cancelled it (perhaps as well): it must propagate,
-        the rule ``asyncio.timeout`` follows.
-        """
-        task = self._task
-        watchdog = self._watchdog
-        assert task is not None
-        assert watchdog is not None
-        own = self._cancel_requests + (1 if watchdog.expired else 0)
-        pending = task.cancelling()
-        if pending == 0:
-            return "tool"
-        for _ in range(min(own, pending)):  # withdraw ours, so an outer timeout counts right
-            task.uncancel()
-        self._cancel_requests = 0
-        expired = watchdog.expired
-        watchdog.expired = False
-        if own == 0 or pending > own:
-            return "external"
-        if self._cancel_reason is not None:
-            return "cancel"
-        return "timeout" if expired else "external"

@@ -165,7 +165,7 @@ class Endings(RunBase[OutputT]):
                 self._end_unstored(exc)
                 return
         if status == "cancelled":
-            self._cancel_reason = self._cancel_reason or reason
+            self._interrupts.reason = self._interrupts.reason or reason
             self._record_cancel()
         else:
             self._close_pending(f"not executed: the run failed ({reason})", "run_ended")
@@ -211,7 +211,7 @@ class Endings(RunBase[OutputT]):
                 f"`tether resume {self.run_id}` once the store works again (what was running "
                 "is then treated as after a crash)"
             )
-        self._cancel_reason = None
+        self._interrupts.reason = None
         st = self._state
         self._add(
             RunFinished,
@@ -251,7 +251,7 @@ class Endings(RunBase[OutputT]):
     def _record_cancel(self) -> None:
         if self._state.finished is not None:
             return
-        reason = self._cancel_reason or "cancelled"
+        reason = self._interrupts.reason or "cancelled"
         self._close_pending(
             f"not executed: {reason}", "cancelled", interrupted=f"interrupted: {reason}"
         )

@@ -150,14 +150,12 @@ class ModelStep(RunBase[OutputT]):
 
     async def _bounded(self, awaitable: Awaitable[T], timeout: float | None) -> T:
         """Await on the run's task, interruptible by ``cancel()``; past ``timeout``: TimeoutError."""
-        watchdog = self._watchdog
-        assert watchdog is not None
-        watchdog.arm(timeout)
-        self._interruptible = True
+        interrupts = self._interrupts
+        interrupts.begin(timeout)
         try:
             return await awaitable
         except asyncio.CancelledError as exc:
-            match self._settle():
+            match interrupts.settle():
                 case "timeout":
                     raise TimeoutError from None
                 case "cancel":
@@ -167,30 +165,28 @@ class ModelStep(RunBase[OutputT]):
                 case "external":
                     raise
         finally:
-            self._interruptible = False
-            watchdog.disarm()
+            interrupts.end()
 
     async def _ask_model(self, request: ModelRequest) -> ModelResponse | Stop | Retry:
         """One attempt at this turn's model request.
 
         Returns the response (recorded as ``model_responded``), a ``Stop``, or a ``Retry``
         with the back-off before the next attempt (the failure is recorded as ``model_failed``).
-        The await is bounded by the watchdog here rather than through ``_bounded``: this is
-        the one await of a step that suspends, and every frame on it is paid twice.
+        The await is bracketed here (``Interrupts.begin``/``end``) rather than through
+        ``_bounded``: this is the one await of a step that suspends, and every frame on it
+        is paid twice.
         """
         step = self._state.steps + 1
         t0 = self._monotonic()
         model = self._model
         if model.real:
             check_model_requests_allowed(model)
-        watchdog = self._watchdog
-        assert watchdog is not None
-        watchdog.arm(self._model_timeout(request, now=t0, final=False))
-        self._interruptible = True
+        interrupts = self._interrupts
+        interrupts.begin(self._model_timeout(request, now=t0, final=False))
         try:
             response = await model.request(request)
         except asyncio.CancelledError as exc:
-            match self._settle():
+            match interrupts.settle():
                 case "timeout":
                     return self._model_failed(TimeoutError(), step)
                 case "cancel":
@@ -202,14 +198,12 @@ class ModelStep(RunBase[OutputT]):
         except UserError:
             raise
         except KeyboardInterrupt:  # Ctrl-C reached the model call: cancel the run, logged
-            self._cancel_reason = "interrupted by KeyboardInterrupt during the model request"
-            self._interrupted = True
+            interrupts.interrupt("interrupted by KeyboardInterrupt during the model request")
             raise Cancelled from None
         except (Exception, SystemExit) as exc:
             return self._model_failed(exc, step)
         finally:
-            self._interruptible = False
-            watchdog.disarm()
+            interrupts.end()
         if not isinstance(response, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance] - adapters are user code
             return self._model_failed(
                 TypeError(f"the model returned {type(response).__name__}, not a ModelResponse"),
@@ -220,12 +214,12 @@ class ModelStep(RunBase[OutputT]):
     async def _sleep(self, seconds: float) -> None:
         if seconds <= 0:
             return
-        self._interruptible = True
+        self._interrupts.interruptible = True
         try:
             await asyncio.sleep(seconds)
         except asyncio.CancelledError:
-            if self._settle() == "cancel":
+            if self._interrupts.settle() == "cancel":
                 raise Cancelled from None
             raise
         finally:
-            self._interruptible = False
+            self._interrupts.interruptible = False

@@ -303,17 +303,17 @@ class ToolCalls(RunBase[OutputT]):
             for item in planned:
                 task = tasks.get(id(item))
                 if task is not None:
-                    self._interruptible = True
+                    self._interrupts.interruptible = True
                     try:
                         result, error_type, duration = await task
                     except asyncio.CancelledError:
-                        how = self._settle()
+                        how = self._interrupts.settle()
                         self._record_done_siblings(planned, tasks)
                         if how == "cancel":
                             raise Cancelled from None
                         raise
                     finally:
-                        self._interruptible = False
+                        self._interrupts.interruptible = False
                     self._record_result(item, result, error_type, duration)
                 else:
                     self._record_planned(item, planned)
@@ -385,8 +385,7 @@ class ToolCalls(RunBase[OutputT]):
             result, error_type = self._blocked(tool, blocked, timeout)
         self._in_flight.discard(item.call.id)
         if error_type == INTERRUPTED:  # Ctrl-C reached the tool: the run is cancelled
-            self._cancel_reason = f"interrupted by KeyboardInterrupt in tool {tool.name!r}"
-            self._interrupted = True
+            self._interrupts.interrupt(f"interrupted by KeyboardInterrupt in tool {tool.name!r}")
         if self._checks_results and error_type not in (ABANDONED, "loop_blocked"):
             result, error_type = self._checked(item, result, error_type)
         return result, error_type, self._monotonic() - t0
@@ -402,26 +401,23 @@ class ToolCalls(RunBase[OutputT]):
 
         Returns its result, its error type, and when it was seen blocking the event loop.
         """
-        watchdog = self._watchdog
-        assert watchdog is not None
+        interrupts = self._interrupts
         watch = self._watch
         watch.calling(tool.name, timeout)
-        drive = Drive(work, self._ours, tool, self.run_id)
-        watchdog.arm(timeout)  # also bounds the wait for a concurrency slot
-        self._interruptible = True
+        drive = Drive(work, interrupts.ours, tool, self.run_id)
+        interrupts.begin(timeout)  # also bounds the wait for a concurrency slot
         how = None
         result: ToolResult | None = None
         error_type: str | None = None
         try:
             result, error_type = await drive
         except asyncio.CancelledError:
-            how = self._settle()
+            how = interrupts.settle()
         finally:
-            self._interruptible = False
-            watchdog.disarm()
+            interrupts.end()
         blocked = watch.done()
         if how is None and drive.swallowed:
-            how = self._settle()  # it did not follow our cancellation: withdraw it
+            how = interrupts.settle()  # it did not follow our cancellation: withdraw it
         match how:
             case None:
                 assert result is not None
@@ -440,11 +436,6 @@ class ToolCalls(RunBase[OutputT]):
                 if turn is not None and not turn.started:
                     return no_turn(tool, timeout), "timeout", blocked
                 return timed_out(tool.name, timeout), "timeout", blocked
-
-    def _ours(self) -> bool:
-        """Whether a cancellation reaching a tool now comes from the run (timeout, cancel)."""
-        watchdog = self._watchdog
-        return self._cancel_requests > 0 or (watchdog is not None and watchdog.expired)
 
     async def _call(
         self,

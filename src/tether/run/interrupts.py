@@ -1,0 +1,119 @@
+"""How a run's awaits are interrupted: its deadlines, ``cancel()``, and Ctrl-C.
+
+One ``Interrupts`` per run holds everything the parts of a run share about stopping an
+await: the run's task and its watchdog (one timer for the deadline of the await in flight),
+whether an await may be interrupted now, the cancellations the run itself asked for, and
+why the run is being cancelled. ``settle`` classifies a ``CancelledError`` that reached
+one of the run's awaits; ``begin`` and ``end`` bracket every such await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from tether.run.watchdog import Watchdog
+
+__all__ = ["Interrupts", "Settled"]
+
+Settled = Literal["timeout", "cancel", "tool", "external"]
+"""What a ``CancelledError`` at one of the run's awaits was (see ``Interrupts.settle``)."""
+
+
+class Interrupts:
+    """The run's interruption state (see the module docstring)."""
+
+    __slots__ = ("interrupted", "interruptible", "reason", "requests", "task", "watchdog")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[Any] | None = None
+        """The task driving the run (set by ``bind``)."""
+        self.watchdog: Watchdog | None = None
+        """The deadline of the await in flight (set by ``bind``)."""
+        self.interruptible = False
+        """Whether an await is in flight that ``cancel()`` may interrupt."""
+        self.requests = 0
+        """Cancellations of the task that ``cancel()`` made and nobody has settled yet."""
+        self.reason: str | None = None
+        """Why the run is being cancelled (``None``: it is not)."""
+        self.interrupted = False
+        """Ctrl-C reached the run: it ends ``cancelled``, then ``KeyboardInterrupt`` goes on."""
+
+    def bind(self, task: asyncio.Task[Any]) -> Watchdog:
+        """The run starts on ``task``; its watchdog."""
+        self.task = task
+        watchdog = self.watchdog = Watchdog(task)
+        return watchdog
+
+    def close(self) -> None:
+        """The run is over: drop the watchdog's timer."""
+        if self.watchdog is not None:
+            self.watchdog.close()
+
+    def begin(self, timeout: float | None) -> None:
+        """An interruptible await starts, bounded to ``timeout`` seconds (``None``: not)."""
+        watchdog = self.watchdog
+        assert watchdog is not None
+        watchdog.arm(timeout)
+        self.interruptible = True
+
+    def end(self) -> None:
+        """The await is over."""
+        self.interruptible = False
+        watchdog = self.watchdog
+        if watchdog is not None:
+            watchdog.disarm()
+
+    def request(self, reason: str) -> None:
+        """``cancel()``: remember why, and interrupt the await in flight if there is one.
+
+        From inside the run (a tool cancelling its own run) the reason suffices: the run
+        checks it before its next step.
+        """
+        self.reason = reason
+        task = self.task
+        if (
+            self.interruptible
+            and task is not None
+            and not task.done()
+            and asyncio.current_task() is not task
+        ):
+            self.requests += 1
+            task.cancel()
+
+    def interrupt(self, reason: str) -> None:
+        """Ctrl-C reached the run (``KeyboardInterrupt`` in the model call or a tool)."""
+        self.reason = reason
+        self.interrupted = True
+
+    def ours(self) -> bool:
+        """Whether a cancellation reaching a tool now comes from the run (timeout, cancel)."""
+        watchdog = self.watchdog
+        return self.requests > 0 or (watchdog is not None and watchdog.expired)
+
+    def settle(self) -> Settled:
+        """Classify a ``CancelledError`` just raised by one of the run's awaits.
+
+        ``timeout``: the watchdog's deadline; ``cancel``: ``cancel()``; both are withdrawn
+        from the task. ``tool``: nobody cancelled the task: the awaited code raised it itself.
+        ``external``: the task's owner cancelled it (perhaps as well): it must propagate,
+        the rule ``asyncio.timeout`` follows.
+        """
+        task = self.task
+        watchdog = self.watchdog
+        assert task is not None
+        assert watchdog is not None
+        own = self.requests + (1 if watchdog.expired else 0)
+        pending = task.cancelling()
+        if pending == 0:
+            return "tool"
+        for _ in range(min(own, pending)):  # withdraw ours, so an outer timeout counts right
+            task.uncancel()
+        self.requests = 0
+        expired = watchdog.expired
+        watchdog.expired = False
+        if own == 0 or pending > own:
+            return "external"
+        if self.reason is not None:
+            return "cancel"
+        return "timeout" if expired else "external"
