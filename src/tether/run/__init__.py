@@ -6,7 +6,9 @@
   their results, and running one call whatever the tool does;
 - ``approving``, ``endings``, ``recovery``: approvals, ending a run, continuing a stored one;
 - ``journal``: the append side of the log (seq, time, hash chain, commits to the sinks);
-- ``watchdog``, ``loopmonitor``: the run's deadline, and a blocked event loop seen from outside;
+- ``interrupts``: how the run's awaits are interrupted (deadlines, ``cancel()``, Ctrl-C);
+- ``watchdog``, ``loopmonitor``: the run's deadline timer, and a blocked event loop seen
+  from outside;
 - ``unfinished``, ``vault``: calls a stop left without a result, and arguments kept out of
   the log while they wait for approval.
 
