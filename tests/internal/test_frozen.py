@@ -16,6 +16,7 @@ from tether.codec import decode_event, encode_event, seal
 from tether.events import GENESIS_HASH, ToolCallFinished
 from tether.limits import Limits
 from tether.messages import ToolCall
+from tether.policy.rules import Rule
 from tether.usage import Usage
 
 
@@ -233,13 +234,16 @@ def test_the_rule_classes_extend_as_stdlib_frozen_dataclasses_do() -> None:
         _Sub().b = 3  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue]
 
 
+class _ExtraRule(Rule):
+    """A rule whose ``__post_init__`` sets an attribute that is not a field."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "extra", 42)
+
+
 def test_a_subclass_keeps_what_its_post_init_adds_through_copy_and_pickle() -> None:
-    from tether.policy.rules import Rule
-
-    class Extra(Rule):
-        def __post_init__(self) -> None:
-            super().__post_init__()
-            object.__setattr__(self, "extra", 42)
-
-    rule = Extra(decision="allow")
-    assert getattr(copy.copy(rule), "extra") == 42  # noqa: B009 - set outside the fields
+    rule = _ExtraRule(decision="allow")
+    for again in (copy.copy(rule), copy.deepcopy(rule), pickle.loads(pickle.dumps(rule))):
+        assert again == rule
+        assert getattr(again, "extra") == 42  # noqa: B009 - set outside the fields
