@@ -8,50 +8,44 @@ stop on ``finish_task``, a question for the user, pending approvals, or a limit.
 Every exit is a ``run_finished`` event; nothing in the limit, cancel or failure paths raises
 out of the run. The history sent to the model is always protocol-valid: every tool call the
 model made gets exactly one result, synthetic when the tool did not run.
+
+``AgentRun`` drives the turn; the work is done by collaborators over one shared
+``RunContext`` (``tether.run.context``): the model step, the tool stage, approvals, endings
+and recovery.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 import orjson
 from typing_extensions import TypeVar
 
-from tether._internal.clock import Clock, monotonic_of
+from tether._internal.clock import Clock
 from tether.errors import RunExists, RunNotFound, StoreError, UserError
-from tether.events import (
-    BudgetWarning,
-    Event,
-    RunStarted,
-)
-from tether.models.base import (
-    Model,
-    check_model_requests_allowed,
-)
+from tether.events import BudgetWarning, Event, RunStarted
+from tether.models.base import Model, check_model_requests_allowed
 from tether.outcome import RunOutcome
 from tether.policy.approvals import Approval
-from tether.policy.base import Policy
 from tether.policy.redaction import Redactor
+from tether.run.approving import Approving
 from tether.run.base import Cancelled, OutputT, Retry, Stop, ToolRunner
+from tether.run.context import RunContext
 from tether.run.endings import Endings
-from tether.run.interrupts import Interrupts
-from tether.run.journal import EventSink, Journal, StoreSink
-from tether.run.loopmonitor import Call, monitor
+from tether.run.journal import EventSink, StoreSink
+from tether.run.loopmonitor import monitor
 from tether.run.modelstep import ModelStep
 from tether.run.recovery import Recovery
-from tether.run.toolcalls import ToolCalls
+from tether.run.toolcalls import ToolStage
 from tether.run.toolexec import run_tool, tool_error
-from tether.state import StateBuilder
-from tether.stores.base import Lease, RunStore, default_owner
+from tether.stores.base import RunStore, default_owner
 
 if TYPE_CHECKING:
     from tether.spec import AgentSpec
 
 __all__ = ["AgentRun", "ToolRunner", "run_tool", "tool_error"]
-
-T = TypeVar("T")
 
 _WARN_AT = 0.8
 
@@ -78,7 +72,7 @@ def _spec_seen(spec: AgentSpec[Any], redactor: Redactor | None, model: str) -> b
     return clean
 
 
-class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelStep[OutputT]):
+class AgentRun(Generic[OutputT]):
     """One run of an agent: iterate it for the events, then read ``outcome``.
 
     ``async for event in run`` drives the run; each event is yielded after it is committed.
@@ -110,19 +104,21 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
         that id is continued from its log, or its stored outcome returned, instead.
         """
         return AgentRun(
-            spec,
-            goal,
-            run_id=run_id,
-            model=model,
-            clock=clock,
-            sinks=sinks,
-            agent_ref=agent_ref,
-            tags=tags,
-            parent_run_id=parent_run_id,
-            tool_runner=tool_runner,
-            store=store,
-            existing=existing,
-            max_recoveries=max_recoveries,
+            RunContext(
+                spec,
+                goal,
+                run_id=run_id,
+                model=model,
+                clock=clock,
+                sinks=sinks,
+                agent_ref=agent_ref,
+                tags=tags,
+                parent_run_id=parent_run_id,
+                tool_runner=tool_runner,
+                store=store,
+                existing=existing,
+                max_recoveries=max_recoveries,
+            )
         )
 
     @staticmethod
@@ -144,83 +140,33 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
         waiting for approvals gets ``approvals``.
         """
         return AgentRun(
-            spec,
-            "",
-            run_id=run_id,
-            model=model,
-            clock=clock,
-            tool_runner=tool_runner,
-            store=store,
-            resume=True,
-            answer=answer,
-            approvals=approvals,
-            max_recoveries=max_recoveries,
+            RunContext(
+                spec,
+                "",
+                run_id=run_id,
+                model=model,
+                clock=clock,
+                tool_runner=tool_runner,
+                store=store,
+                resume=True,
+                answer=answer,
+                approvals=approvals,
+                max_recoveries=max_recoveries,
+            )
         )
 
-    def __init__(
-        self,
-        spec: AgentSpec[OutputT],
-        goal: str,
-        *,
-        run_id: str,
-        model: Model,
-        clock: Clock,
-        sinks: Sequence[EventSink] = (),
-        agent_ref: str | None = None,
-        tags: Sequence[str] = (),
-        parent_run_id: str | None = None,
-        tool_runner: ToolRunner = run_tool,
-        store: RunStore | None = None,
-        owner: str | None = None,
-        resume: bool = False,
-        existing: bool = False,
-        answer: str | None = None,
-        approvals: Sequence[Approval] = (),
-        max_recoveries: int = 3,
-    ) -> None:
-        self.run_id = run_id
-        self.goal = goal
-        self._spec = spec
-        self._model = model
-        self._clock = clock
-        self._state = StateBuilder()
-        self._journal = Journal(
-            run_id, clock=clock, sinks=sinks, on_event=self._state.apply, redactor=spec.redactor
-        )
-        self._add = self._journal.add
-        self._agent_ref = agent_ref
-        self._tags = tuple(tags)
-        self._parent_run_id = parent_run_id
-        self._tool_runner = tool_runner
-        self._output: OutputT | None = None
-        self._outcome: RunOutcome[OutputT] | None = None
-        self._interrupts = Interrupts()
-        self._t0 = 0.0
-        self._deadline: float | None = None
-        self._monotonic = monotonic_of(clock)
-        self._warned_steps = False
-        self._warn_steps_at = _WARN_AT * self._spec.limits.max_steps
-        self._runnable = 0
-        self._in_flight: set[str] = set()
-        self._basis = ""
-        self._prefix: tuple[object, str, Any] = (None, "", None)
-        self._store = store
-        self._owner = owner or ""  # decided when a lease is taken (syscalls: not per run)
-        self._lease: Lease | None = None
-        self._resume = resume
-        self._existing = existing
-        self._answer = answer
-        self._max_recoveries = max_recoveries
-        self._policy_run = None
-        self._approvals = tuple(approvals)
-        self._decided = None
-        self._caps = {}
-        self._loaded = 0
-        self._fatal = None
-        self._watch = Call(run_id)
-        self._answer_redacted = True  # until an answer is recorded: nothing was seen yet
-        policy = self._spec.policy
-        self._checks_results = type(policy).check_result is not Policy.check_result
+    def __init__(self, ctx: RunContext[OutputT]) -> None:
+        """The run of ``ctx`` (use ``start`` or ``resuming``)."""
+        self._ctx = ctx
+        self.run_id = ctx.run_id
+        self.goal = ctx.goal
+        self._journal = ctx.journal
+        self._step = ModelStep(ctx)
+        self._tools = ToolStage(ctx)
+        self._approving = Approving(ctx, self._tools)
+        self._endings = Endings(ctx, self._step)
+        self._recovery = Recovery(ctx, self._tools, self._approving)
+        self._warn_steps_at = _WARN_AT * ctx.spec.limits.max_steps
         self._gen = self._drive()
 
     # -- public surface ------------------------------------------------------------------
@@ -250,20 +196,20 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
     @property
     def done(self) -> bool:
         """Whether the run has ended (its outcome is available)."""
-        return self._outcome is not None
+        return self._ctx.outcome is not None
 
     @property
     def outcome(self) -> RunOutcome[OutputT]:
         """The run's outcome; available once iteration has ended."""
-        if self._outcome is None:
+        if self._ctx.outcome is None:
             raise RuntimeError("the run has not ended: iterate it to the end first")
-        return self._outcome
+        return self._ctx.outcome
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """End the run with ``cancelled``; interrupts an in-flight model or tool call."""
-        if self._outcome is not None or self._interrupts.reason is not None:
+        if self._ctx.outcome is not None or self._ctx.interrupts.reason is not None:
             return
-        self._interrupts.request(reason)
+        self._ctx.interrupts.request(reason)
 
     async def aclose(self) -> None:
         """Stop early: the run ends ``cancelled`` (call this after breaking out of the loop)."""
@@ -281,133 +227,130 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
     async def _drive(self) -> AsyncGenerator[list[Event]]:  # noqa: C901 - the loop, top to bottom
         task = asyncio.current_task()
         assert task is not None, "a run must be iterated inside a task"
-        self._interrupts.bind(task)
-        journal = self._journal
+        ctx, journal, interrupts = self._ctx, self._journal, self._ctx.interrupts
+        step, tools, endings, approving = self._step, self._tools, self._endings, self._approving
+        interrupts.bind(task)
         loop = task.get_loop()
         monitor.watch(loop)
-        monitor.begin(task, self._watch)
+        monitor.begin(task, ctx.watch)
         try:
             try:
                 stop: Stop | None = None
-                if self._model.real:  # what can fail is checked before anything is stored
-                    check_model_requests_allowed(self._model)
-                if self._store is not None:
+                if ctx.model.real:  # what can fail is checked before anything is stored
+                    check_model_requests_allowed(ctx.model)
+                if ctx.store is not None:
                     # The lease first: it fences off any other process from this run's log.
-                    self._owner = self._owner or default_owner()
-                    fresh = not self._resume and not self._existing  # an id made up here
-                    self._lease = await self._store.acquire(self.run_id, self._owner, fresh=fresh)
-                    if self._resume:
-                        journal.load(await self._store.read(self.run_id))
-                    elif self._existing:  # started under this id before: continue that run
-                        self._resume = await self._load_existing()
+                    ctx.owner = ctx.owner or default_owner()
+                    fresh = not ctx.resume and not ctx.existing  # an id made up here
+                    ctx.lease = await ctx.store.acquire(self.run_id, ctx.owner, fresh=fresh)
+                    if ctx.resume:
+                        journal.load(await ctx.store.read(self.run_id))
+                    elif ctx.existing:  # started under this id before: continue that run
+                        ctx.resume = await self._load_existing()
                     # the store is the commit point: no other sink gets what it refused
-                    journal.add_sink(StoreSink(self._store, self.run_id, self._lease), first=True)
+                    journal.add_sink(StoreSink(ctx.store, self.run_id, ctx.lease), first=True)
                     journal.remember = True  # the store then need not hash them again
-                self._loaded = journal.committed
-                if self._resume and self._existing and self._state.finished is not None:
-                    self._finish_outcome()  # it ended or waits: what it said is the outcome
+                ctx.loaded = journal.committed
+                if ctx.resume and ctx.existing and ctx.state.finished is not None:
+                    endings.finish_outcome()  # it ended or waits: what it said is the outcome
                     return
-                if self._resume:
-                    stop = await self._recover()
-                    if stop is None and self._state.finished is not None:
-                        self._finish_outcome()  # it had ended already: nothing to do
+                if ctx.resume:
+                    stop = await self._recovery.recover()
+                    if stop is None and ctx.state.finished is not None:
+                        endings.finish_outcome()  # it had ended already: nothing to do
                         return
                 else:
                     self._start()
                 if batch := await journal.commit():
                     yield batch
-                decided = self._decided
+                decided = approving.decided
                 if decided is not None:  # approvals are committed: now act on them
-                    self._decided = None
-                    await self._execute_inline(decided)
+                    approving.decided = None
+                    await tools.execute_inline(decided)
                     if batch := await journal.commit():
                         yield batch
-                    stop = self._after_decided()
+                    stop = approving.after_decided()
                 fast = journal.in_memory  # no sinks: committing is handing events over
                 while True:
                     if stop is None:
                         stop = self._check_limits()
                     if stop is None:
-                        request = self._request()
-                        answer = await self._ask_model(request)
+                        request = step.request()
+                        answer = await step.ask(request)
                         while isinstance(answer, Retry):  # the failure is visible, then back off
                             if batch := await journal.commit():
                                 yield batch
-                            await self._sleep(answer.delay)
-                            answer = await self._ask_model(request)
+                            await step.sleep(answer.delay)
+                            answer = await step.ask(request)
                         if isinstance(answer, Stop):
                             stop = answer
                         else:
-                            planned = self._plan(answer)
+                            planned = tools.plan(answer)
                             if batch := journal.take() if fast else await journal.commit():
                                 yield batch
-                            if self._interrupts.reason is not None:  # stop before any tool runs
+                            if interrupts.reason is not None:  # stop before any tool runs
                                 raise Cancelled
-                            if self._runnable <= 1:
-                                await self._execute_inline(planned)
+                            if tools.runnable <= 1:
+                                await tools.execute_inline(planned)
                                 if batch := journal.take() if fast else await journal.commit():
                                     yield batch
                             else:
-                                async for batch in self._execute_parallel(planned):
+                                async for batch in tools.execute_parallel(planned):
                                     yield batch
-                            if (
-                                self._interrupts.interrupted
-                            ):  # Ctrl-C reached a tool: end the run here
+                            if interrupts.interrupted:  # Ctrl-C reached a tool: end the run here
                                 raise Cancelled
-                            stop = self._after_turn(planned)
+                            stop = tools.after_turn(planned)
                     if stop is not None:
-                        async for batch in self._stop(stop):
+                        async for batch in endings.stop(stop):
                             yield batch
                         return
             except Cancelled:
                 pass
             except asyncio.CancelledError:
                 # The task's owner cancelled it: record that, then let it propagate.
-                await self._end_quietly("cancelled", "the task running the agent was cancelled")
+                await endings.end_quietly("cancelled", "the task running the agent was cancelled")
                 raise
             except GeneratorExit:
                 # The consumer stopped reading (``break``, ``aclose()``): record it, no yield.
-                await self._end_quietly("cancelled", "the consumer stopped reading the run")
+                await endings.end_quietly("cancelled", "the consumer stopped reading the run")
                 raise
             except StoreError as exc:
                 if journal.committed == 0:
                     raise  # nothing of this run was ever stored: there is no run to end
-                if journal.committed == self._loaded and (
-                    self._answer is not None or self._approvals
-                ):
+                if journal.committed == ctx.loaded and (ctx.answer is not None or ctx.approvals):
                     # the answer or the decisions were not stored: the run is as it was, and
                     # the same command (approve, resume --answer) is what to repeat
                     raise
-                self._end_unstored(exc)
+                endings.end_unstored(exc)
                 return
             except UserError as exc:
                 # the calling code must change; a run this process went on with is ended
                 # first, as failed (one it did not touch is left as it was)
-                if journal.committed > self._loaded:
-                    await self._end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)
+                if journal.committed > ctx.loaded:
+                    await endings.end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)
                 raise
             except Exception as exc:  # a bug: end the run as failed rather than vanish
-                await self._end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)
-                if self._outcome is None:
+                await endings.end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)
+                if ctx.outcome is None:
                     raise  # it failed before the run existed: there is nothing to end
                 return
-            self._record_cancel()
+            endings.record_cancel()
             try:
                 committed = await journal.commit()
             except StoreError as exc:
-                self._end_unstored(exc)
+                endings.end_unstored(exc)
                 return
             if committed:
                 yield committed
-            self._finish_outcome()
-            if self._interrupts.interrupted:  # the run is ended and logged: now Ctrl-C goes on up
+            endings.finish_outcome()
+            if interrupts.interrupted:  # the run is ended and logged: now Ctrl-C goes on up
                 raise KeyboardInterrupt
         finally:
             monitor.end(task)
             monitor.unwatch(loop)
-            self._interrupts.close()
+            interrupts.close()
             await journal.close()
-            await self._release()
+            await endings.release()
 
     async def _load_existing(self) -> bool:
         """Load the run stored under this id, if any (the caller named the id: it may exist).
@@ -415,15 +358,15 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
         Raises:
             RunExists: a run with another goal or agent is stored under the id.
         """
-        assert self._store is not None
+        assert self._ctx.store is not None
         try:
-            stored = await self._store.read(self.run_id)
+            stored = await self._ctx.store.read(self.run_id)
         except RunNotFound:
             return False
         started = stored[0]
         if not isinstance(started, RunStarted) or (started.goal, started.agent) != (
             self.goal,
-            self._spec.name,
+            self._ctx.spec.name,
         ):
             what = (
                 f"agent {started.agent!r} with the goal {started.goal!r}"
@@ -439,40 +382,40 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
         return True
 
     def _start(self) -> None:
-        spec = self._spec
-        self._t0 = self._monotonic()
+        spec = self._ctx.spec
+        self._ctx.t0 = self._ctx.monotonic()
         if spec.limits.max_seconds is not None:
-            self._deadline = self._t0 + spec.limits.max_seconds
+            self._ctx.deadline = self._ctx.t0 + spec.limits.max_seconds
         journal = self._journal
         # what the agent's spec puts in run_started is probed once per spec, not every run
-        seen = _spec_seen(spec, journal.redactor, self._model.name) and journal.seen(
-            self.goal, self._agent_ref or "", self._parent_run_id or "", *self._tags
+        seen = _spec_seen(spec, journal.redactor, self._ctx.model.name) and journal.seen(
+            self.goal, self._ctx.agent_ref or "", self._ctx.parent_run_id or "", *self._ctx.tags
         )
         (journal.add_seen if seen else journal.add)(
             RunStarted,
             goal=self.goal,
             agent=spec.name,
-            agent_ref=self._agent_ref,
+            agent_ref=self._ctx.agent_ref,
             spec_digest=spec.digest,
             instructions=spec.instructions,
-            model=self._model.name,
+            model=self._ctx.model.name,
             tools=spec.tool_names,
             output_schema=spec.output.schema,
             limits=spec.limits,
-            parent_run_id=self._parent_run_id,
-            tags=self._tags,
+            parent_run_id=self._ctx.parent_run_id,
+            tags=self._ctx.tags,
         )
 
     def _check_limits(self) -> Stop | None:
         """Before a model call: is any limit reached?"""
-        self._check_cancel()
-        limits, st = self._spec.limits, self._state
+        self._ctx.check_cancel()
+        limits, st = self._ctx.spec.limits, self._ctx.state
         if st.retries > limits.max_retries:
             return Stop("budget_exhausted", "max_retries", st.retries, limits.max_retries, True)
-        remaining = self._remaining()
+        remaining = self._ctx.remaining()
         if remaining is not None and remaining <= 0:
             assert limits.max_seconds is not None
-            return Stop("budget_exhausted", "max_seconds", self._elapsed(), limits.max_seconds)
+            return Stop("budget_exhausted", "max_seconds", self._ctx.elapsed(), limits.max_seconds)
         if limits.max_tokens is not None:
             tokens = st.input_tokens + st.output_tokens
             if tokens >= limits.max_tokens:
@@ -481,9 +424,9 @@ class AgentRun(Recovery[OutputT], Endings[OutputT], ToolCalls[OutputT], ModelSte
             return Stop("budget_exhausted", "max_cost", st.cost, limits.max_cost)
         if st.steps >= limits.max_steps:
             return Stop("budget_exhausted", "max_steps", st.steps, limits.max_steps, True)
-        if st.steps + 1 >= self._warn_steps_at and not self._warned_steps:
-            self._warned_steps = True
-            self._add(
+        if st.steps + 1 >= self._warn_steps_at and not self._ctx.warned_steps:
+            self._ctx.warned_steps = True
+            self._ctx.add(
                 BudgetWarning,
                 limit="max_steps",
                 used=float(st.steps),

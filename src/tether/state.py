@@ -6,7 +6,7 @@ event at a time, which is how the loop keeps its view current without re-reading
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -145,6 +145,12 @@ class StateBuilder(EventHandler[None]):
             requests=self.requests,
             cost=self.cost,
         )
+
+    def refold(self, events: Sequence[Event]) -> None:
+        """Fold ``events`` again from the start, in place (after the log was rolled back)."""
+        self.__init__()  # every field back to its default: the same object, an empty fold
+        for event in events:
+            self.apply(event)
 
     def apply(self, event: Event) -> None:
         """Fold one event into the state."""

@@ -27,7 +27,7 @@ from tether.policy import (
     Rules,
 )
 from tether.run import vault
-from tether.run.approving import arguments_hash
+from tether.run.approvalargs import arguments_hash
 from tether.stores import MemoryStore
 from tether.testing import ScriptedModel, ScriptStep, call, finish
 from tether.tools.base import ToolDefinition

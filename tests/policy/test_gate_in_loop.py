@@ -26,7 +26,7 @@ from tether.policy.rules import (
     allow,
     require_approval,
 )
-from tether.run.approving import arguments_hash
+from tether.run.approvalargs import arguments_hash
 from tether.stores import RunStore
 from tether.testing import FakeClock, ScriptedModel, call, finish
 from tether.tools.base import Tool, ToolDefinition

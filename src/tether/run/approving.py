@@ -8,9 +8,8 @@ if that is safe, never approved and run a second time.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Generic
 
 from tether.codec import canonical_json
 from tether.content import ToolResult
@@ -18,91 +17,46 @@ from tether.errors import ModelRetry, UserError
 from tether.events import (
     ApprovalGiven,
     ApprovalRequested,
-    Event,
     PolicyDecided,
-    Redacted,
     RunResumed,
-    ToolCallRequested,
 )
 from tether.jsontypes import JsonObject
 from tether.messages import ASK_USER, ToolCall
 from tether.policy.approvals import Approval
 from tether.policy.base import PolicyDecision
 from tether.run import vault
-from tether.run.base import OutputT, Planned, RunBase, Stop
+from tether.run.approvalargs import has_redaction, redacted_calls, secret_gone
+from tether.run.base import OutputT, Planned, Stop
+from tether.run.context import RunContext
+from tether.run.toolcalls import ToolStage
 from tether.run.unfinished import denial_text
 
-__all__ = [
-    "Approving",
-    "arguments_hash",
-    "has_redaction",
-    "redacted_calls",
-    "secret_gone",
-    "was_redacted",
-]
+__all__ = ["Approving"]
 
 
-def has_redaction(arguments: object) -> bool:
-    """Whether recorded arguments hold a redaction marker where a secret was."""
-    return b"[REDACTED:" in canonical_json(arguments)
+class Approving(Generic[OutputT]):
+    """Taking a waiting run's approvals (the tool stage decides on edited arguments)."""
 
+    __slots__ = ("_ctx", "_tools", "decided")
 
-def redacted_calls(events: Sequence[Event]) -> set[str]:
-    """Calls whose stored arguments were redacted (their intent, or an edited approval).
-
-    Read from the ``redacted`` events, so a custom redaction that leaves no marker counts.
-    """
-    calls: set[str] = set()
-    for event in events:
-        if isinstance(event, Redacted) and 0 <= event.of_seq < len(events):
-            target = events[event.of_seq]
-            if isinstance(target, ToolCallRequested | ApprovalGiven | ApprovalRequested) and any(
-                f.startswith("arguments") for f in event.fields
-            ):
-                calls.add(target.call_id)
-    return calls
-
-
-def was_redacted(events: Sequence[Event], seq: int, field: str) -> bool:
-    """Whether a ``redacted`` event names ``field`` of the event at ``seq``."""
-    return any(
-        isinstance(e, Redacted)
-        and e.of_seq == seq
-        and any(f == field or f.startswith((f"{field}.", f"{field}[")) for f in e.fields)
-        for e in events
-    )
-
-
-def secret_gone(call_id: str) -> str:
-    """Why an approved call whose secret arguments this process does not hold did not run."""
-    return (
-        f"not executed: the arguments of {call_id} held a secret, which is never stored; it "
-        "was kept in the memory of the process that asked for the approval, and that process "
-        "has ended. Approve it again with the arguments given in full "
-        "(Approval.approve(pending, arguments={...}), `tether approve RUN CALL --args JSON`)"
-    )
-
-
-def arguments_hash(arguments: object) -> str:
-    """What an approval binds to: SHA-256 of the canonical JSON of the arguments."""
-    return hashlib.sha256(canonical_json(arguments)).hexdigest()
-
-
-class Approving(RunBase[OutputT]):
-    """Taking a waiting run's approvals."""
+    def __init__(self, ctx: RunContext[OutputT], tools: ToolStage[OutputT]) -> None:
+        self._ctx = ctx
+        self._tools = tools
+        self.decided: list[Planned] | None = None
+        """The decided calls, once their approvals are recorded: the loop runs them next."""
 
     def _waiting_requests(self) -> dict[str, ApprovalRequested]:
         """The run's approval requests no human has decided yet, in call order."""
         requested: dict[str, ApprovalRequested] = {}
-        for event in self._journal.events:
+        for event in self._ctx.journal.events:
             if isinstance(event, ApprovalRequested):
                 requested[event.call_id] = event
             elif isinstance(event, ApprovalGiven):
                 requested.pop(event.call_id, None)
-        pending = self._state.pending
+        pending = self._ctx.state.pending
         return {k: v for k, v in requested.items() if k in pending}
 
-    def _take_approvals(self, approvals: tuple[Approval, ...]) -> Stop | None:
+    def take_approvals(self, approvals: tuple[Approval, ...]) -> Stop | None:
         """Check and record the decisions; plan the decided calls, or keep waiting.
 
         Raises:
@@ -117,22 +71,22 @@ class Approving(RunBase[OutputT]):
         )
         if not approvals:
             raise UserError(
-                f"run {self.run_id!r} waits for approval of {listing}. Resume it with "
+                f"run {self._ctx.run_id!r} waits for approval of {listing}. Resume it with "
                 "approvals=[Approval.approve(pending) or Approval.deny(pending)] "
                 "(`tether approve RUN CALL` from the command line)"
             )
         seen: set[str] = set()
         for approval in approvals:
             self._check_approval(approval, waiting, seen, listing)
-        self._add(RunResumed, reason="approvals", attempt=1, owner=self._owner)
+        self._ctx.add(RunResumed, reason="approvals", attempt=1, owner=self._ctx.owner)
         by_call = {a.call_id: a for a in approvals}
         for call_id in waiting:
             approval = by_call.get(call_id)
             if approval is not None:
                 if approval.approved and approval.arguments is not None:
                     # given again (or edited): the log gets them redacted, the call them whole
-                    vault.keep(self.run_id, call_id, approval.arguments)
-                self._add(
+                    vault.keep(self._ctx.run_id, call_id, approval.arguments)
+                self._ctx.add(
                     ApprovalGiven,
                     call_id=call_id,
                     approved=approval.approved,
@@ -141,10 +95,10 @@ class Approving(RunBase[OutputT]):
                     reason=approval.reason,
                 )
         with contextlib.suppress(Exception):  # bookkeeping must not block a human's decision
-            self._spec.policy.observe(self._policy_context())
+            self._ctx.spec.policy.observe(self._tools.policy_context())
         if len(by_call) < len(waiting):
             return Stop("waiting_for_approval")
-        self._decided = self._plan_decided()
+        self.decided = self._plan_decided()
         return None
 
     def _check_approval(
@@ -160,10 +114,10 @@ class Approving(RunBase[OutputT]):
                 f"the approval of {call_id!r} does not name its run: build it from the pending "
                 "call (Approval.approve(outcome.pending[i])) or pass run_id="
             )
-        if approval.run_id != self.run_id:
+        if approval.run_id != self._ctx.run_id:
             raise UserError(
                 f"the approval of {call_id!r} is for run {approval.run_id!r}, not "
-                f"{self.run_id!r}: an approval never applies to another run"
+                f"{self._ctx.run_id!r}: an approval never applies to another run"
             )
         if call_id in seen:
             raise UserError(f"two decisions for {call_id!r} in one resume; give one")
@@ -171,11 +125,12 @@ class Approving(RunBase[OutputT]):
         request = waiting.get(call_id)
         if request is None:
             decided = any(
-                isinstance(e, ApprovalGiven) and e.call_id == call_id for e in self._journal.events
+                isinstance(e, ApprovalGiven) and e.call_id == call_id
+                for e in self._ctx.journal.events
             )
             why = "was already decided" if decided else "does not wait for approval"
             raise UserError(
-                f"call {call_id!r} of run {self.run_id!r} {why}; pending: {listing or 'none'}"
+                f"call {call_id!r} of run {self._ctx.run_id!r} {why}; pending: {listing or 'none'}"
             )
         if approval.arguments_hash is None:
             raise UserError(
@@ -193,12 +148,12 @@ class Approving(RunBase[OutputT]):
     def _plan_decided(self) -> list[Planned]:
         """Every pending call with a human decision: what happens to it now, in call order."""
         given: dict[str, ApprovalGiven] = {}
-        for event in self._journal.events:
+        for event in self._ctx.journal.events:
             if isinstance(event, ApprovalGiven):
                 given[event.call_id] = event
         planned: list[Planned] = []
-        masked = redacted_calls(self._journal.events)
-        for call in list(self._state.pending.values()):
+        masked = redacted_calls(self._ctx.journal.events)
+        for call in list(self._ctx.state.pending.values()):
             approval = given.get(call.id)
             if approval is None:
                 continue  # ask_user: answered later by the user
@@ -207,7 +162,7 @@ class Approving(RunBase[OutputT]):
             if not approval.approved:
                 item.synthetic, item.error_type = ToolResult.error(denial_text(approval)), "denied"
                 continue
-            tool = self._spec.registry.get(call.name)
+            tool = self._ctx.spec.registry.get(call.name)
             if tool is None:
                 item.synthetic = ToolResult.error(
                     f"not executed: this agent has no tool named {call.name!r} any more"
@@ -251,14 +206,14 @@ class Approving(RunBase[OutputT]):
         """What an approved call runs with; ``None``: its secret is not in this process."""
         arguments = call.arguments if approval.arguments is None else approval.arguments
         if masked or has_redaction(arguments):
-            return vault.take(self.run_id, call.id)  # the log holds markers, not the secret
+            return vault.take(self._ctx.run_id, call.id)  # the log holds markers, not the secret
         return arguments
 
     def _recheck(
         self, call: ToolCall, validated: Mapping[str, Any], approval: ApprovalGiven
     ) -> PolicyDecision:
         """Edited arguments are a new request: the policy checks them; a deny stands."""
-        decision = self._decide(call, validated, self._spec.tool_map[call.name])
+        decision = self._tools.decide(call, validated, self._ctx.spec.tool_map[call.name])
         if decision.decision != "deny":
             who = approval.by or "a human"
             decision = PolicyDecision(
@@ -269,7 +224,7 @@ class Approving(RunBase[OutputT]):
                     f"{decision.decision} ({decision.rule})"
                 ),
             )
-        self._add(
+        self._ctx.add(
             PolicyDecided,
             call_id=call.id,
             tool=call.name,
@@ -279,8 +234,8 @@ class Approving(RunBase[OutputT]):
         )
         return decision
 
-    def _after_decided(self) -> Stop | None:
+    def after_decided(self) -> Stop | None:
         """After the decided calls ran: a question still open waits for the user."""
-        if any(c.name == ASK_USER for c in self._state.pending.values()):
+        if any(c.name == ASK_USER for c in self._ctx.state.pending.values()):
             return Stop("waiting_for_user")
         return None

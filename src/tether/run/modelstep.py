@@ -11,13 +11,15 @@ import hashlib
 from collections.abc import Awaitable
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any
+from typing import Any, Generic
 
+import orjson
 from typing_extensions import TypeVar
 
 from tether.codec import canonical_json
 from tether.errors import ModelError, UserError
-from tether.events import ModelFailed
+from tether.events import ModelFailed, ModelResponded
+from tether.messages import ToolCall
 from tether.models.base import (
     ModelRequest,
     ModelResponse,
@@ -26,10 +28,11 @@ from tether.models.base import (
     check_model_requests_allowed,
 )
 from tether.outcome import ErrorInfo
-from tether.run.base import Cancelled, OutputT, Retry, RunBase, Stop
-from tether.run.endings import error_info
+from tether.policy.redaction import Redactor
+from tether.run.base import Cancelled, OutputT, Retry, Stop, error_info
+from tether.run.context import RunContext
 
-__all__ = ["ModelStep"]
+__all__ = ["ModelStep", "unique_ids"]
 
 T = TypeVar("T")
 
@@ -42,10 +45,64 @@ def _digest_prefix(spec_digest: str, tool_choice: str, settings: ModelSettings, 
     return hashlib.sha256(spec_digest.encode() + canonical_json((tool_choice, settings, tools)))
 
 
-class ModelStep(RunBase[OutputT]):
-    """Asking the model, one request at a time."""
+def unique_ids(calls: tuple[ToolCall, ...], step: int, used: set[str]) -> tuple[ToolCall, ...]:
+    """Calls with empty ids, or ids used earlier in the run, renamed.
 
-    def _request(self, tool_choice: ToolChoice = "auto", *, final: bool = False) -> ModelRequest:
+    Each result must answer exactly one call, and some models reuse ``call_0`` every turn.
+    """
+    seen = set(used)
+    fixed: list[ToolCall] = []
+    changed = False
+    for index, call in enumerate(calls):
+        if not call.id or call.id in seen:
+            changed = True
+            base = f"{call.id or 'call'}_{step}_{index}"
+            new_id, n = base, 1
+            while new_id in seen:
+                n += 1
+                new_id = f"{base}_{n}"
+            call = replace(call, id=new_id)
+        seen.add(call.id)
+        fixed.append(call)
+    return tuple(fixed) if changed else calls
+
+
+def _secret_like(redactor: Redactor, text: str) -> bool:
+    """Whether the redactor would change ``text`` (probed first: ids are on the hot path)."""
+    return redactor.might_match(text.encode()) and redactor.redact_text(text) != text
+
+
+def _unencodable(call: ToolCall) -> ToolCall:
+    """``call`` with its arguments dropped if JSON tools (orjson) cannot encode them."""
+    try:
+        orjson.dumps(call.arguments)
+    except TypeError as exc:
+        return replace(
+            call,
+            arguments={},
+            parse_error=f"the arguments cannot be stored as JSON ({exc}); send smaller values",
+        )
+    return call
+
+
+class ModelStep(Generic[OutputT]):
+    """Asking the model, one request at a time, and recording its answer."""
+
+    __slots__ = ("_basis", "_ctx", "_interrupts", "_journal", "_prefix", "_spec", "_state")
+
+    def __init__(self, ctx: RunContext[OutputT]) -> None:
+        self._ctx = ctx
+        self._spec = ctx.spec
+        self._state = ctx.state
+        self._journal = ctx.journal
+        self._interrupts = ctx.interrupts
+        self._basis = ""
+        """The hash of the last event before the request in flight (its history)."""
+        self._prefix: tuple[object, str, Any] = (None, "", None)
+        """The digest state of the last request options (settings, tool choice)."""
+
+    def request(self, tool_choice: ToolChoice = "auto", *, final: bool = False) -> ModelRequest:
+        """The next model request: the run's messages so far (``final``: a tool-free answer)."""
         spec, st = self._spec, self._state
         settings = spec.model_settings
         limits = spec.limits
@@ -65,10 +122,10 @@ class ModelStep(RunBase[OutputT]):
             tools=() if final else spec.definitions,
             tool_choice="none" if final else tool_choice,
             settings=settings,
-            run_id=self.run_id,
+            run_id=self._ctx.run_id,
         )
 
-    def _request_digest(self, request: ModelRequest) -> str:
+    def request_digest(self, request: ModelRequest) -> str:
         """Commit to a request: the spec digest, its options, and the log prefix it came from.
 
         The request is a pure function of the agent's spec and the events before it, so the
@@ -87,7 +144,7 @@ class ModelStep(RunBase[OutputT]):
     def _model_timeout(self, request: ModelRequest, *, now: float, final: bool) -> float | None:
         """The bound of one model request: its own timeout, the run's remaining time."""
         timeout = request.settings.timeout
-        deadline = self._deadline
+        deadline = self._ctx.deadline
         remaining = None if deadline is None else max(0.0, deadline - now)
         if final:
             remaining = (
@@ -99,24 +156,24 @@ class ModelStep(RunBase[OutputT]):
             timeout = remaining
         return timeout
 
-    async def _call_model(self, request: ModelRequest, *, final: bool, now: float) -> ModelResponse:
+    async def call_model(self, request: ModelRequest, *, final: bool, now: float) -> ModelResponse:
         """One model request, bounded by the run's remaining time (``now``: monotonic)."""
-        model = self._model
+        model = self._ctx.model
         if model.real:
             check_model_requests_allowed(model)
-        return await self._bounded(
+        return await self.bounded(
             model.request(request), self._model_timeout(request, now=now, final=final)
         )
 
     def _model_failed(self, exc: BaseException, step: int) -> Stop | Retry:
         """Record a failed model request; decide whether to retry, stop or fail."""
         limits = self._spec.limits
-        remaining = self._remaining()
+        remaining = self._ctx.remaining()
         if isinstance(exc, TimeoutError) and remaining is not None and remaining <= 0:
-            self._add(
+            self._ctx.add(
                 ModelFailed,
                 step=step,
-                model=self._model.name,
+                model=self._ctx.model.name,
                 error=ErrorInfo(
                     type="TimeoutError", message="the run's time ran out during the request"
                 ),
@@ -124,7 +181,7 @@ class ModelStep(RunBase[OutputT]):
                 attempt=self._state.model_failures + 1,
                 will_retry=False,
             )
-            return self._time_stop()
+            return self._ctx.time_stop()
         transient = isinstance(exc, TimeoutError) or (isinstance(exc, ModelError) and exc.transient)
         attempt = self._state.model_failures + 1
         retry = transient and attempt <= limits.max_retries
@@ -132,10 +189,10 @@ class ModelStep(RunBase[OutputT]):
         if retry and remaining is not None and delay >= remaining:
             retry = False
         info = error_info(exc, "the model request timed out")
-        self._add(
+        self._ctx.add(
             ModelFailed,
             step=step,
-            model=self._model.name,
+            model=self._ctx.model.name,
             error=info,
             transient=transient,
             attempt=attempt,
@@ -148,7 +205,7 @@ class ModelStep(RunBase[OutputT]):
             return Stop("budget_exhausted", "max_retries", attempt, limits.max_retries, False, info)
         return Stop("failed", error=info)
 
-    async def _bounded(self, awaitable: Awaitable[T], timeout: float | None) -> T:
+    async def bounded(self, awaitable: Awaitable[T], timeout: float | None) -> T:
         """Await on the run's task, interruptible by ``cancel()``; past ``timeout``: TimeoutError."""
         interrupts = self._interrupts
         interrupts.begin(timeout)
@@ -167,18 +224,18 @@ class ModelStep(RunBase[OutputT]):
         finally:
             interrupts.end()
 
-    async def _ask_model(self, request: ModelRequest) -> ModelResponse | Stop | Retry:
+    async def ask(self, request: ModelRequest) -> ModelResponse | Stop | Retry:
         """One attempt at this turn's model request.
 
         Returns the response (recorded as ``model_responded``), a ``Stop``, or a ``Retry``
         with the back-off before the next attempt (the failure is recorded as ``model_failed``).
         The await is bracketed here (``Interrupts.begin``/``end``) rather than through
-        ``_bounded``: this is the one await of a step that suspends, and every frame on it
+        ``bounded``: this is the one await of a step that suspends, and every frame on it
         is paid twice.
         """
         step = self._state.steps + 1
-        t0 = self._monotonic()
-        model = self._model
+        t0 = self._ctx.monotonic()
+        model = self._ctx.model
         if model.real:
             check_model_requests_allowed(model)
         interrupts = self._interrupts
@@ -209,9 +266,64 @@ class ModelStep(RunBase[OutputT]):
                 TypeError(f"the model returned {type(response).__name__}, not a ModelResponse"),
                 step,
             )
-        return self._record_response(request, response, step, t0)
+        return self.record_response(request, response, step, t0)
 
-    async def _sleep(self, seconds: float) -> None:
+    def record_response(
+        self,
+        request: ModelRequest,
+        response: ModelResponse,
+        step: int,
+        t0: float,
+        *,
+        final: bool = False,
+    ) -> ModelResponse:
+        """Record a model's answer as ``model_responded``.
+
+        Calls with missing or reused ids get unique ones first: every result must answer
+        exactly one call.
+        """
+        calls = response.tool_calls
+        seen = self._state.call_ids
+        redactor = self._journal.redactor
+        if redactor is not None:
+            for c in calls:  # a secret's shortest form has 3 characters
+                if len(c.id) >= 3 and _secret_like(redactor, c.id):
+                    # an id is copied into many events as a key: one that looks like a secret
+                    # is replaced, not redacted (a redacted id would not match its result)
+                    calls = tuple(
+                        replace(c, id="") if _secret_like(redactor, c.id) else c for c in calls
+                    )
+                    break
+        if len(calls) > 1 or (calls and (not calls[0].id or calls[0].id in seen)):
+            calls = unique_ids(calls, step, seen)
+        digest = self.request_digest(request)
+        latency = self._ctx.monotonic() - t0
+        for attempt in (1, 2):
+            try:
+                self._ctx.add(
+                    ModelResponded,
+                    step=step,
+                    model=self._ctx.model.name,
+                    request_digest=digest,
+                    text=response.text,
+                    reasoning=response.reasoning,
+                    tool_calls=calls,
+                    usage=response.usage,
+                    latency_s=latency,
+                    final=final,
+                )
+                break
+            except TypeError:  # JSON cannot hold it (an integer beyond 64 bits): a call error
+                if attempt == 2:
+                    raise
+                calls = tuple(_unencodable(c) for c in calls)
+        self._ctx.answer_redacted = self._journal.last_redacted
+        if calls is not response.tool_calls:
+            response = replace(response, tool_calls=calls)
+        return response
+
+    async def sleep(self, seconds: float) -> None:
+        """Back off before a retry; ``cancel()`` interrupts it."""
         if seconds <= 0:
             return
         self._interrupts.interruptible = True

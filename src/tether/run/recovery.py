@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Generic
 
 from tether.content import TextBlock
 from tether.errors import ConfigError, UserError
@@ -21,17 +22,29 @@ from tether.events import (
 )
 from tether.messages import ASK_USER, FINISH_TASK
 from tether.outcome import ErrorInfo
-from tether.run.approving import Approving, redacted_calls
+from tether.run.approvalargs import redacted_calls
+from tether.run.approving import Approving
 from tether.run.base import OutputT, Planned, Stop
+from tether.run.context import RunContext
+from tether.run.toolcalls import ToolStage
 from tether.run.unfinished import verdict
 
 __all__ = ["Recovery"]
 
 
-class Recovery(Approving[OutputT]):
+class Recovery(Generic[OutputT]):
     """Resume: the log so far is the run; continue it without repeating anything."""
 
-    async def _recover(self) -> Stop | None:  # noqa: C901 - one pass over what a stop leaves
+    __slots__ = ("_approving", "_ctx", "_tools")
+
+    def __init__(
+        self, ctx: RunContext[OutputT], tools: ToolStage[OutputT], approving: Approving[OutputT]
+    ) -> None:
+        self._ctx = ctx
+        self._tools = tools
+        self._approving = approving
+
+    async def recover(self) -> Stop | None:  # noqa: C901 - one pass over what a stop leaves
         """Continue a stored run: answer what it waited for, or repair what a crash left.
 
         A crash leaves calls whose intent is recorded and whose result is not. A call that
@@ -40,19 +53,21 @@ class Recovery(Approving[OutputT]):
         deduplicated by its idempotency key, which is the same on every attempt); otherwise
         it is recorded as ``tool_call_unknown`` and the model is told so.
         """
-        st, spec = self._state, self._spec
-        events = self._journal.events
+        st, spec = self._ctx.state, self._ctx.spec
+        events = self._ctx.journal.events
         if not events or not isinstance(events[0], RunStarted):
-            raise ConfigError(f"run {self.run_id!r} has no run_started event to resume from")
+            raise ConfigError(f"run {self._ctx.run_id!r} has no run_started event to resume from")
         self._restart_clock(events)
         finished = st.finished
-        if self._approvals and (finished is None or finished.status != "waiting_for_approval"):
+        if self._ctx.approvals and (finished is None or finished.status != "waiting_for_approval"):
             where = "has not stopped" if finished is None else f"ended {finished.status}"
             raise UserError(
-                f"run {self.run_id!r} does not wait for approvals (it {where}); approvals "
+                f"run {self._ctx.run_id!r} does not wait for approvals (it {where}); approvals "
                 "apply only to the calls a waiting run lists (resume it without approvals)"
             )
-        if self._answer is not None and (finished is None or finished.status != "waiting_for_user"):
+        if self._ctx.answer is not None and (
+            finished is None or finished.status != "waiting_for_user"
+        ):
             if finished is None:
                 state, then = "has not stopped", "resume it without an answer to continue it"
             elif finished.status == "waiting_for_approval":
@@ -60,21 +75,25 @@ class Recovery(Approving[OutputT]):
             else:
                 state, then = f"ended {finished.status}", "its log shows how it ended"
             raise UserError(
-                f"run {self.run_id!r} does not wait for an answer (it {state}), so the answer "
+                f"run {self._ctx.run_id!r} does not wait for an answer (it {state}), so the answer "
                 f"was not given to it: {then}"
             )
         if finished is not None:
             if finished.status == "waiting_for_user":
-                if self._answer is None:
+                if self._ctx.answer is None:
                     raise UserError(
-                        f"run {self.run_id!r} waits for the user's answer to "
+                        f"run {self._ctx.run_id!r} waits for the user's answer to "
                         f"{finished.question!r}: resume it with answer=..."
                     )
-                self._add(RunResumed, reason="answer", attempt=1, owner=self._owner)
-                self._add(UserReplied, text=self._answer)
+                self._ctx.add(RunResumed, reason="answer", attempt=1, owner=self._ctx.owner)
+                self._ctx.add(UserReplied, text=self._ctx.answer)
                 for call in list(st.pending.values()):
-                    text = self._answer if call.name == ASK_USER else "not executed: the run paused"
-                    self._add(
+                    text = (
+                        self._ctx.answer
+                        if call.name == ASK_USER
+                        else "not executed: the run paused"
+                    )
+                    self._ctx.add(
                         ToolCallFinished,
                         call_id=call.id,
                         tool=call.name,
@@ -85,13 +104,13 @@ class Recovery(Approving[OutputT]):
                     )
                 return None
             if finished.status == "waiting_for_approval":
-                return self._take_approvals(self._approvals)
+                return self._approving.take_approvals(self._ctx.approvals)
             return None  # ended for good: the outcome is in the log
         attempt = 1 + sum(
             1 for e in reversed(events) if isinstance(e, RunResumed) and e.reason == "crash"
         )
-        self._add(RunResumed, reason="crash", attempt=attempt, owner=self._owner)
-        if attempt > self._max_recoveries:
+        self._ctx.add(RunResumed, reason="crash", attempt=attempt, owner=self._ctx.owner)
+        if attempt > self._ctx.max_recoveries:
             message = (
                 f"gave up after {attempt - 1} recovery attempts; the log shows where it stopped"
             )
@@ -104,7 +123,7 @@ class Recovery(Approving[OutputT]):
         for call in list(st.pending.values()):
             became, text = verdict(call, decided, given)
             if became == "not_started":  # never passed the policy, so it never ran
-                self._refuse(
+                self._ctx.refuse(
                     call,
                     "not executed: the run stopped before this call started; call it again if "
                     "it is still needed",
@@ -115,14 +134,14 @@ class Recovery(Approving[OutputT]):
                 waiting = True  # still waits for a human: nothing ran
                 continue
             if became == "denied":
-                self._refuse(call, text, "denied")
+                self._ctx.refuse(call, text, "denied")
                 continue
             approval = given.get(call.id)
             if approval is not None and approval.arguments is not None:
                 call = replace(call, arguments=approval.arguments)  # the approved, edited ones
             if call.name == FINISH_TASK:
-                self._output = spec.output.validate(call.arguments)
-                self._add(
+                self._ctx.output = spec.output.validate(call.arguments)
+                self._ctx.add(
                     ToolCallFinished,
                     call_id=call.id,
                     tool=call.name,
@@ -138,10 +157,10 @@ class Recovery(Approving[OutputT]):
                 item = Planned(call)
                 item.tool = tool
                 item.arguments = tool.validator(call.arguments)
-                result, error_type, duration = await self._run_one(item)
-                self._record_result(item, result, error_type, duration)
+                result, error_type, duration = await self._tools.run_one(item)
+                self._tools.record_result(item, result, error_type, duration)
                 continue
-            self._add(
+            self._ctx.add(
                 ToolCallUnknown,
                 call_id=call.id,
                 tool=call.name,
@@ -158,7 +177,7 @@ class Recovery(Approving[OutputT]):
 
     def _finished_before_crash(self) -> Stop | None:
         """A run whose last turn's ``finish_task`` succeeded but whose outcome was not written."""
-        for event in reversed(self._journal.events):
+        for event in reversed(self._ctx.journal.events):
             if (
                 isinstance(event, ToolCallFinished)
                 and event.tool == FINISH_TASK
@@ -166,12 +185,12 @@ class Recovery(Approving[OutputT]):
             ):
                 call = next(
                     c
-                    for e in self._journal.events
+                    for e in self._ctx.journal.events
                     if isinstance(e, ModelResponded)
                     for c in e.tool_calls
                     if c.id == event.call_id
                 )
-                self._output = self._spec.output.validate(call.arguments)
+                self._ctx.output = self._ctx.spec.output.validate(call.arguments)
                 return Stop("finished")
             if isinstance(event, ModelResponded):
                 return None
@@ -180,10 +199,10 @@ class Recovery(Approving[OutputT]):
     def _restart_clock(self, events: Sequence[Event]) -> None:
         """Resume the run's time budget where it stopped (waiting time not counted)."""
         used = (events[-1].at - events[0].at).total_seconds()
-        self._t0 = self._monotonic() - used
-        max_seconds = self._spec.limits.max_seconds
+        self._ctx.t0 = self._ctx.monotonic() - used
+        max_seconds = self._ctx.spec.limits.max_seconds
         if max_seconds is not None:
-            self._deadline = self._t0 + max_seconds
-        self._warned_steps = any(
+            self._ctx.deadline = self._ctx.t0 + max_seconds
+        self._ctx.warned_steps = any(
             isinstance(e, BudgetWarning) and e.limit == "max_steps" for e in events
         )

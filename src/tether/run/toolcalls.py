@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, Generic, cast
 
 from tether.content import TextBlock, ToolResult
 from tether.errors import LoopBlocked, ModelRetry
@@ -28,10 +28,11 @@ from tether.models.base import (
     ModelResponse,
 )
 from tether.outcome import ErrorInfo
-from tether.policy.base import PolicyContext, PolicyDecision
+from tether.policy.base import Policy, PolicyContext, PolicyDecision
 from tether.run import vault
-from tether.run.approving import arguments_hash
-from tether.run.base import Cancelled, OutputT, Planned, RunBase, Stop
+from tether.run.approvalargs import arguments_hash
+from tether.run.base import Cancelled, OutputT, Planned, Stop
+from tether.run.context import RunContext
 from tether.run.loopmonitor import Call
 from tether.run.toolexec import (
     ABANDONED,
@@ -48,7 +49,7 @@ from tether.run.toolexec import (
 )
 from tether.tools.base import Tool, ToolContext, ToolDefinition
 
-__all__ = ["ToolCalls"]
+__all__ = ["ToolStage"]
 
 _NO_CONTEXT = ToolContext(run_id="", call_id="", tool="")
 
@@ -67,21 +68,51 @@ def _same_values(validated: Mapping[str, Any], raw: JsonObject) -> bool:
     return True
 
 
-class ToolCalls(RunBase[OutputT]):
-    """Planning, running and recording the tool calls of a turn."""
+class ToolStage(Generic[OutputT]):
+    """A turn's tool calls, each on one path: intent, validation, the policy, the call, its check.
 
-    def _plan(self, response: ModelResponse) -> list[Planned]:  # noqa: C901 - a flat decision table
+    The policy is consulted here only: ``decide`` before a call, ``slot`` for its turn
+    (the policy's concurrency cap), ``checked`` on its result.
+    """
+
+    __slots__ = (
+        "_add",
+        "_caps",
+        "_checks_results",
+        "_ctx",
+        "_interrupts",
+        "_journal",
+        "_policy_run",
+        "_spec",
+        "_state",
+        "runnable",
+    )
+
+    def __init__(self, ctx: RunContext[OutputT]) -> None:
+        self._ctx = ctx
+        self._spec = ctx.spec
+        self._state = ctx.state
+        self._journal = ctx.journal
+        self._add = ctx.add
+        self._interrupts = ctx.interrupts
+        self._policy_run: PolicyContext | None = None
+        self._caps: dict[str, asyncio.Semaphore | None] = {}
+        self._checks_results = type(ctx.spec.policy).check_result is not Policy.check_result
+        self.runnable = 0
+        """How many calls of the turn just planned will run (more than one: in parallel)."""
+
+    def plan(self, response: ModelResponse) -> list[Planned]:  # noqa: C901 - a flat decision table
         """Record intent and decide, for every call of the turn, what happens to it."""
         add, spec = self._add, self._spec
         calls = response.tool_calls
         if not calls:
-            self._runnable = 0
+            self.runnable = 0
             return []
         reason = response.text or None
         redacted: dict[str, JsonObject] = {}  # call id: its arguments as the log holds them
         journal = self._journal
         # the calls repeat what the model's answer held: if the redactor passed that, they pass
-        record = journal.add if self._answer_redacted else journal.add_seen
+        record = journal.add if self._ctx.answer_redacted else journal.add_seen
         for call in calls:
             recorded = record(
                 ToolCallRequested,
@@ -163,7 +194,7 @@ class ToolCalls(RunBase[OutputT]):
                     continue
                 definition = tool.definition
                 item.tool = tool
-            decision = self._decide(call, item.arguments, definition)
+            decision = self.decide(call, item.arguments, definition)
             if decision.decision == "needs_approval" and (item.finish or name == ASK_USER):
                 decision = PolicyDecision(
                     decision="deny",
@@ -173,9 +204,9 @@ class ToolCalls(RunBase[OutputT]):
             elif decision.decision == "needs_approval" and call.id in redacted:
                 # the log holds markers where the secrets are: the real arguments wait in
                 # this process's memory for the approval (``vault``), never in the log
-                vault.keep(self.run_id, call.id, call.arguments)
+                vault.keep(self._ctx.run_id, call.id, call.arguments)
             # the tool's name was in the answer; a policy's rule and reason mostly repeat
-            seen = not self._answer_redacted and journal.seen(decision.rule, decision.reason)
+            seen = not self._ctx.answer_redacted and journal.seen(decision.rule, decision.reason)
             (journal.add_seen if seen else add)(
                 PolicyDecided,
                 call_id=call.id,
@@ -210,10 +241,10 @@ class ToolCalls(RunBase[OutputT]):
                     arguments=shown,
                     arguments_hash=arguments_hash(shown),
                 )
-        self._runnable = runnable
+        self.runnable = runnable
         return planned
 
-    def _decide(
+    def decide(
         self, call: ToolCall, validated: Mapping[str, Any] | None, definition: ToolDefinition
     ) -> PolicyDecision:
         """The policy's decision on ``call``, judged on the arguments the tool would get.
@@ -232,7 +263,7 @@ class ToolCalls(RunBase[OutputT]):
 
             judged = replace(call, arguments=cast(JsonObject, to_jsonable_python(validated)))
         try:
-            decision = self._spec.policy.decide(judged, definition, self._policy_context())
+            decision = self._spec.policy.decide(judged, definition, self.policy_context())
         except Exception as exc:  # a policy that cannot decide denies: fail closed
             return PolicyDecision(
                 decision="deny",
@@ -249,12 +280,12 @@ class ToolCalls(RunBase[OutputT]):
             )
         return decision
 
-    def _policy_context(self) -> PolicyContext:
+    def policy_context(self) -> PolicyContext:
         """What the policy sees of this run (built once: the log list only grows)."""
         context = self._policy_run
         if context is None or context.events is not self._journal.events:
             context = self._policy_run = PolicyContext(
-                run_id=self.run_id, events=self._journal.events, tools=self._spec.tool_map
+                run_id=self._ctx.run_id, events=self._journal.events, tools=self._spec.tool_map
             )
         return context
 
@@ -266,7 +297,7 @@ class ToolCalls(RunBase[OutputT]):
         assert tool is not None
         try:
             replacement = self._spec.policy.check_result(
-                item.call, tool.definition, result, self._policy_context()
+                item.call, tool.definition, result, self.policy_context()
             )
         except Exception as exc:  # a check that cannot decide withholds: fail closed
             return ToolResult.error(
@@ -281,22 +312,22 @@ class ToolCalls(RunBase[OutputT]):
         withheld = replacement.is_error and not result.is_error
         return replacement, ("filtered" if withheld else error_type)
 
-    async def _execute_inline(self, planned: list[Planned]) -> None:
+    async def execute_inline(self, planned: list[Planned]) -> None:
         """Record every result of a turn with at most one call to run (the common case)."""
         for item in planned:
             if item.tool is not None:
-                result, error_type, duration = await self._run_one(item)
-                self._record_result(item, result, error_type, duration)
+                result, error_type, duration = await self.run_one(item)
+                self.record_result(item, result, error_type, duration)
             else:
                 self._record_planned(item, planned)
 
-    async def _execute_parallel(self, planned: list[Planned]) -> AsyncIterator[list[Event]]:
+    async def execute_parallel(self, planned: list[Planned]) -> AsyncIterator[list[Event]]:
         """Run the allowed calls concurrently (capped) and commit each result in call order."""
         semaphore = asyncio.Semaphore(self._spec.limits.max_parallel_tools)
 
         async def guarded(item: Planned) -> tuple[ToolResult, str | None, float]:
             async with semaphore:
-                return await self._run_one(item, child=True)
+                return await self.run_one(item, child=True)
 
         tasks = {id(p): asyncio.ensure_future(guarded(p)) for p in planned if p.tool is not None}
         try:
@@ -314,7 +345,7 @@ class ToolCalls(RunBase[OutputT]):
                         raise
                     finally:
                         self._interrupts.interruptible = False
-                    self._record_result(item, result, error_type, duration)
+                    self.record_result(item, result, error_type, duration)
                 else:
                     self._record_planned(item, planned)
                 if self._journal.has_pending:
@@ -343,10 +374,10 @@ class ToolCalls(RunBase[OutputT]):
             if task is None or not task.done() or task.cancelled() or task.exception() is not None:
                 continue
             result, error_type, duration = task.result()
-            self._in_flight.discard(item.call.id)
-            self._record_result(item, result, error_type, duration)
+            self._ctx.in_flight.discard(item.call.id)
+            self.record_result(item, result, error_type, duration)
 
-    async def _run_one(
+    async def run_one(
         self, item: Planned, *, child: bool = False
     ) -> tuple[ToolResult, str | None, float]:
         """Run one allowed call; ``child`` when it runs in its own task (parallel calls).
@@ -359,36 +390,36 @@ class ToolCalls(RunBase[OutputT]):
         assert item.arguments is not None
         limits = self._spec.limits
         timeout = tool.timeout if tool.timeout is not None else limits.tool_timeout
-        t0 = self._monotonic()
-        deadline = self._deadline
+        t0 = self._ctx.monotonic()
+        deadline = self._ctx.deadline
         if deadline is not None:
             remaining = max(0.0, deadline - t0)
             if timeout is None or remaining < timeout:
                 timeout = remaining
         ctx = (
-            ToolContext(run_id=self.run_id, call_id=item.call.id, tool=tool.name)
-            if tool.takes_context or self._tool_runner is not run_tool
+            ToolContext(run_id=self._ctx.run_id, call_id=item.call.id, tool=tool.name)
+            if tool.takes_context or self._ctx.tool_runner is not run_tool
             else _NO_CONTEXT
         )
-        self._in_flight.add(item.call.id)
+        self._ctx.in_flight.add(item.call.id)
         slot = self._slot(tool.name)
         turn = Turn() if slot is not None else None
         work = self._call(tool, item, ctx, slot, turn)
         if child:  # already in a task of its own: bounded by a timer, watched on its own
-            watch = Call(self.run_id)
+            watch = Call(self._ctx.run_id)
             watch.calling(tool.name, timeout)
-            result, error_type = await bounded(work, timeout, tool, self.run_id, turn, watch)
+            result, error_type = await bounded(work, timeout, tool, self._ctx.run_id, turn, watch)
             blocked = watch.done()
         else:
             result, error_type, blocked = await self._on_task(tool, work, timeout, turn)
-        if blocked is not None and timeout is not None and self._monotonic() - t0 > timeout:
+        if blocked is not None and timeout is not None and self._ctx.monotonic() - t0 > timeout:
             result, error_type = self._blocked(tool, blocked, timeout)
-        self._in_flight.discard(item.call.id)
+        self._ctx.in_flight.discard(item.call.id)
         if error_type == INTERRUPTED:  # Ctrl-C reached the tool: the run is cancelled
             self._interrupts.interrupt(f"interrupted by KeyboardInterrupt in tool {tool.name!r}")
         if self._checks_results and error_type not in (ABANDONED, "loop_blocked"):
             result, error_type = self._checked(item, result, error_type)
-        return result, error_type, self._monotonic() - t0
+        return result, error_type, self._ctx.monotonic() - t0
 
     async def _on_task(
         self,
@@ -402,9 +433,9 @@ class ToolCalls(RunBase[OutputT]):
         Returns its result, its error type, and when it was seen blocking the event loop.
         """
         interrupts = self._interrupts
-        watch = self._watch
+        watch = self._ctx.watch
         watch.calling(tool.name, timeout)
-        drive = Drive(work, interrupts.ours, tool, self.run_id)
+        drive = Drive(work, interrupts.ours, tool, self._ctx.run_id)
         interrupts.begin(timeout)  # also bounds the wait for a concurrency slot
         how = None
         result: ToolResult | None = None
@@ -447,7 +478,7 @@ class ToolCalls(RunBase[OutputT]):
     ) -> tuple[ToolResult, str | None]:
         """The call itself: a concurrency slot (if capped), then the tool runner."""
         assert item.arguments is not None
-        runner = self._tool_runner
+        runner = self._ctx.tool_runner
         try:
             if slot is None:
                 return await runner(tool, item.call, ctx, item.arguments, None)
@@ -461,8 +492,8 @@ class ToolCalls(RunBase[OutputT]):
     def _blocked(self, tool: Tool, since: float, timeout: float) -> tuple[ToolResult, str]:
         """A call that held the event loop past its timeout: an error, and the run ends."""
         held = time.monotonic() - since
-        error = LoopBlocked(tool.name, held, timeout, run_id=self.run_id)
-        self._fatal = ErrorInfo(type="LoopBlocked", message=str(error))
+        error = LoopBlocked(tool.name, held, timeout, run_id=self._ctx.run_id)
+        self._ctx.fatal = ErrorInfo(type="LoopBlocked", message=str(error))
         return ToolResult.error(str(error)), "loop_blocked"
 
     def _slot(self, tool: str) -> asyncio.Semaphore | None:
@@ -474,7 +505,7 @@ class ToolCalls(RunBase[OutputT]):
             caps[tool] = None if cap is None else slot_for(policy, tool, cap)
         return caps[tool]
 
-    def _record_result(
+    def record_result(
         self,
         item: Planned,
         result: ToolResult,
@@ -483,6 +514,7 @@ class ToolCalls(RunBase[OutputT]):
         *,
         synthetic: bool = False,
     ) -> None:
+        """Record a call's result (an abandoned call with effects: ``tool_call_unknown``)."""
         if error_type == ABANDONED:  # it may still run: unknown, unless it changes nothing
             tool = item.tool
             if tool is None or not tool.annotations.is_read_only:
@@ -517,14 +549,14 @@ class ToolCalls(RunBase[OutputT]):
             result, error_type = ToolResult(content=(TextBlock(text="done"),)), None
         else:
             return  # ask_user: answered later by the user
-        self._record_result(item, result, error_type, 0.0, synthetic=not item.finish)
+        self.record_result(item, result, error_type, 0.0, synthetic=not item.finish)
 
-    def _after_turn(self, planned: list[Planned]) -> Stop | None:
+    def after_turn(self, planned: list[Planned]) -> Stop | None:
         """After a turn's results: finished, waiting, or go on?"""
-        if self._fatal is not None:
-            return Stop("failed", error=self._fatal)
+        if self._ctx.fatal is not None:
+            return Stop("failed", error=self._ctx.fatal)
         if not planned:
-            return self._no_tool_call()
+            return self.no_tool_call()
         waiting = asking = limited = False
         for item in planned:
             if item.stop_reason is not None:
@@ -533,7 +565,7 @@ class ToolCalls(RunBase[OutputT]):
                 )
         for item in planned:
             if item.finish:
-                self._output = cast(OutputT, item.output)
+                self._ctx.output = cast(OutputT, item.output)
                 return Stop("finished")
             waiting = waiting or item.awaiting_approval
             asking = asking or item.question is not None
@@ -545,16 +577,16 @@ class ToolCalls(RunBase[OutputT]):
         if limited:
             maximum = self._spec.limits.max_tool_calls
             return Stop("budget_exhausted", "max_tool_calls", self._state.tool_calls, maximum, True)
-        self._check_cancel()
+        self._ctx.check_cancel()
         return None
 
-    def _no_tool_call(self) -> Stop | None:
+    def no_tool_call(self) -> Stop | None:
         """The model answered without calling a tool."""
         spec, st = self._spec, self._state
         last = st.messages[-1]
         text = last.text if last.kind == "assistant" else ""
         if spec.output.is_text and text.strip():
-            self._output = cast(OutputT, text)
+            self._ctx.output = cast(OutputT, text)
             return Stop("finished")
         why = (
             "Your reply was empty. Call a tool, or call finish_task with the result."
@@ -563,5 +595,3 @@ class ToolCalls(RunBase[OutputT]):
         )
         self._add(RetryPrompted, reason="no_tool_call", text=why)
         return None
-
-    # -- ending ----------------------------------------------------------------------------
