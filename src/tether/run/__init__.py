@@ -5,7 +5,8 @@
   tool call's plan;
 - ``modelstep``: asking the model, bounded and interruptible;
 - ``toolcalls`` and ``toolexec``: a turn's tool calls, from intent through the policy to
-  their results, and running one call whatever the tool does;
+  their results, and running one call whatever the tool does; ``policypoint``: every
+  question the engine asks the policy, in one place;
 - ``approving``, ``endings``, ``recovery``: approvals, ending a run, continuing a stored one;
   ``approvalargs``: what an approval binds to, and what redaction left in arguments;
 - ``journal``: the append side of the log (seq, time, hash chain, commits to the sinks);

@@ -7,7 +7,6 @@ if that is safe, never approved and run a second time.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from typing import Any, Generic
 
@@ -94,8 +93,7 @@ class Approving(Generic[OutputT]):
                     by=approval.by,
                     reason=approval.reason,
                 )
-        with contextlib.suppress(Exception):  # bookkeeping must not block a human's decision
-            self._ctx.spec.policy.observe(self._tools.policy_context())
+        self._tools.policy.observe()  # its bookkeeping never blocks a human's decision
         if len(by_call) < len(waiting):
             return Stop("waiting_for_approval")
         self.decided = self._plan_decided()
@@ -213,7 +211,7 @@ class Approving(Generic[OutputT]):
         self, call: ToolCall, validated: Mapping[str, Any], approval: ApprovalGiven
     ) -> PolicyDecision:
         """Edited arguments are a new request: the policy checks them; a deny stands."""
-        decision = self._tools.decide(call, validated, self._ctx.spec.tool_map[call.name])
+        decision = self._tools.policy.decide(call, validated, self._ctx.spec.tool_map[call.name])
         if decision.decision != "deny":
             who = approval.by or "a human"
             decision = PolicyDecision(

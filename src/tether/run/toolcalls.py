@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Coroutine, Mapping
-from dataclasses import replace
 from typing import Any, Generic, cast
 
 from tether.content import TextBlock, ToolResult
@@ -23,17 +22,18 @@ from tether.events import (
     ToolCallUnknown,
 )
 from tether.jsontypes import JsonObject
-from tether.messages import ASK_USER, FINISH_TASK, ToolCall
+from tether.messages import ASK_USER, FINISH_TASK
 from tether.models.base import (
     ModelResponse,
 )
 from tether.outcome import ErrorInfo
-from tether.policy.base import Policy, PolicyContext, PolicyDecision
+from tether.policy.base import PolicyDecision
 from tether.run import vault
 from tether.run.approvalargs import arguments_hash
 from tether.run.base import Cancelled, OutputT, Planned, Stop
 from tether.run.context import RunContext
 from tether.run.loopmonitor import Call
+from tether.run.policypoint import PolicyPoint
 from tether.run.toolexec import (
     ABANDONED,
     INTERRUPTED,
@@ -43,48 +43,31 @@ from tether.run.toolexec import (
     bounded,
     no_turn,
     run_tool,
-    slot_for,
     timed_out,
     tool_error,
 )
-from tether.tools.base import Tool, ToolContext, ToolDefinition
+from tether.tools.base import Tool, ToolContext
 
 __all__ = ["ToolStage"]
 
 _NO_CONTEXT = ToolContext(run_id="", call_id="", tool="")
 
 
-_PLAIN = (str, int, float, bool, type(None))
-
-
-def _same_values(validated: Mapping[str, Any], raw: JsonObject) -> bool:
-    """Whether validation returned the very values the model sent (no coercion, no defaults)."""
-    if len(validated) != len(raw):
-        return False
-    for key, value in validated.items():
-        sent = raw.get(key, _PLAIN)
-        if type(value) is not type(sent) or type(value) not in _PLAIN or value != sent:
-            return False
-    return True
-
-
 class ToolStage(Generic[OutputT]):
     """A turn's tool calls, each on one path: intent, validation, the policy, the call, its check.
 
-    The policy is consulted here only: ``decide`` before a call, ``slot`` for its turn
-    (the policy's concurrency cap), ``checked`` on its result.
+    The policy is consulted through one point (``policy``, a ``PolicyPoint``): its decision
+    before a call, its concurrency slot for the call's turn, its check of the result.
     """
 
     __slots__ = (
         "_add",
-        "_caps",
-        "_checks_results",
         "_ctx",
         "_interrupts",
         "_journal",
-        "_policy_run",
         "_spec",
         "_state",
+        "policy",
         "runnable",
     )
 
@@ -95,9 +78,10 @@ class ToolStage(Generic[OutputT]):
         self._journal = ctx.journal
         self._add = ctx.add
         self._interrupts = ctx.interrupts
-        self._policy_run: PolicyContext | None = None
-        self._caps: dict[str, asyncio.Semaphore | None] = {}
-        self._checks_results = type(ctx.spec.policy).check_result is not Policy.check_result
+        self.policy = PolicyPoint(
+            ctx.spec.policy, run_id=ctx.run_id, journal=ctx.journal, tools=ctx.spec.tool_map
+        )
+        """Where every call meets the policy: its decision, its turn, its result's check."""
         self.runnable = 0
         """How many calls of the turn just planned will run (more than one: in parallel)."""
 
@@ -194,7 +178,7 @@ class ToolStage(Generic[OutputT]):
                     continue
                 definition = tool.definition
                 item.tool = tool
-            decision = self.decide(call, item.arguments, definition)
+            decision = self.policy.decide(call, item.arguments, definition)
             if decision.decision == "needs_approval" and (item.finish or name == ASK_USER):
                 decision = PolicyDecision(
                     decision="deny",
@@ -243,74 +227,6 @@ class ToolStage(Generic[OutputT]):
                 )
         self.runnable = runnable
         return planned
-
-    def decide(
-        self, call: ToolCall, validated: Mapping[str, Any] | None, definition: ToolDefinition
-    ) -> PolicyDecision:
-        """The policy's decision on ``call``, judged on the arguments the tool would get.
-
-        Validation may coerce (``"100"`` to ``100``): the policy sees the validated values, as
-        JSON, so a rule cannot be dodged by a type the validator converts. A policy that
-        fails, or answers something other than allow, deny or needs_approval, denies.
-        """
-        judged = call
-        if (
-            validated is not None
-            and validated is not call.arguments
-            and not _same_values(validated, call.arguments)
-        ):
-            from pydantic_core import to_jsonable_python  # loaded by validation already
-
-            judged = replace(call, arguments=cast(JsonObject, to_jsonable_python(validated)))
-        try:
-            decision = self._spec.policy.decide(judged, definition, self.policy_context())
-        except Exception as exc:  # a policy that cannot decide denies: fail closed
-            return PolicyDecision(
-                decision="deny",
-                rule="policy_error",
-                reason=f"the policy failed ({type(exc).__name__}: {exc}); the call is denied",
-                stop_run=True,
-            )
-        if decision.decision not in ("allow", "deny", "needs_approval"):
-            return PolicyDecision(
-                decision="deny",
-                rule="policy_error",
-                reason=f"the policy answered {decision.decision!r}, which is not a decision",
-                stop_run=True,
-            )
-        return decision
-
-    def policy_context(self) -> PolicyContext:
-        """What the policy sees of this run (built once: the log list only grows)."""
-        context = self._policy_run
-        if context is None or context.events is not self._journal.events:
-            context = self._policy_run = PolicyContext(
-                run_id=self._ctx.run_id, events=self._journal.events, tools=self._spec.tool_map
-            )
-        return context
-
-    def _checked(
-        self, item: Planned, result: ToolResult, error_type: str | None
-    ) -> tuple[ToolResult, str | None]:
-        """The policy's check of a result before it is recorded (size caps, filters)."""
-        tool = item.tool
-        assert tool is not None
-        try:
-            replacement = self._spec.policy.check_result(
-                item.call, tool.definition, result, self.policy_context()
-            )
-        except Exception as exc:  # a check that cannot decide withholds: fail closed
-            return ToolResult.error(
-                f"the result was withheld: the policy's result check failed "
-                f"({type(exc).__name__}: {exc})"
-            ), "filtered"
-        if replacement is None:
-            return result, error_type
-        if result.untrusted is True and replacement.untrusted is None:
-            replacement = replace(replacement, untrusted=True)  # what it said of itself stays
-        # a result the policy withheld is "filtered"; a trimmed one keeps its own error type
-        withheld = replacement.is_error and not result.is_error
-        return replacement, ("filtered" if withheld else error_type)
 
     async def execute_inline(self, planned: list[Planned]) -> None:
         """Record every result of a turn with at most one call to run (the common case)."""
@@ -402,7 +318,7 @@ class ToolStage(Generic[OutputT]):
             else _NO_CONTEXT
         )
         self._ctx.in_flight.add(item.call.id)
-        slot = self._slot(tool.name)
+        slot = self.policy.slot(tool.name)
         turn = Turn() if slot is not None else None
         work = self._call(tool, item, ctx, slot, turn)
         if child:  # already in a task of its own: bounded by a timer, watched on its own
@@ -417,8 +333,8 @@ class ToolStage(Generic[OutputT]):
         self._ctx.in_flight.discard(item.call.id)
         if error_type == INTERRUPTED:  # Ctrl-C reached the tool: the run is cancelled
             self._interrupts.interrupt(f"interrupted by KeyboardInterrupt in tool {tool.name!r}")
-        if self._checks_results and error_type not in (ABANDONED, "loop_blocked"):
-            result, error_type = self._checked(item, result, error_type)
+        if self.policy.checks_results and error_type not in (ABANDONED, "loop_blocked"):
+            result, error_type = self.policy.check(item.call, tool, result, error_type)
         return result, error_type, self._ctx.monotonic() - t0
 
     async def _on_task(
@@ -495,15 +411,6 @@ class ToolStage(Generic[OutputT]):
         error = LoopBlocked(tool.name, held, timeout, run_id=self._ctx.run_id)
         self._ctx.fatal = ErrorInfo(type="LoopBlocked", message=str(error))
         return ToolResult.error(str(error)), "loop_blocked"
-
-    def _slot(self, tool: str) -> asyncio.Semaphore | None:
-        """The policy's concurrency slot for ``tool`` (shared by the process's runs)."""
-        caps = self._caps
-        if tool not in caps:
-            policy = self._spec.policy
-            cap = policy.concurrency(tool)
-            caps[tool] = None if cap is None else slot_for(policy, tool, cap)
-        return caps[tool]
 
     def record_result(
         self,
