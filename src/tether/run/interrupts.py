@@ -12,12 +12,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
+from tether.run.base import Cancelled
 from tether.run.watchdog import Watchdog
 
-__all__ = ["Interrupts", "Settled"]
+__all__ = ["Interrupts", "Settled", "Unwound"]
 
 Settled = Literal["timeout", "cancel", "tool", "external"]
 """What a ``CancelledError`` at one of the run's awaits was (see ``Interrupts.settle``)."""
+
+Unwound = Literal["timeout", "tool"]
+"""What ``Interrupts.unwind`` leaves to the await: its own timeout, or the awaited code's
+own ``CancelledError``."""
 
 
 class Interrupts:
@@ -117,3 +122,18 @@ class Interrupts:
         if self.reason is not None:
             return "cancel"
         return "timeout" if expired else "external"
+
+    def unwind(self, exc: asyncio.CancelledError) -> Unwound:
+        """``settle`` ``exc`` (call it where it was caught), and unwind what is not the await's.
+
+        The run's own ``cancel()`` raises ``Cancelled`` (the loop ends the run); the task's
+        owner's cancellation raises ``exc`` again. What is left is for the await to answer:
+        ``timeout`` (its deadline passed) or ``tool`` (the awaited code raised it itself).
+        """
+        match self.settle():
+            case "cancel":
+                raise Cancelled from None
+            case "external":
+                raise exc
+            case how:
+                return how

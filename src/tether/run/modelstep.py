@@ -212,15 +212,9 @@ class ModelStep(Generic[OutputT]):
         try:
             return await awaitable
         except asyncio.CancelledError as exc:
-            match interrupts.settle():
-                case "timeout":
-                    raise TimeoutError from None
-                case "cancel":
-                    raise Cancelled from None
-                case "tool":
-                    raise RuntimeError(f"the awaited call raised CancelledError: {exc}") from None
-                case "external":
-                    raise
+            if interrupts.unwind(exc) == "timeout":
+                raise TimeoutError from None
+            raise RuntimeError(f"the awaited call raised CancelledError: {exc}") from None
         finally:
             interrupts.end()
 
@@ -243,15 +237,9 @@ class ModelStep(Generic[OutputT]):
         try:
             response = await model.request(request)
         except asyncio.CancelledError as exc:
-            match interrupts.settle():
-                case "timeout":
-                    return self._model_failed(TimeoutError(), step)
-                case "cancel":
-                    raise Cancelled from None
-                case "tool":
-                    return self._model_failed(RuntimeError(f"raised CancelledError: {exc!r}"), step)
-                case "external":
-                    raise
+            if interrupts.unwind(exc) == "timeout":
+                return self._model_failed(TimeoutError(), step)
+            return self._model_failed(RuntimeError(f"raised CancelledError: {exc!r}"), step)
         except UserError:
             raise
         except KeyboardInterrupt:  # Ctrl-C reached the model call: cancel the run, logged
@@ -329,9 +317,8 @@ class ModelStep(Generic[OutputT]):
         self._interrupts.interruptible = True
         try:
             await asyncio.sleep(seconds)
-        except asyncio.CancelledError:
-            if self._interrupts.settle() == "cancel":
-                raise Cancelled from None
-            raise
+        except asyncio.CancelledError as exc:
+            self._interrupts.unwind(exc)
+            raise  # nobody asked it to stop early: a sleep raises nothing of its own
         finally:
             self._interrupts.interruptible = False

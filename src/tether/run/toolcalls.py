@@ -253,11 +253,9 @@ class ToolStage(Generic[OutputT]):
                     self._interrupts.interruptible = True
                     try:
                         result, error_type, duration = await task
-                    except asyncio.CancelledError:
-                        how = self._interrupts.settle()
-                        self._record_done_siblings(planned, tasks)
-                        if how == "cancel":
-                            raise Cancelled from None
+                    except asyncio.CancelledError as exc:
+                        self._record_done_siblings(planned, tasks)  # what finished is kept
+                        self._interrupts.unwind(exc)
                         raise
                     finally:
                         self._interrupts.interruptible = False
