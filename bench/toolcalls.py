@@ -1,7 +1,7 @@
 """Tool calls of the embedded model: tether's constrained steps against plain "auto" tool calling.
 
 Runs every prompt of ``bench/toolcalls_prompts.json`` (each with its expected tool and
-arguments) through the embedded model twice, as a first step of an agent with seven tools:
+arguments) through the embedded model twice, as a first step of an agent with eleven tools:
 
 - ``tether``: ``LocalModel``'s constrained step (the reply must be one call of one of the
   tools, ``finish_task`` included, decoded under their JSON Schemas), in-process;
@@ -13,8 +13,14 @@ A call is *valid* when it names one of the tools and its arguments match that to
 *correct* when it is also the expected tool with the expected arguments (a calculation is
 compared by its value, so ``17% * 2340`` and ``0.17 * 2340`` both count).
 
+The prompts from ``set_thermostat`` on ask for what a tool's parameters mean: an optional
+parameter the user asked for (a unit, a detail flag), a value a parameter's description
+names (a mode), an optional one nobody mentioned (left out, never the string "None").
+
 Prints one JSON line: prompts, tether_valid, tether_correct, raw_valid, raw_correct,
-median_step_s (tether, after the first step), raw_median_step_s, first_step_s, misses.
+median_step_s (tether, after the first step), raw_median_step_s, first_step_s,
+raw_first_step_s, median_step_ratio and first_step_ratio (tether's over the raw step's, in
+the same run), tether_misses. ``--modes tether`` runs tether's steps only (no ratios).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import jsonschema
 
@@ -91,6 +97,71 @@ def send_email(to: str, subject: str, body: str) -> str:
     raise NotImplementedError
 
 
+@tool
+def get_forecast(
+    city: str,
+    days: int = 3,
+    unit: Literal["celsius", "fahrenheit"] = "celsius",
+    hourly: bool = False,
+) -> str:
+    """The weather forecast for a city.
+
+    Args:
+        city: The city's name.
+        days: How many days ahead, 1 to 10.
+        unit: The temperature unit.
+        hourly: Give the hour-by-hour detail instead of one line per day.
+    """
+    raise NotImplementedError
+
+
+@tool
+def set_thermostat(
+    room: str, mode: Literal["heat", "cool", "eco", "off"], target: float | None = None
+) -> str:
+    """Set a room's thermostat.
+
+    Args:
+        room: The room, e.g. "kitchen".
+        mode: "heat" or "cool" to reach the target, "eco" to save energy while nobody is
+            home, "off" to switch it off.
+        target: The target temperature in degrees; leave it out to keep the current one.
+    """
+    raise NotImplementedError
+
+
+@tool
+def list_files(
+    path: str,
+    pattern: str | None = None,
+    recursive: bool = False,
+    sort_by: Literal["name", "size", "modified"] = "name",
+) -> str:
+    """List the files in a directory.
+
+    Args:
+        path: The directory.
+        pattern: Only names matching this glob, e.g. "*.txt"; leave it out for all files.
+        recursive: Also list the files in its subdirectories.
+        sort_by: "name", "size" (largest first) or "modified" (most recently changed first).
+    """
+    raise NotImplementedError
+
+
+@tool
+def book_table(restaurant: str, people: int, time: str, notes: str | None = None) -> str:
+    """Book a table at a restaurant for today.
+
+    Args:
+        restaurant: The restaurant's name.
+        people: How many people.
+        time: The time, as HH:MM (24-hour clock).
+        notes: Anything the restaurant should know (diets, a high chair); leave it out if
+            nothing was said.
+    """
+    raise NotImplementedError
+
+
 FINISH = ToolDefinition(
     name="finish_task",
     description="Finish the task with the final answer.",
@@ -110,6 +181,10 @@ TOOLS = tuple(
         convert_currency,
         search_docs,
         send_email,
+        get_forecast,
+        set_thermostat,
+        list_files,
+        book_table,
     )
 )
 
@@ -233,35 +308,47 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_LOCAL_MODEL, choices=sorted(KNOWN_MODELS))
     parser.add_argument("--limit", type=int, default=None, help="Only the first N prompts.")
+    parser.add_argument(
+        "--modes", default="tether,raw", help="tether, raw or both (comma-separated)."
+    )
     parser.add_argument("--verbose", action="store_true", help="Also print every miss.")
     args = parser.parse_args()
+    modes = {m.strip() for m in str(args.modes).split(",") if m.strip()}
+    if not modes or modes - {"tether", "raw"}:
+        parser.error("--modes takes tether, raw or tether,raw")
     cases: list[dict[str, Any]] = json.loads(PROMPTS.read_text())[: args.limit]
     path = assemble(KNOWN_MODELS[args.model])
-    mine = asyncio.run(tether_mode(LocalModel(path, context=4096), cases))
-    server = start_server(path, context=4096, alias=args.model)
-    url = str(server.listening_address).rstrip("/") + "/v1"
-    raw = asyncio.run(raw_mode(url, args.model, cases))
-    del server
-    later = [r["s"] for r in mine[1:]] or [mine[0]["s"]]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    if "tether" in modes:
+        runs["tether"] = asyncio.run(tether_mode(LocalModel(path, context=4096), cases))
+    if "raw" in modes:
+        server = start_server(path, context=4096, alias=args.model)
+        url = str(server.listening_address).rstrip("/") + "/v1"
+        runs["raw"] = asyncio.run(raw_mode(url, args.model, cases))
+        del server
     misses = [
         {"prompt": case["prompt"], "mode": mode, "call": result["call"]}
-        for mode, results in (("tether", mine), ("raw", raw))
+        for mode, results in runs.items()
         for case, result in zip(cases, results, strict=True)
         if not result["correct"]
     ]
-    report = {
-        "bench": "toolcalls",
-        "model": args.model,
-        "prompts": len(cases),
-        "tether_valid": sum(r["valid"] for r in mine),
-        "tether_correct": sum(r["correct"] for r in mine),
-        "raw_valid": sum(r["valid"] for r in raw),
-        "raw_correct": sum(r["correct"] for r in raw),
-        "median_step_s": round(statistics.median(later), 3),
-        "raw_median_step_s": round(statistics.median(r["s"] for r in raw[1:] or raw), 3),
-        "first_step_s": round(mine[0]["s"], 3),
-        "tether_misses": sum(m["mode"] == "tether" for m in misses),
-    }
+    report: dict[str, Any] = {"bench": "toolcalls", "model": args.model, "prompts": len(cases)}
+    steps: dict[str, tuple[float, float]] = {}  # mode: (median step after the first, first)
+    for mode, results in runs.items():
+        later = [r["s"] for r in results[1:]] or [results[0]["s"]]
+        steps[mode] = (statistics.median(later), results[0]["s"])
+        report[f"{mode}_valid"] = sum(r["valid"] for r in results)
+        report[f"{mode}_correct"] = sum(r["correct"] for r in results)
+    if "tether" in steps:
+        report["median_step_s"] = round(steps["tether"][0], 3)
+        report["first_step_s"] = round(steps["tether"][1], 3)
+    if "raw" in steps:
+        report["raw_median_step_s"] = round(steps["raw"][0], 3)
+        report["raw_first_step_s"] = round(steps["raw"][1], 3)
+    if len(steps) == 2:
+        report["median_step_ratio"] = round(steps["tether"][0] / steps["raw"][0], 3)
+        report["first_step_ratio"] = round(steps["tether"][1] / steps["raw"][1], 3)
+    report["tether_misses"] = sum(m["mode"] == "tether" for m in misses)
     print(json.dumps(report))
     if args.verbose:
         for miss in misses:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 import pytest
 
 from tether.errors import ModelError, ModelWeightsError
-from tether.models._constrained import step_schema
+from tether.messages import UserMessage
+from tether.models._constrained import step_body, step_schema
+from tether.models.base import ModelRequest
 from tether.models.local import LocalModel
 from tether.models.registry import resolve_model
 from tether.models.weights import KNOWN_MODELS, installed
+from tether.tools import tool
 from tether.tools.builtin import calculate, days_until
 
 
@@ -28,6 +32,41 @@ def test_the_step_schema_admits_exactly_one_call_of_a_known_tool() -> None:
     assert not valid({"tool": "rm", "arguments": {}})
     assert not valid({"tool": "calculate", "arguments": {"expression": "1"}, "x": 1})
     assert not valid({"tool": "calculate", "arguments": {"expression": "1", "extra": True}})
+
+
+@tool
+def set_thermostat(room: str, mode: Literal["heat", "eco"], target: float | None = None) -> str:
+    """Set a room's thermostat.
+
+    Args:
+        room: The room.
+        mode: "heat" to reach the target, "eco" to save energy while nobody is home.
+        target: The target temperature; leave it out to keep the current one.
+    """
+    raise NotImplementedError
+
+
+def test_the_model_reads_each_tools_whole_contract() -> None:
+    """Descriptions, enums and defaults of parameters reach the model's eyes, not only the
+    grammar: a small model otherwise leaves out an optional parameter the user asked for,
+    paraphrases an enum value, or writes "None" as a string."""
+    request = ModelRequest(
+        instructions="Be brief.",
+        messages=(UserMessage(text="Nobody is home: save energy in the kitchen."),),
+        tools=(set_thermostat.definition, days_until.definition),
+    )
+    system = step_body(request)["messages"][0]["content"]
+    assert system.startswith("Be brief.")
+    block = system[system.index("<tools>\n") + len("<tools>\n") : system.index("\n</tools>")]
+    listed = [json.loads(line)["function"] for line in block.splitlines()]
+    assert [f["name"] for f in listed] == ["set_thermostat", "days_until"]
+    shown = listed[0]["parameters"]
+    assert shown["properties"]["mode"]["enum"] == ["heat", "eco"]
+    assert "save energy while nobody is home" in shown["properties"]["mode"]["description"]
+    assert shown["properties"]["target"]["default"] is None
+    assert shown["required"] == ["room", "mode"]
+    assert "additionalProperties" not in shown  # only the grammar needs it
+    assert listed[1]["parameters"]["properties"]["timezone"]["default"] == "UTC"
 
 
 def test_local_model_strings(tmp_path: Path) -> None:

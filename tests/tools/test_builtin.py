@@ -63,6 +63,11 @@ EXACT: list[tuple[str, float]] = [
     ("1,234 + 1", 1235),
     ("1,000,000 / 4", 250000.0),
     ("-1,000 * 2", -2000),
+    # a caret is a power, as on a calculator (never XOR), with a power's precedence
+    ("2^20", 1048576),
+    ("2 ^ 3 * 2", 16),
+    ("-2^2", -4),
+    ("2^3^2", 512),
     # unicode operators
     ("3 \u00d7 4", 12),
     ("8 \u00f7 2", 4.0),

@@ -5,13 +5,16 @@ JSON Schema, a ``oneOf`` of exactly the request's tools, each with its fixed nam
 closed argument schema, so every step is a valid call by construction. The request is an
 OpenAI-style chat completion body (``response_format: json_schema``): the embedded model
 answers it in-process, and any server that supports JSON Schema output (llama.cpp, vLLM,
-Ollama) answers it over HTTP. The model's own chat template is kept; tool results come back
+Ollama) answers it over HTTP. The model reads every tool's whole contract (``tool_block``:
+descriptions, parameters, enums, defaults), as its native tool-calling template shows them.
+The model's own chat template is kept; tool results come back
 as clearly marked data, and earlier turns render identically each step, so a server's prompt
 cache only processes each step's new tokens.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -24,7 +27,7 @@ from tether.models.fence import fence
 from tether.tools.base import ToolDefinition
 from tether.usage import Usage
 
-__all__ = ["step_body", "step_response", "step_schema"]
+__all__ = ["step_body", "step_response", "step_schema", "tool_block"]
 
 _STEP_GUIDE = (
     "You act by calling exactly one tool per step; your reply is that call as JSON: "
@@ -97,10 +100,45 @@ def step_response(reply: dict[str, Any], *, call_id: str, cost: float | None) ->
     return ModelResponse(tool_calls=(call,), usage=usage, finish_reason=choice.get("finish_reason"))
 
 
+def tool_block(tools: tuple[ToolDefinition, ...]) -> str:
+    """The tools as the model reads them: each one's whole contract, one JSON line each.
+
+    The block the Qwen and Hermes chat templates write for native tool calling (the
+    function signatures inside ``<tools></tools>``): a parameter's description, its enum
+    values and its default are what tell a model which optional parameter the user asked
+    for and which value a description names. The grammar alone only keeps a call valid.
+    """
+    lines = "\n".join(
+        json.dumps(  # spaced as the templates' ``tojson`` writes it: the tokens they trained on
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": _shown(t.input_schema),
+                },
+            },
+            ensure_ascii=False,
+        )
+        for t in tools
+    )
+    return (
+        "# Tools\n\nYou are provided with function signatures within <tools></tools> XML "
+        f"tags:\n<tools>\n{lines}\n</tools>"
+    )
+
+
+def _shown(schema: JsonObject) -> JsonObject:
+    """A parameters schema without what only the grammar needs (``additionalProperties``)."""
+    return {k: v for k, v in schema.items() if k != "additionalProperties"}
+
+
 def _messages(request: ModelRequest) -> list[dict[str, Any]]:
     system = f"{request.instructions}\n\n{_STEP_GUIDE}".strip()
-    tools = "\n".join(f"- {t.name}: {t.description}" for t in request.tools)
-    head: dict[str, Any] = {"role": "system", "content": f"{system}\n\nTools:\n{tools}"}
+    head: dict[str, Any] = {
+        "role": "system",
+        "content": f"{system}\n\n{tool_block(request.tools)}",
+    }
     goal = next((m.text for m in request.messages if isinstance(m, UserMessage)), "")
     return [head, *(_message(m, goal) for m in request.messages)]
 

@@ -57,12 +57,13 @@ _CONSTANTS = {"pi": math.pi, "e": math.e}
 
 
 def evaluate(expression: str) -> int | float:
-    """Evaluate an arithmetic expression; ``%`` after a number means percent (``17% * 2340``).
+    """Evaluate an arithmetic expression (``17% * 2340`` is a percent, ``2^10`` a power).
 
     Raises:
         ValueError: the expression is not plain arithmetic, or is too large to compute.
     """
     text = expression.strip().replace("\u00d7", "*").replace("\u00f7", "/")
+    text = text.replace("^", "**")  # a calculator's power (models write it), never XOR
     if not text or len(text) > _MAX_LENGTH:
         raise ValueError(f"expression must be 1-{_MAX_LENGTH} characters")
     if not _CALL.search(text):  # inside a call, commas separate arguments
@@ -141,7 +142,7 @@ def _eval(node: ast.expr) -> Number:  # noqa: C901 - one case per node type
 def _calculate(expression: str) -> int | float:
     """Evaluate an arithmetic expression and return the number.
 
-    Supports + - * / // % ** and parentheses, percentages such as ``17% * 2340``, the
+    Supports + - * / // % ** (or ^) and parentheses, percentages such as ``17% * 2340``, the
     constants pi and e, and abs, round, min, max, sqrt, log, log10, exp, floor, ceil.
 
     Args:
