@@ -61,9 +61,20 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.stores.kv",
             "tether.policy.base",
             "tether.memory",
+            "tether.sinks",
         ),
     ),
-    ("engine", ("tether.run", "tether.loop", "tether.spec", "tether.state", "tether.policy")),
+    (
+        "engine",
+        (
+            "tether.run",
+            "tether.loop",
+            "tether.spec",
+            "tether.state",
+            "tether.policy",
+            "tether.hooks",
+        ),
+    ),
     ("adapters", ("tether.models", "tether.stores", "tether.tools")),
     (
         "interfaces",

@@ -69,6 +69,7 @@ async def test_two_tools() -> None:
                 },
                 "parent_run_id": None,
                 "tags": [],
+                "context": None,
             },
             {
                 "kind": "model_responded",
@@ -261,6 +262,7 @@ async def test_validation_retry() -> None:
                 },
                 "parent_run_id": None,
                 "tags": [],
+                "context": None,
             },
             {
                 "kind": "model_responded",
@@ -447,6 +449,7 @@ async def test_failing_tool() -> None:
                 },
                 "parent_run_id": None,
                 "tags": [],
+                "context": None,
             },
             {
                 "kind": "model_responded",
@@ -595,6 +598,7 @@ async def test_parallel_calls() -> None:
                 },
                 "parent_run_id": None,
                 "tags": [],
+                "context": None,
             },
             {
                 "kind": "model_responded",
@@ -811,6 +815,7 @@ async def test_budget_exhaustion() -> None:
                 },
                 "parent_run_id": None,
                 "tags": [],
+                "context": None,
             },
             {
                 "kind": "model_responded",
@@ -994,6 +999,7 @@ async def test_cancellation() -> None:
                 },
                 "parent_run_id": None,
                 "tags": [],
+                "context": None,
             },
             {
                 "kind": "model_responded",

@@ -21,6 +21,7 @@ from tether.errors import (
     UserError,
 )
 from tether.events import Event
+from tether.hooks import Hooks
 from tether.limits import Limits
 from tether.loop import AgentRun
 from tether.messages import ToolCall
@@ -31,6 +32,7 @@ from tether.policy.base import AllowAll, Policy, PolicyDecision
 from tether.policy.gate import RulePolicy
 from tether.policy.redaction import Redactor
 from tether.policy.rules import Rules, allow, deny, require_approval
+from tether.sinks import EventSink
 from tether.state import RunState, fold
 from tether.tools.base import Tool, ToolAnnotations, ToolContext, ToolDefinition
 from tether.tools.function import tool
@@ -47,6 +49,8 @@ __all__ = [
     "ConfigError",
     "ContentBlock",
     "Event",
+    "EventSink",
+    "Hooks",
     "ImageBlock",
     "JsonObject",
     "JsonValue",

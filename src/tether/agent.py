@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic
+from typing import Any, Generic, cast
 
+import orjson
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock
 from tether._internal.ids import new_run_id
 from tether.codec import canonical_json
 from tether.errors import ConfigError, UserError
+from tether.hooks import Hooks, HookSink
+from tether.jsontypes import JsonObject
 from tether.limits import Limits
 from tether.loop import AgentRun, ToolRunner, run_tool
 from tether.memory.base import Memory
@@ -26,7 +29,8 @@ from tether.policy.base import Policy
 from tether.policy.gate import RulePolicy
 from tether.policy.redaction import Redactor
 from tether.retry import Backoff
-from tether.run.journal import EventSink, JsonlSink
+from tether.run.journal import JsonlSink
+from tether.sinks import EventSink
 from tether.spec import AgentSpec
 from tether.stores.base import RunStore
 from tether.tools.base import Tool
@@ -35,6 +39,27 @@ from tether.tools.output import OutputSpec, ask_user_definition
 from tether.tools.registry import ToolRegistry
 
 __all__ = ["Agent", "AgentSpec"]
+
+
+def _context(context: Mapping[str, Any] | None) -> JsonObject | None:
+    """The context given with a goal, as the log holds it (a JSON object), or ``None``.
+
+    Raises:
+        UserError: it is not a mapping of strings to JSON values.
+    """
+    if context is None:
+        return None
+    if not isinstance(context, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - callers
+        raise UserError(f"context must be a mapping (a JSON object), not {type(context).__name__}")
+    try:
+        value: object = orjson.loads(orjson.dumps(dict(context)))
+    except TypeError as exc:
+        raise UserError(
+            f"the context cannot be stored as JSON ({exc}); give strings, numbers, booleans, "
+            "None, lists and dicts with string keys"
+        ) from None
+    return cast(JsonObject, value)
+
 
 OutputT = TypeVar("OutputT", default=str)
 
@@ -88,6 +113,9 @@ class Agent(Generic[OutputT]):
     turns redaction off."""
     backoff: Backoff = field(default_factory=Backoff)
     """Back-off between retries of transient model failures."""
+    hooks: Hooks | None = None
+    """Your code, called with each committed event by kind (``tether.hooks``); a hook never
+    changes the run, and one that fails is reported in the outcome's warnings."""
     spec: AgentSpec[OutputT] = field(init=False, repr=False, compare=False)
     """The resolved configuration (derived in ``__post_init__``)."""
     _model_cache: list[Model] = field(
@@ -156,6 +184,7 @@ class Agent(Generic[OutputT]):
         self,
         goal: str,
         *,
+        context: Mapping[str, Any] | None = None,
         run_id: str | None = None,
         model: Model | str | None = None,
         tags: Sequence[str] = (),
@@ -175,6 +204,9 @@ class Agent(Generic[OutputT]):
 
         Args:
             goal: The task.
+            context: Structured data the task is about (a JSON object: a customer record,
+                the ticket, the user's settings), given to the model with the goal and
+                recorded with it in ``run_started``.
             run_id: The run's id (a new time-ordered id by default); see above.
             model: Use this model instead of the agent's for this run.
             tags: Labels recorded with the run.
@@ -187,11 +219,14 @@ class Agent(Generic[OutputT]):
         """
         if not goal.strip():
             raise UserError("the goal must be a non-empty string")
+        given = _context(context)
         rid = run_id or new_run_id()
         chosen = resolve_model(model) if model is not None else self.resolved_model()
         all_sinks = list(sinks)
         if self.log_dir is not None:  # opened last: nothing is left behind if the above fails
             all_sinks.append(JsonlSink(self.log_dir, rid))
+        if self.hooks:  # last: a hook sees an event once every copy of the log holds it
+            all_sinks.append(HookSink(self.hooks))
         return AgentRun.start(
             self.spec,
             goal,
@@ -199,6 +234,7 @@ class Agent(Generic[OutputT]):
             model=chosen,
             clock=clock or Clock(),
             sinks=all_sinks,
+            context=given,
             agent_ref=agent_ref,
             tags=tags,
             parent_run_id=parent_run_id,
@@ -235,6 +271,7 @@ class Agent(Generic[OutputT]):
             clock=clock or Clock(),
             tool_runner=tool_runner,
             store=chosen_store,
+            sinks=(HookSink(self.hooks),) if self.hooks else (),
             answer=answer,
             approvals=approvals,
             max_recoveries=self.max_recoveries,
@@ -268,6 +305,7 @@ class Agent(Generic[OutputT]):
         self,
         goal: str,
         *,
+        context: Mapping[str, Any] | None = None,
         run_id: str | None = None,
         model: Model | str | None = None,
         tags: Sequence[str] = (),
@@ -281,6 +319,7 @@ class Agent(Generic[OutputT]):
         """Run to the end and return the outcome (consumes ``stream``)."""
         run = self.stream(
             goal,
+            context=context,
             run_id=run_id,
             model=model,
             tags=tags,

@@ -130,6 +130,9 @@ class RunStarted(EventBase):
     """The run that started this one, for sub-agents."""
     tags: tuple[str, ...] = ()
     """Free-form labels."""
+    context: JsonObject | None = field(default=None, metadata=LATE)
+    """Structured context given with the goal (``agent.run(goal, context=...)``); the model
+    reads it with the goal."""
 
 
 @frozen

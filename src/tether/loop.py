@@ -26,6 +26,7 @@ from typing_extensions import TypeVar
 from tether._internal.clock import Clock
 from tether.errors import RunExists, RunNotFound, StoreError, UserError
 from tether.events import BudgetWarning, Event, RunStarted
+from tether.jsontypes import JsonObject
 from tether.models.base import Model, check_model_requests_allowed
 from tether.outcome import RunOutcome
 from tether.policy.approvals import Approval
@@ -34,12 +35,13 @@ from tether.run.approving import Approving
 from tether.run.base import Cancelled, OutputT, Retry, Stop, ToolRunner
 from tether.run.context import RunContext
 from tether.run.endings import Endings
-from tether.run.journal import EventSink, StoreSink
+from tether.run.journal import StoreSink
 from tether.run.loopmonitor import monitor
 from tether.run.modelstep import ModelStep
 from tether.run.recovery import Recovery
 from tether.run.toolcalls import ToolStage
 from tether.run.toolexec import run_tool, tool_error
+from tether.sinks import EventSink
 from tether.stores.base import RunStore, default_owner
 
 if TYPE_CHECKING:
@@ -90,6 +92,7 @@ class AgentRun(Generic[OutputT]):
         model: Model,
         clock: Clock,
         sinks: Sequence[EventSink] = (),
+        context: JsonObject | None = None,
         agent_ref: str | None = None,
         tags: Sequence[str] = (),
         parent_run_id: str | None = None,
@@ -111,6 +114,7 @@ class AgentRun(Generic[OutputT]):
                 model=model,
                 clock=clock,
                 sinks=sinks,
+                goal_context=context,
                 agent_ref=agent_ref,
                 tags=tags,
                 parent_run_id=parent_run_id,
@@ -130,6 +134,7 @@ class AgentRun(Generic[OutputT]):
         clock: Clock,
         store: RunStore,
         tool_runner: ToolRunner = run_tool,
+        sinks: Sequence[EventSink] = (),
         answer: str | None = None,
         approvals: Sequence[Approval] = (),
         max_recoveries: int = 3,
@@ -148,6 +153,7 @@ class AgentRun(Generic[OutputT]):
                 clock=clock,
                 tool_runner=tool_runner,
                 store=store,
+                sinks=sinks,
                 resume=True,
                 answer=answer,
                 approvals=approvals,
@@ -364,12 +370,14 @@ class AgentRun(Generic[OutputT]):
         except RunNotFound:
             return False
         started = stored[0]
-        if not isinstance(started, RunStarted) or (started.goal, started.agent) != (
-            self.goal,
-            self._ctx.spec.name,
-        ):
+        if not isinstance(started, RunStarted) or (
+            started.goal,
+            started.agent,
+            started.context,
+        ) != (self.goal, self._ctx.spec.name, self._ctx.goal_context):
             what = (
                 f"agent {started.agent!r} with the goal {started.goal!r}"
+                f"{'' if started.context is None else ' and its own context'}"
                 if isinstance(started, RunStarted)
                 else "a log that does not begin with run_started"
             )
@@ -388,8 +396,12 @@ class AgentRun(Generic[OutputT]):
             self._ctx.deadline = self._ctx.t0 + spec.limits.max_seconds
         journal = self._journal
         # what the agent's spec puts in run_started is probed once per spec, not every run
-        seen = _spec_seen(spec, journal.redactor, self._ctx.model.name) and journal.seen(
-            self.goal, self._ctx.agent_ref or "", self._ctx.parent_run_id or "", *self._ctx.tags
+        seen = (
+            self._ctx.goal_context is None  # outside text of any shape: the full probe
+            and _spec_seen(spec, journal.redactor, self._ctx.model.name)
+            and journal.seen(
+                self.goal, self._ctx.agent_ref or "", self._ctx.parent_run_id or "", *self._ctx.tags
+            )
         )
         (journal.add_seen if seen else journal.add)(
             RunStarted,
@@ -404,6 +416,7 @@ class AgentRun(Generic[OutputT]):
             limits=spec.limits,
             parent_run_id=self._ctx.parent_run_id,
             tags=self._ctx.tags,
+            context=self._ctx.goal_context,
         )
 
     def _check_limits(self) -> Stop | None:

@@ -162,6 +162,7 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
     tools = _RecordedTools(events)
     run = agent.stream(
         started.goal,
+        context=started.context,
         model=ReplayModel(events),
         tags=started.tags,
         parent_run_id=started.parent_run_id,

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import orjson
+
 from tether._internal.frozen import frozen
 from tether.content import TextBlock
 from tether.eventdispatch import EventHandler
@@ -39,6 +41,7 @@ from tether.events import (
     ToolCallUnknown,
     UserReplied,
 )
+from tether.jsontypes import JsonObject
 from tether.limits import Limits
 from tether.messages import (
     CONTROL_TOOLS,
@@ -50,7 +53,14 @@ from tether.messages import (
 )
 from tether.usage import Usage
 
-__all__ = ["CORRECTABLE_ERRORS", "RunState", "StateBuilder", "fold", "limit_prompt"]
+__all__ = [
+    "CORRECTABLE_ERRORS",
+    "RunState",
+    "StateBuilder",
+    "fold",
+    "goal_text",
+    "limit_prompt",
+]
 
 CORRECTABLE_ERRORS = frozenset(
     {"invalid_arguments", "invalid_output", "unknown_tool", "model_retry"}
@@ -103,6 +113,14 @@ class RunState:
     """The ``seq`` of the last event (-1 for an empty log)."""
     last_hash: str
     """The ``hash`` of the last event (``GENESIS_HASH`` for an empty log)."""
+
+
+def goal_text(goal: str, context: JsonObject | None) -> str:
+    """The first message a model reads: the goal, then the context given with it (as JSON)."""
+    if context is None:
+        return goal
+    block = orjson.dumps(context, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+    return f"{goal}\n\nContext given with the task:\n<context>\n{block}\n</context>"
 
 
 _NO_LIMITS = Limits()  # frozen: one shared default until run_started sets the real ones
@@ -223,7 +241,7 @@ class StateBuilder(EventHandler[None]):
         self.model = event.model
         self.limits = event.limits
         self.started_at = event.at
-        self.messages.append(UserMessage(text=event.goal))
+        self.messages.append(UserMessage(text=goal_text(event.goal, event.context)))
 
     def on_model_failed(self, event: ModelFailed) -> None:
         """One more failed request in a row."""

@@ -351,6 +351,38 @@ def test_run_with_a_scripted_model_finishes_and_logs(tmp_path: Path) -> None:
     assert finished_event(events).output == "4"
 
 
+def test_run_takes_context_as_json_or_from_a_file(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+    given = ["run", "What is 2+2?", "--model", f"scripted:{script}"]
+    assert invoke(*given, "--context", '{"user": "ada", "units": "metric"}').exit_code == 0
+    (tmp_path / "ctx.json").write_text('{"ticket": 7}')
+    assert invoke(*given, "--context", "@ctx.json").exit_code == 0
+    contexts: list[object] = []
+    for log in default_logs(tmp_path):
+        started = read_jsonl(log)[0]
+        assert isinstance(started, RunStarted)
+        contexts.append(started.context)
+    assert sorted(contexts, key=str) == [{"ticket": 7}, {"units": "metric", "user": "ada"}]
+    shown = [invoke("show", str(log)).stdout for log in default_logs(tmp_path)]
+    assert any('context={"ticket":7}' in flat(text) for text in shown)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("{user: ada}", "error: --context is not JSON"),
+        ('["a list"]', "error: --context must be a JSON object ({...}), not list"),
+        ("@missing.json", "error: cannot read the context file missing.json"),
+    ],
+)
+def test_run_refuses_a_context_that_is_not_a_json_object(value: str, message: str) -> None:
+    result = invoke("run", "What is 2+2?", "--model", "scripted:none.json", "--context", value)
+    assert result.exit_code == 2
+    assert flat(result.stderr).startswith(message), result.output
+    assert "Traceback" not in result.output
+    assert not (Path.cwd() / ".tether").exists()  # refused before anything was opened
+
+
 def test_run_log_replays(tmp_path: Path) -> None:
     script = write_script(tmp_path, CALCULATE_THEN_FINISH)
     assert invoke("run", "What is 2+2?", "--model", f"scripted:{script}").exit_code == 0

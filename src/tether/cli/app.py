@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -99,6 +99,13 @@ def _run(
             "the same command.",
         ),
     ] = None,
+    context: Annotated[
+        str | None,
+        typer.Option(
+            help="Structured context given with the goal: a JSON object, or @FILE to read "
+            "one from a file. The model reads it with the goal; run_started records it.",
+        ),
+    ] = None,
 ) -> None:
     """Run an agent on a goal, with a live status line; exit 0 only if it finished.
 
@@ -118,6 +125,7 @@ def _run(
     error: TetherError | None = None
     outcome: RunOutcome[Any] | None = None
     try:
+        given = None if context is None else _context_option(context)  # before anything opens
         agent = load_agent(agent_ref)
         directory = _log_dir(log_dir, no_log)
         limits: Limits = (
@@ -133,7 +141,7 @@ def _run(
             agent = replace(agent, policy=RulePolicy.from_toml(policy))
         if run_id is not None and store is None:
             raise UserError("--run-id needs the run store: drop --no-store")
-        stream = agent.stream(goal, agent_ref=agent_ref, run_id=run_id)
+        stream = agent.stream(goal, context=given, agent_ref=agent_ref, run_id=run_id)
         outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=limits.max_steps))
     except TetherError as exc:
         error = exc
@@ -153,6 +161,30 @@ def _run(
     if store is not None and outcome.status in ("waiting_for_user", "cancelled"):
         err.print(f"[dim]continue it with: tether resume {outcome.run_id}[/]")
     raise typer.Exit(exit_code(outcome))
+
+
+def _context_option(text: str) -> dict[str, Any]:
+    """``--context``: a JSON object, or ``@FILE`` holding one.
+
+    Raises:
+        UserError: the file cannot be read, or it is not a JSON object.
+    """
+    import orjson
+
+    where = "--context"
+    if text.startswith("@"):
+        where = text[1:]
+        try:
+            text = Path(where).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read the context file {where}: {exc}") from None
+    try:
+        value: object = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise UserError(f"{where} is not JSON ({exc}); give a JSON object") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{where} must be a JSON object ({{...}}), not {type(value).__name__}")
+    return cast(dict[str, Any], value)
 
 
 def _close(store: SqliteStore | None) -> TetherError | None:

@@ -51,7 +51,11 @@ class _Describer(EventHandler[str]):
     __slots__ = ()
 
     def on_run_started(self, event: RunStarted) -> str:
-        return f"[bold]run started[/] agent={event.agent} model={event.model} goal={short(event.goal)!r}"
+        context = "" if event.context is None else f" context={_args(event.context)}"
+        return (
+            f"[bold]run started[/] agent={event.agent} model={event.model} "
+            f"goal={short(event.goal)!r}{context}"
+        )
 
     def on_model_responded(self, event: ModelResponded) -> str:
         calls = ", ".join(f"{c.name}({_args(c.arguments)})" for c in event.tool_calls)

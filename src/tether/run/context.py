@@ -12,15 +12,17 @@ from typing import TYPE_CHECKING, Generic
 
 from tether._internal.clock import Clock, monotonic_of
 from tether.events import Event
+from tether.jsontypes import JsonObject
 from tether.messages import ToolCall
 from tether.models.base import Model
 from tether.outcome import ErrorInfo, RunOutcome
 from tether.policy.approvals import Approval
 from tether.run.base import Cancelled, OutputT, Stop, ToolRunner
 from tether.run.interrupts import Interrupts
-from tether.run.journal import EventSink, Journal
+from tether.run.journal import Journal
 from tether.run.loopmonitor import Call
 from tether.run.unfinished import refuse
+from tether.sinks import EventSink
 from tether.state import StateBuilder
 from tether.stores.base import Lease, RunStore
 
@@ -51,6 +53,7 @@ class RunContext(Generic[OutputT]):
         "existing",
         "fatal",
         "goal",
+        "goal_context",
         "in_flight",
         "interrupts",
         "journal",
@@ -84,6 +87,7 @@ class RunContext(Generic[OutputT]):
         model: Model,
         clock: Clock,
         sinks: Sequence[EventSink] = (),
+        goal_context: JsonObject | None = None,
         agent_ref: str | None = None,
         tags: Sequence[str] = (),
         parent_run_id: str | None = None,
@@ -98,6 +102,8 @@ class RunContext(Generic[OutputT]):
     ) -> None:
         self.run_id = run_id
         self.goal = goal
+        self.goal_context = goal_context
+        """Structured context given with the goal (recorded in ``run_started``)."""
         self.spec = spec
         self.model = model
         self.clock = clock

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields as fields_of
 from datetime import datetime
@@ -20,11 +19,12 @@ from tether.codec import encode_line, hashed_fields, kept
 from tether.errors import ConfigError, StoreError, StoreWriteError
 from tether.events import GENESIS_HASH, Event, EventBase, Redacted, RunFinished
 from tether.policy.redaction import Redaction, Redactor
+from tether.sinks import EventSink
 
 if TYPE_CHECKING:
     from tether.stores.base import Lease, RunStore
 
-__all__ = ["EventSink", "Journal", "JsonlSink", "StoreSink"]
+__all__ = ["Journal", "JsonlSink", "StoreSink"]
 
 E = TypeVar("E", bound=Event)
 
@@ -33,17 +33,6 @@ _BASE_FIELDS = frozenset({"kind", "run_id", "seq", "at", "prev_hash", "hash"})
 _dumps = orjson.dumps
 _set_hash: Callable[[Event, str], None] = vars(EventBase)["hash"].__set__  # the slot's own setter
 _sha256 = hashlib.sha256
-
-
-class EventSink(ABC):
-    """Where committed events go (a JSONL file, a run store)."""
-
-    @abstractmethod
-    async def write(self, events: Sequence[Event]) -> None:
-        """Persist ``events`` (in order); return only when they are written."""
-
-    async def close(self) -> None:  # noqa: B027 - optional hook
-        """Release resources; called once when the run ends."""
 
 
 class StoreSink(EventSink):
@@ -354,6 +343,9 @@ class Journal:
                 self.sinks = tuple(s for s in self.sinks if s is not sink)
                 self.warnings.append(f"{exc}; that copy of the log stops at seq {batch[0].seq}")
                 await sink.close()
+        for sink in sinks:
+            if notes := sink.take_warnings():
+                self.warnings.extend(notes)
         return batch
 
     async def close(self) -> None:
