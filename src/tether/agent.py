@@ -30,6 +30,7 @@ from tether.policy.gate import RulePolicy
 from tether.policy.redaction import Redactor
 from tether.retry import Backoff
 from tether.run.journal import JsonlSink
+from tether.run.textstream import TextCallback
 from tether.sinks import EventSink
 from tether.spec import AgentSpec
 from tether.stores.base import RunStore
@@ -185,6 +186,7 @@ class Agent(Generic[OutputT]):
         goal: str,
         *,
         context: Mapping[str, Any] | None = None,
+        on_text: TextCallback | None = None,
         run_id: str | None = None,
         model: Model | str | None = None,
         tags: Sequence[str] = (),
@@ -207,6 +209,9 @@ class Agent(Generic[OutputT]):
             context: Structured data the task is about (a JSON object: a customer record,
                 the ticket, the user's settings), given to the model with the goal and
                 recorded with it in ``run_started``.
+            on_text: Called with the model's text as it streams (``tether.run.textstream``:
+                never less redacted than the log; a model that cannot stream gives its
+                whole answer at once). The log records every answer whole.
             run_id: The run's id (a new time-ordered id by default); see above.
             model: Use this model instead of the agent's for this run.
             tags: Labels recorded with the run.
@@ -235,6 +240,7 @@ class Agent(Generic[OutputT]):
             clock=clock or Clock(),
             sinks=all_sinks,
             context=given,
+            on_text=on_text,
             agent_ref=agent_ref,
             tags=tags,
             parent_run_id=parent_run_id,
@@ -254,6 +260,7 @@ class Agent(Generic[OutputT]):
         model: Model | str | None = None,
         clock: Clock | None = None,
         tool_runner: ToolRunner = run_tool,
+        on_text: TextCallback | None = None,
     ) -> AgentRun[OutputT]:
         """Continue a stored run; iterate the result for the new events.
 
@@ -272,6 +279,7 @@ class Agent(Generic[OutputT]):
             tool_runner=tool_runner,
             store=chosen_store,
             sinks=(HookSink(self.hooks),) if self.hooks else (),
+            on_text=on_text,
             answer=answer,
             approvals=approvals,
             max_recoveries=self.max_recoveries,
@@ -287,6 +295,7 @@ class Agent(Generic[OutputT]):
         model: Model | str | None = None,
         clock: Clock | None = None,
         tool_runner: ToolRunner = run_tool,
+        on_text: TextCallback | None = None,
     ) -> RunOutcome[OutputT]:
         """Continue a stored run to its outcome (consumes ``resume_stream``)."""
         run = self.resume_stream(
@@ -297,6 +306,7 @@ class Agent(Generic[OutputT]):
             model=model,
             clock=clock,
             tool_runner=tool_runner,
+            on_text=on_text,
         )
         await run.consume()
         return run.outcome
@@ -306,6 +316,7 @@ class Agent(Generic[OutputT]):
         goal: str,
         *,
         context: Mapping[str, Any] | None = None,
+        on_text: TextCallback | None = None,
         run_id: str | None = None,
         model: Model | str | None = None,
         tags: Sequence[str] = (),
@@ -320,6 +331,7 @@ class Agent(Generic[OutputT]):
         run = self.stream(
             goal,
             context=context,
+            on_text=on_text,
             run_id=run_id,
             model=model,
             tags=tags,

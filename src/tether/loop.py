@@ -39,6 +39,7 @@ from tether.run.journal import StoreSink
 from tether.run.loopmonitor import monitor
 from tether.run.modelstep import ModelStep
 from tether.run.recovery import Recovery
+from tether.run.textstream import TextCallback
 from tether.run.toolcalls import ToolStage
 from tether.run.toolexec import run_tool, tool_error
 from tether.sinks import EventSink
@@ -93,6 +94,7 @@ class AgentRun(Generic[OutputT]):
         clock: Clock,
         sinks: Sequence[EventSink] = (),
         context: JsonObject | None = None,
+        on_text: TextCallback | None = None,
         agent_ref: str | None = None,
         tags: Sequence[str] = (),
         parent_run_id: str | None = None,
@@ -115,6 +117,7 @@ class AgentRun(Generic[OutputT]):
                 clock=clock,
                 sinks=sinks,
                 goal_context=context,
+                on_text=on_text,
                 agent_ref=agent_ref,
                 tags=tags,
                 parent_run_id=parent_run_id,
@@ -135,6 +138,7 @@ class AgentRun(Generic[OutputT]):
         store: RunStore,
         tool_runner: ToolRunner = run_tool,
         sinks: Sequence[EventSink] = (),
+        on_text: TextCallback | None = None,
         answer: str | None = None,
         approvals: Sequence[Approval] = (),
         max_recoveries: int = 3,
@@ -154,6 +158,7 @@ class AgentRun(Generic[OutputT]):
                 tool_runner=tool_runner,
                 store=store,
                 sinks=sinks,
+                on_text=on_text,
                 resume=True,
                 answer=answer,
                 approvals=approvals,

@@ -383,6 +383,24 @@ def test_run_refuses_a_context_that_is_not_a_json_object(value: str, message: st
     assert not (Path.cwd() / ".tether").exists()  # refused before anything was opened
 
 
+def test_run_streams_the_models_text_with_stream(tmp_path: Path) -> None:
+    steps: list[dict[str, object]] = [
+        {
+            "text": "Let me add them.\nThe calculator knows.",
+            "tool_calls": [{"name": "calculate", "arguments": {"expression": "2+2"}}],
+        },
+        {"tool_calls": [{"name": "finish_task", "arguments": {"answer": "4"}}]},
+    ]
+    script = write_script(tmp_path, steps)
+    result = invoke("run", "What is 2+2?", "--model", f"scripted:{script}", "--stream")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "4\n"
+    assert "│ Let me add them." in result.stderr
+    assert "│ The calculator knows." in result.stderr
+    quiet = invoke("run", "What is 2+2?", "--model", f"scripted:{script}")
+    assert "Let me add them." not in quiet.stderr
+
+
 def test_run_log_replays(tmp_path: Path) -> None:
     script = write_script(tmp_path, CALCULATE_THEN_FINISH)
     assert invoke("run", "What is 2+2?", "--model", f"scripted:{script}").exit_code == 0

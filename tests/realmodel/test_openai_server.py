@@ -12,7 +12,9 @@ import pytest
 
 from tests.realmodel.conftest import SERVED_NAME
 from tests.realmodel.scenario import GOAL, agent, check
+from tether import Agent
 from tether.errors import ModelError
+from tether.events import ModelResponded
 from tether.messages import UserMessage
 from tether.models.base import (
     ModelProfile,
@@ -55,6 +57,26 @@ async def test_streaming_deltas_add_up_to_the_response(llama_server: str) -> Non
     assert done.response.text.strip()
     assert done.response.usage.output_tokens > 0
     assert done.response.usage.cost == 0.0
+
+
+async def test_a_run_streams_the_servers_text_through_the_loop(llama_server: str) -> None:
+    pieces: list[str] = []
+    async with OpenAIModel(SERVED_NAME, base_url=llama_server, free=True) as model:
+        run_agent = Agent(
+            name="sky",
+            instructions="Answer in one short sentence, without tools.",
+            model=model,
+            model_settings=ModelSettings(temperature=0.0, max_output_tokens=32),
+        )
+        outcome = await run_agent.run(
+            "What colour is the sky on a clear day?", on_text=pieces.append
+        )
+    assert outcome.status == "finished", outcome
+    assert len(pieces) > 1  # it came in pieces, live
+    assert "".join(pieces) == outcome.answer
+    assert outcome.answer
+    responded = [e for e in outcome.events if isinstance(e, ModelResponded)]
+    assert [e.text for e in responded] == [outcome.answer]  # the log has it whole
 
 
 async def test_the_server_lists_what_it_serves(llama_server: str) -> None:

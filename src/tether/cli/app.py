@@ -18,7 +18,7 @@ from tether.cli.continuing import (
     RunArgument,
     VerboseOption,
 )
-from tether.cli.driving import drive, exit_code, report
+from tether.cli.driving import Lines, drive, exit_code, report
 from tether.cli.failures import fail, store_failure
 from tether.cli.model_commands import model_app
 from tether.cli.safety_commands import safety_app
@@ -106,6 +106,13 @@ def _run(
             "one from a file. The model reads it with the goal; run_started records it.",
         ),
     ] = None,
+    stream_text: Annotated[
+        bool,
+        typer.Option(
+            "--stream",
+            help="Print the model's text as it streams (on stderr, redacted as the log is).",
+        ),
+    ] = False,
 ) -> None:
     """Run an agent on a goal, with a live status line; exit 0 only if it finished.
 
@@ -141,8 +148,15 @@ def _run(
             agent = replace(agent, policy=RulePolicy.from_toml(policy))
         if run_id is not None and store is None:
             raise UserError("--run-id needs the run store: drop --no-store")
-        stream = agent.stream(goal, context=given, agent_ref=agent_ref, run_id=run_id)
-        outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=limits.max_steps))
+        lines = Lines() if stream_text else None
+        stream = agent.stream(
+            goal, context=given, on_text=lines, agent_ref=agent_ref, run_id=run_id
+        )
+        try:
+            outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=limits.max_steps))
+        finally:
+            if lines is not None:
+                lines.flush()
     except TetherError as exc:
         error = exc
     finally:

@@ -15,7 +15,7 @@ from tether.loop import AgentRun
 from tether.outcome import RunOutcome
 from tether.run.loopmonitor import exit_process, monitor
 
-__all__ = ["drive", "exit_code", "report"]
+__all__ = ["Lines", "drive", "exit_code", "report"]
 
 out = Console()
 err = Console(stderr=True)
@@ -44,6 +44,25 @@ class _Status:
         else:
             self.phase = event.kind.replace("_", " ")
         return f"step {self.step}/{self.max_steps} · {self.phase} · {self.tokens} tokens"
+
+
+class Lines:
+    """The model's streamed text (``--stream``), a whole line at a time above the status line."""
+
+    def __init__(self) -> None:
+        self._partial = ""
+
+    def __call__(self, text: str) -> None:
+        """Take a piece of text; print the lines it completes."""
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            err.print(f"[cyan]│[/] {escape(line)}", highlight=False)
+
+    def flush(self) -> None:
+        """Print what is left of the last line."""
+        if self._partial:
+            self("\n")
 
 
 async def drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutcome[Any]:

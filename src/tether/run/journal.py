@@ -252,6 +252,11 @@ class Journal:
             known = self._seen[texts] = not self._might_hold(redactor, _dumps(texts))
         return known
 
+    def redact_text(self, text: str) -> str:
+        """``text`` as the log would hold it: patterns and this run's known secrets redacted."""
+        redactor = self._redactor
+        return text if redactor is None else redactor.redact_text(text, known=self._known)
+
     def _record_redaction(self, found: Redaction, of_seq: int) -> None:
         """Record what was redacted and where, never the data.
 

@@ -24,6 +24,7 @@ from tether.models.base import (
     ModelRequest,
     ModelResponse,
     ModelSettings,
+    TextDelta,
     ToolChoice,
     check_model_requests_allowed,
 )
@@ -162,7 +163,7 @@ class ModelStep(Generic[OutputT]):
         if model.real:
             check_model_requests_allowed(model)
         return await self.bounded(
-            model.request(request), self._model_timeout(request, now=now, final=final)
+            self._answer(request), self._model_timeout(request, now=now, final=final)
         )
 
     def _model_failed(self, exc: BaseException, step: int) -> Stop | Retry:
@@ -235,7 +236,9 @@ class ModelStep(Generic[OutputT]):
         interrupts = self._interrupts
         interrupts.begin(self._model_timeout(request, now=t0, final=False))
         try:
-            response = await model.request(request)
+            response = await (
+                model.request(request) if self._ctx.text_stream is None else self._answer(request)
+            )
         except asyncio.CancelledError as exc:
             if interrupts.unwind(exc) == "timeout":
                 return self._model_failed(TimeoutError(), step)
@@ -255,6 +258,28 @@ class ModelStep(Generic[OutputT]):
                 step,
             )
         return self.record_response(request, response, step, t0)
+
+    async def _answer(self, request: ModelRequest) -> ModelResponse:
+        """The model's answer; streamed to the run's text callback when it has one."""
+        stream = self._ctx.text_stream
+        if stream is None:
+            return await self._ctx.model.request(request)
+        response: ModelResponse | None = None
+        streamed = False
+        try:
+            async for part in self._ctx.model.stream(request):
+                if isinstance(part, TextDelta):
+                    streamed = True
+                    stream.feed(part.text)
+                else:
+                    response = part.response
+                    if not streamed:  # a model that cannot stream: its text at once
+                        stream.feed(response.text)
+        finally:
+            stream.end()
+        if response is None:
+            raise ModelError("the model's stream ended without its response", transient=True)
+        return response
 
     def record_response(
         self,
