@@ -42,6 +42,24 @@ from tether.tools.registry import ToolRegistry
 __all__ = ["Agent", "AgentSpec"]
 
 
+def _fractions(values: Sequence[float]) -> tuple[float, ...]:
+    """``Agent(budget_warnings=...)``, checked: fractions strictly between 0 and 1, sorted.
+
+    Raises:
+        ConfigError: one is not a number between 0 and 1.
+    """
+    fractions: set[float] = set()
+    for value in values:
+        given = cast(object, value)  # callers without a type checker pass anything
+        if isinstance(given, bool) or not isinstance(given, int | float) or not 0 < given < 1:
+            raise ConfigError(
+                f"budget_warnings takes fractions of a limit between 0 and 1 (0.8 warns at "
+                f"80%), not {value!r}"
+            )
+        fractions.add(float(value))
+    return tuple(sorted(fractions))
+
+
 def _context(context: Mapping[str, Any] | None) -> JsonObject | None:
     """The context given with a goal, as the log holds it (a JSON object), or ``None``.
 
@@ -114,6 +132,9 @@ class Agent(Generic[OutputT]):
     turns redaction off."""
     backoff: Backoff = field(default_factory=Backoff)
     """Back-off between retries of transient model failures."""
+    budget_warnings: Sequence[float] = (0.8,)
+    """When a run records a ``budget_warning``: the fractions of each limit (steps, tool
+    calls, tokens, cost, time) that, once used, it warns about; ``()`` for none."""
     hooks: Hooks | None = None
     """Your code, called with each committed event by kind (``tether.hooks``); a hook never
     changes the run, and one that fails is reported in the outcome's warnings."""
@@ -137,6 +158,7 @@ class Agent(Generic[OutputT]):
                 raise ConfigError(
                     f"{reserved!r} is reserved for tether's control tools; rename your tool"
                 )
+        warn_at = _fractions(self.budget_warnings)
         finish = output.definition()
         definitions = (*registry.definitions(), finish, *((ask,) if ask else ()))
         instructions = f"{self.instructions.strip()}\n\n{_FINISH_HINT}".strip()
@@ -147,6 +169,8 @@ class Agent(Generic[OutputT]):
                     "instructions": instructions,
                     "tools": definitions,
                     "limits": self.limits,
+                    # only when set: every digest made before it stays as it was
+                    **({} if warn_at == (0.8,) else {"budget_warnings": warn_at}),
                 }
             )
         ).hexdigest()
@@ -166,6 +190,7 @@ class Agent(Generic[OutputT]):
             backoff=self.backoff,
             digest=digest,
             redactor=self.redactor,
+            budget_warnings=warn_at,
         )
         object.__setattr__(self, "spec", spec)
 

@@ -25,7 +25,7 @@ from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock
 from tether.errors import RunExists, RunNotFound, StoreError, UserError
-from tether.events import BudgetWarning, Event, RunStarted
+from tether.events import Event, RunStarted
 from tether.jsontypes import JsonObject
 from tether.models.base import Model, check_model_requests_allowed
 from tether.outcome import RunOutcome
@@ -33,6 +33,7 @@ from tether.policy.approvals import Approval
 from tether.policy.redaction import Redactor
 from tether.run.approving import Approving
 from tether.run.base import Cancelled, OutputT, Retry, Stop, ToolRunner
+from tether.run.budget import Budget
 from tether.run.context import RunContext
 from tether.run.endings import Endings
 from tether.run.journal import StoreSink
@@ -49,9 +50,6 @@ if TYPE_CHECKING:
     from tether.spec import AgentSpec
 
 __all__ = ["AgentRun", "ToolRunner", "run_tool", "tool_error"]
-
-_WARN_AT = 0.8
-
 
 _O = TypeVar("_O")
 
@@ -177,7 +175,14 @@ class AgentRun(Generic[OutputT]):
         self._approving = Approving(ctx, self._tools)
         self._endings = Endings(ctx, self._step)
         self._recovery = Recovery(ctx, self._tools, self._approving)
-        self._warn_steps_at = _WARN_AT * ctx.spec.limits.max_steps
+        self._budget = Budget(
+            ctx.spec.limits,
+            ctx.spec.budget_warnings,
+            state=ctx.state,
+            warned=ctx.warned,
+            add=ctx.add,
+            elapsed=ctx.elapsed,
+        )
         self._gen = self._drive()
 
     # -- public surface ------------------------------------------------------------------
@@ -442,12 +447,5 @@ class AgentRun(Generic[OutputT]):
             return Stop("budget_exhausted", "max_cost", st.cost, limits.max_cost)
         if st.steps >= limits.max_steps:
             return Stop("budget_exhausted", "max_steps", st.steps, limits.max_steps, True)
-        if st.steps + 1 >= self._warn_steps_at and not self._ctx.warned_steps:
-            self._ctx.warned_steps = True
-            self._ctx.add(
-                BudgetWarning,
-                limit="max_steps",
-                used=float(st.steps),
-                maximum=float(limits.max_steps),
-            )
+        self._budget.check()
         return None

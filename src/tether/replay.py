@@ -17,7 +17,7 @@ from tether.agent import Agent
 from tether.codec import event_to_dict, verify_chain
 from tether.content import JsonValue, ToolResult
 from tether.errors import ConfigError
-from tether.events import Event, RunStarted, ToolCallFinished
+from tether.events import BudgetWarning, Event, RunStarted, ToolCallFinished
 from tether.messages import ToolCall
 from tether.models.replay import ReplayModel
 from tether.tools.base import Tool, ToolContext
@@ -73,6 +73,13 @@ def _normalized(event: Event, volatile: set[str]) -> dict[str, JsonValue]:
     }
 
 
+def _by_nature(event: Event) -> bool:
+    """Whether ``event`` differs between two runs by nature (left out of the comparison)."""
+    return event.kind == "redacted" or (
+        isinstance(event, BudgetWarning) and event.limit == "max_seconds"
+    )
+
+
 def first_divergence(
     recorded: Sequence[Event], replayed: Sequence[Event]
 ) -> tuple[int, str] | None:
@@ -80,10 +87,12 @@ def first_divergence(
 
     ``redacted`` events are left out of the comparison: a replay runs on the recorded,
     already redacted data, so it finds nothing to redact (and its ``seq`` shifts by them).
+    So are warnings about the run's time (``budget_warning`` of ``max_seconds``): a replay
+    takes its own time.
     """
-    if any(e.kind == "redacted" for e in (*recorded, *replayed)):
-        recorded = [e for e in recorded if e.kind != "redacted"]
-        replayed = [e for e in replayed if e.kind != "redacted"]
+    if any(_by_nature(e) for e in (*recorded, *replayed)):
+        recorded = [e for e in recorded if not _by_nature(e)]
+        replayed = [e for e in replayed if not _by_nature(e)]
         volatile = {"seq"}
     else:
         volatile = set[str]()

@@ -59,6 +59,8 @@ class AgentSpec(Generic[OutputT]):
     digest: str
     """SHA-256 of instructions, tool definitions, output schema and limits."""
     redactor: Redactor | None = None
+    budget_warnings: tuple[float, ...] = (0.8,)
+    """The fractions of each limit at which the run records a ``budget_warning``."""
     """What keeps secrets out of the run's log (``None``: nothing is redacted)."""
 
     @property

@@ -76,7 +76,7 @@ class RunContext(Generic[OutputT]):
         "tags",
         "text_stream",
         "tool_runner",
-        "warned_steps",
+        "warned",
         "watch",
     )
 
@@ -142,7 +142,8 @@ class RunContext(Generic[OutputT]):
         """When the run's time budget started (monotonic; moved back on resume)."""
         self.deadline: float | None = None
         """When ``max_seconds`` runs out (monotonic), if it is set."""
-        self.warned_steps = False
+        self.warned: dict[str, float] = {}
+        """The highest fraction of each limit the run has warned about (``budget_warning``)."""
         self.in_flight: set[str] = set()
         """Calls whose tool is running now (a stop says they may have had partial effects)."""
         self.fatal: ErrorInfo | None = None

@@ -10,7 +10,6 @@ from tether.content import TextBlock
 from tether.errors import ConfigError, UserError
 from tether.events import (
     ApprovalGiven,
-    BudgetWarning,
     Event,
     ModelResponded,
     PolicyDecided,
@@ -25,6 +24,7 @@ from tether.outcome import ErrorInfo
 from tether.run.approvalargs import redacted_calls
 from tether.run.approving import Approving
 from tether.run.base import OutputT, Planned, Stop
+from tether.run.budget import warned_from
 from tether.run.context import RunContext
 from tether.run.toolcalls import ToolStage
 from tether.run.unfinished import verdict
@@ -203,6 +203,4 @@ class Recovery(Generic[OutputT]):
         max_seconds = self._ctx.spec.limits.max_seconds
         if max_seconds is not None:
             self._ctx.deadline = self._ctx.t0 + max_seconds
-        self._ctx.warned_steps = any(
-            isinstance(e, BudgetWarning) and e.limit == "max_steps" for e in events
-        )
+        self._ctx.warned.update(warned_from(events, self._ctx.spec.budget_warnings))
