@@ -73,6 +73,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.state",
             "tether.policy",
             "tether.hooks",
+            "tether.prompts",
         ),
     ),
     ("adapters", ("tether.models", "tether.stores", "tether.tools")),

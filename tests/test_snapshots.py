@@ -70,6 +70,7 @@ async def test_two_tools() -> None:
                 "parent_run_id": None,
                 "tags": [],
                 "context": None,
+                "prompt": None,
             },
             {
                 "kind": "model_responded",
@@ -263,6 +264,7 @@ async def test_validation_retry() -> None:
                 "parent_run_id": None,
                 "tags": [],
                 "context": None,
+                "prompt": None,
             },
             {
                 "kind": "model_responded",
@@ -450,6 +452,7 @@ async def test_failing_tool() -> None:
                 "parent_run_id": None,
                 "tags": [],
                 "context": None,
+                "prompt": None,
             },
             {
                 "kind": "model_responded",
@@ -599,6 +602,7 @@ async def test_parallel_calls() -> None:
                 "parent_run_id": None,
                 "tags": [],
                 "context": None,
+                "prompt": None,
             },
             {
                 "kind": "model_responded",
@@ -816,6 +820,7 @@ async def test_budget_exhaustion() -> None:
                 "parent_run_id": None,
                 "tags": [],
                 "context": None,
+                "prompt": None,
             },
             {
                 "kind": "model_responded",
@@ -1000,6 +1005,7 @@ async def test_cancellation() -> None:
                 "parent_run_id": None,
                 "tags": [],
                 "context": None,
+                "prompt": None,
             },
             {
                 "kind": "model_responded",

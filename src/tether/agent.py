@@ -28,6 +28,7 @@ from tether.policy.approvals import Approval
 from tether.policy.base import Policy
 from tether.policy.gate import RulePolicy
 from tether.policy.redaction import Redactor
+from tether.prompts import RenderedPrompt
 from tether.retry import Backoff
 from tether.run.journal import JsonlSink
 from tether.run.textstream import TextCallback
@@ -159,6 +160,8 @@ class Agent(Generic[OutputT]):
                     f"{reserved!r} is reserved for tether's control tools; rename your tool"
                 )
         warn_at = _fractions(self.budget_warnings)
+        rendered = self.instructions
+        prompt = rendered.provenance() if isinstance(rendered, RenderedPrompt) else None
         finish = output.definition()
         definitions = (*registry.definitions(), finish, *((ask,) if ask else ()))
         instructions = f"{self.instructions.strip()}\n\n{_FINISH_HINT}".strip()
@@ -191,6 +194,7 @@ class Agent(Generic[OutputT]):
             digest=digest,
             redactor=self.redactor,
             budget_warnings=warn_at,
+            prompt=prompt,
         )
         object.__setattr__(self, "spec", spec)
 

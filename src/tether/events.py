@@ -133,6 +133,9 @@ class RunStarted(EventBase):
     context: JsonObject | None = field(default=None, metadata=LATE)
     """Structured context given with the goal (``agent.run(goal, context=...)``); the model
     reads it with the goal."""
+    prompt: JsonObject | None = field(default=None, metadata=LATE)
+    """The prompt template the instructions were rendered from: its id, version and the
+    rendered text's SHA-256 (``tether.prompts``)."""
 
 
 @frozen

@@ -65,7 +65,14 @@ def _spec_seen(spec: AgentSpec[Any], redactor: Redactor | None, model: str) -> b
     known = _SPEC_SEEN.get(spec.digest)
     if known is not None and known[0] is redactor and known[1] == model:
         return known[2]  # the redactor is held here: its id cannot be another's
-    constant = (spec.name, spec.instructions, model, spec.tool_names, spec.output.schema)
+    constant = (
+        spec.name,
+        spec.instructions,
+        model,
+        spec.tool_names,
+        spec.output.schema,
+        spec.prompt,
+    )
     clean = not redactor.might_match(orjson.dumps(constant))
     if len(_SPEC_SEEN) > 64:
         _SPEC_SEEN.clear()
@@ -427,6 +434,7 @@ class AgentRun(Generic[OutputT]):
             parent_run_id=self._ctx.parent_run_id,
             tags=self._ctx.tags,
             context=self._ctx.goal_context,
+            prompt=spec.prompt,
         )
 
     def _check_limits(self) -> Stop | None:

@@ -12,6 +12,7 @@ from typing import Generic
 from typing_extensions import TypeVar
 
 from tether._internal.frozen import frozen
+from tether.jsontypes import JsonObject
 from tether.limits import Limits
 from tether.models.base import ModelSettings
 from tether.policy.base import Policy
@@ -59,6 +60,9 @@ class AgentSpec(Generic[OutputT]):
     digest: str
     """SHA-256 of instructions, tool definitions, output schema and limits."""
     redactor: Redactor | None = None
+    prompt: JsonObject | None = None
+    """Where the instructions came from, when a prompt template rendered them (its id,
+    version and the text's hash: ``tether.prompts``)."""
     budget_warnings: tuple[float, ...] = (0.8,)
     """The fractions of each limit at which the run records a ``budget_warning``."""
     """What keeps secrets out of the run's log (``None``: nothing is redacted)."""

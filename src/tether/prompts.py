@@ -1,0 +1,225 @@
+"""Versioned prompt templates: declared variables, checked before render, kept in the run store.
+
+    from tether.prompts import PromptTemplate, PromptStore
+
+    triage = PromptTemplate(
+        "triage",
+        "You sort {{ product }} support tickets. Answer in {{ language }}.",
+    )
+    store = PromptStore(SqliteStore(".tether/tether.db"))
+    saved = await store.save(triage)           # its version: the SHA-256 of its text
+    agent = Agent(
+        name="triage",
+        instructions=saved.render(product="Acme", language="English"),
+    )
+
+A template is Jinja2 text, rendered in Jinja2's immutable sandbox (a template can neither
+reach Python internals nor change the values it is given) with strict variables: every variable the template uses is
+declared (found by parsing it), and rendering checks the values first. A missing one, or
+one the template does not use, is a ``ConfigError`` that names them. What ``render`` returns
+is the text (a ``str``) that knows where it came from: as an agent's instructions, each
+run's ``run_started`` records the template's id, version and the rendered text's hash.
+
+A version is the first 16 hex digits of the SHA-256 of the template's text: the same text
+always has the same version, and two processes saving at once cannot clash. ``PromptStore``
+keeps every version in any run store that is also a key-value store (SQLite, memory,
+PostgreSQL): ``get(id)`` is the latest saved, ``get(id, version)`` an exact one.
+
+Needs the ``prompts`` extra (``pip install "tether[prompts]"``: Jinja2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from tether.errors import ConfigError
+from tether.jsontypes import JsonObject
+from tether.stores.kv import KeyValueStore
+
+if TYPE_CHECKING:
+    from jinja2.environment import Template
+
+__all__ = ["PromptStore", "PromptTemplate", "RenderedPrompt"]
+
+_NAMESPACE = "tether.prompts"
+
+
+def _jinja() -> tuple[Any, Any, Any]:
+    """Jinja2, its ``meta`` and its ``sandbox`` (imported on first use: an extra)."""
+    try:
+        import jinja2
+        import jinja2.meta as meta
+        import jinja2.sandbox as sandbox
+    except ImportError:
+        raise ConfigError('prompt templates need Jinja2: pip install "tether[prompts]"') from None
+    return jinja2, meta, sandbox
+
+
+class RenderedPrompt(str):
+    """A rendered template: the text itself, and which template and version made it."""
+
+    prompt_id: str
+    version: str
+
+    def __new__(cls, text: str, *, prompt_id: str, version: str) -> RenderedPrompt:
+        """The rendered ``text`` of version ``version`` of template ``prompt_id``."""
+        made = super().__new__(cls, text)
+        made.prompt_id = prompt_id
+        made.version = version
+        return made
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the rendered text."""
+        return hashlib.sha256(self.encode()).hexdigest()
+
+    def provenance(self) -> JsonObject:
+        """What a run records of it: the template's id and version, the text's hash."""
+        return {"id": self.prompt_id, "version": self.version, "sha256": self.digest}
+
+
+class PromptTemplate:
+    """A named Jinja2 template with declared variables (see the module docstring)."""
+
+    __slots__ = ("_cache", "prompt_id", "source")
+
+    def __init__(self, prompt_id: str, source: str) -> None:
+        """Template ``prompt_id`` with the text ``source``.
+
+        Raises:
+            ConfigError: the id is empty, or the text is not a valid template.
+        """
+        if not prompt_id.strip():
+            raise ConfigError("a prompt template needs an id (PromptTemplate('name', text))")
+        self.prompt_id = prompt_id
+        """What the template is called (its versions share it)."""
+        self.source = source
+        """The template's text."""
+        self._cache: tuple[Template, frozenset[str]] | None = None
+        self._parsed()  # a template that does not parse is refused when it is made
+
+    def __repr__(self) -> str:
+        return f"PromptTemplate({self.prompt_id!r}, version={self.version!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PromptTemplate):
+            return NotImplemented
+        return (self.prompt_id, self.source) == (other.prompt_id, other.source)
+
+    def __hash__(self) -> int:
+        return hash((self.prompt_id, self.source))
+
+    @property
+    def version(self) -> str:
+        """The first 16 hex digits of the SHA-256 of the text."""
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+    @property
+    def variables(self) -> frozenset[str]:
+        """Every variable the template uses."""
+        return self._parsed()[1]
+
+    def render(self, **values: Any) -> RenderedPrompt:
+        """The text with ``values`` filled in.
+
+        Raises:
+            ConfigError: a variable the template uses has no value, or a value is given
+                for one it does not use, or rendering failed (what the sandbox refused).
+        """
+        template, variables = self._parsed()
+        missing = sorted(variables - values.keys())
+        unknown = sorted(values.keys() - variables)
+        if missing or unknown:
+            parts: list[str] = []
+            if missing:
+                parts.append(f"no value for {', '.join(missing)}")
+            if unknown:
+                parts.append(f"{', '.join(unknown)} not used by it")
+            raise ConfigError(
+                f"prompt {self.prompt_id!r} (version {self.version}) takes "
+                f"{', '.join(sorted(variables)) or 'no variables'}: {'; '.join(parts)}"
+            )
+        jinja2 = _jinja()[0]
+        try:
+            text = template.render(**values)
+        except jinja2.TemplateError as exc:
+            raise ConfigError(
+                f"prompt {self.prompt_id!r} (version {self.version}) did not render: {exc}"
+            ) from None
+        return RenderedPrompt(text, prompt_id=self.prompt_id, version=self.version)
+
+    def _parsed(self) -> tuple[Template, frozenset[str]]:
+        if self._cache is not None:
+            return self._cache
+        jinja2, meta, sandbox = _jinja()
+        environment = sandbox.ImmutableSandboxedEnvironment(
+            undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+        )
+        try:
+            tree = environment.parse(self.source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ConfigError(
+                f"prompt {self.prompt_id!r} is not a valid template: {exc.message} "
+                f"(line {exc.lineno})"
+            ) from None
+        variables = frozenset(cast("set[str]", meta.find_undeclared_variables(tree)))
+        self._cache = (cast("Template", environment.from_string(tree)), variables)
+        return self._cache
+
+
+class PromptStore:
+    """Every saved version of your prompt templates, in a run store (see the module docstring)."""
+
+    def __init__(self, store: KeyValueStore) -> None:
+        self._kv = store
+
+    async def save(self, template: PromptTemplate) -> PromptTemplate:
+        """Keep ``template`` (a text saved before keeps its version and first save time)."""
+        key = f"{template.prompt_id}@{template.version}"
+        if await self._kv.kv_get(_NAMESPACE, key) is None:
+            saved = datetime.now(UTC).isoformat()
+            value: JsonObject = {"source": template.source, "saved": saved}
+            await self._kv.kv_set(_NAMESPACE, key, value)
+        return template
+
+    async def get(self, prompt_id: str, version: str | None = None) -> PromptTemplate:
+        """Version ``version`` of template ``prompt_id``; without one, the latest saved.
+
+        Raises:
+            ConfigError: no such template, or no such version of it.
+        """
+        if version is not None:
+            entry = await self._kv.kv_get(_NAMESPACE, f"{prompt_id}@{version}")
+            if entry is None:
+                known = ", ".join(v for v, _ in await self._versions(prompt_id)) or "none"
+                raise ConfigError(
+                    f"prompt {prompt_id!r} has no version {version!r} (saved: {known})"
+                )
+            return PromptTemplate(prompt_id, _source(entry.value))
+        versions = await self._versions(prompt_id)
+        if not versions:
+            raise ConfigError(f"no prompt {prompt_id!r} is saved; save it first")
+        return await self.get(prompt_id, versions[-1][0])
+
+    async def versions(self, prompt_id: str) -> list[str]:
+        """The saved versions of ``prompt_id``, oldest first."""
+        return [v for v, _ in await self._versions(prompt_id)]
+
+    async def _versions(self, prompt_id: str) -> list[tuple[str, str]]:
+        prefix = f"{prompt_id}@"
+        found: list[tuple[str, str]] = []
+        for key in await self._kv.kv_list(_NAMESPACE, prefix, limit=10_000):
+            entry = await self._kv.kv_get(_NAMESPACE, key)
+            if entry is not None and isinstance(entry.value, dict):
+                saved = cast(JsonObject, entry.value).get("saved", "")
+                found.append((key[len(prefix) :], str(saved)))
+        return sorted(found, key=lambda item: (item[1], item[0]))
+
+
+def _source(value: object) -> str:
+    source = cast(JsonObject, value).get("source") if isinstance(value, dict) else None
+    if isinstance(source, str):
+        return source
+    raise ConfigError("a saved prompt is damaged (no source text): save it again")

@@ -1,0 +1,123 @@
+"""Versioned prompt templates (``tether.prompts``): declared variables, a sandbox, the run store."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tether import Agent, ConfigError
+from tether.events import RunStarted
+from tether.prompts import PromptStore, PromptTemplate, RenderedPrompt
+from tether.stores import MemoryStore, SqliteStore
+from tether.testing import ScriptedModel, finish
+
+TRIAGE = (
+    "You sort {{ product }} tickets. Answer in {{ language }}.{% if vip %} Be quick.{% endif %}"
+)
+
+
+def test_a_template_declares_what_it_uses_and_renders_a_str_that_knows_its_origin() -> None:
+    template = PromptTemplate("triage", TRIAGE)
+    assert template.variables == {"product", "language", "vip"}
+    assert template.version == hashlib.sha256(TRIAGE.encode()).hexdigest()[:16]
+    text = template.render(product="Acme", language="English", vip=True)
+    assert text == "You sort Acme tickets. Answer in English. Be quick."
+    assert isinstance(text, str)
+    assert isinstance(text, RenderedPrompt)
+    assert text.provenance() == {
+        "id": "triage",
+        "version": template.version,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
+
+
+def test_values_are_checked_before_rendering() -> None:
+    template = PromptTemplate("triage", TRIAGE)
+    with pytest.raises(
+        ConfigError, match=r"takes language, product, vip: no value for language, vip"
+    ):
+        template.render(product="Acme")
+    with pytest.raises(ConfigError, match=r"tone not used by it"):
+        template.render(product="Acme", language="en", vip=False, tone="warm")
+
+
+def test_a_template_that_does_not_parse_is_refused_when_made() -> None:
+    with pytest.raises(ConfigError, match=r"'broken' is not a valid template: .*\(line 1\)"):
+        PromptTemplate("broken", "Hello {{ name ")
+    with pytest.raises(ConfigError, match="needs an id"):
+        PromptTemplate(" ", "text")
+
+
+def test_the_sandbox_keeps_a_template_out_of_python() -> None:
+    template = PromptTemplate("sneaky", "{{ name.__class__.__mro__ }}")
+    with pytest.raises(ConfigError, match="did not render"):
+        template.render(name="x")
+    calls = PromptTemplate("calls", "{{ name.upper() }} {{ items.append(1) }}")
+    with pytest.raises(ConfigError, match="did not render"):
+        calls.render(name="x", items=[])  # a sandboxed template cannot change its values
+
+
+async def test_the_store_keeps_every_version(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "runs.db")
+    prompts = PromptStore(store)
+    try:
+        first = await prompts.save(PromptTemplate("greet", "Hello {{ name }}."))
+        second = await prompts.save(PromptTemplate("greet", "Hi {{ name }}!"))
+        await prompts.save(PromptTemplate("greet", "Hello {{ name }}."))  # the same text again
+        assert await prompts.versions("greet") == [first.version, second.version]
+        assert (await prompts.get("greet")).source == "Hi {{ name }}!"
+        old = await prompts.get("greet", first.version)
+        assert old.render(name="Ada") == "Hello Ada."
+        with pytest.raises(ConfigError, match=r"has no version 'nope' \(saved: "):
+            await prompts.get("greet", "nope")
+        with pytest.raises(ConfigError, match="no prompt 'other' is saved"):
+            await prompts.get("other")
+    finally:
+        await store.close()
+
+
+async def test_a_run_records_which_template_made_its_instructions() -> None:
+    template = await PromptStore(MemoryStore()).save(PromptTemplate("triage", TRIAGE))
+    instructions = template.render(product="Acme", language="English", vip=False)
+    agent = Agent(name="t", instructions=instructions, model=ScriptedModel([finish("ok")]))
+    outcome = await agent.run("Sort this.")
+    started = outcome.events[0]
+    assert isinstance(started, RunStarted)
+    assert started.prompt == instructions.provenance()
+    assert started.instructions.startswith("You sort Acme tickets.")
+    plain = await Agent(name="p", instructions="Sort.", model=ScriptedModel([finish("ok")])).run(
+        "x"
+    )
+    first = plain.events[0]
+    assert isinstance(first, RunStarted)
+    assert first.prompt is None
+
+
+_TEXT = st.text(alphabet=st.characters(blacklist_characters="{}%#\r"), max_size=12)
+_NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True).filter(
+    lambda n: n not in {"if", "in", "is", "or", "and", "not", "for", "true", "false", "none"}
+)
+
+
+@given(
+    parts=st.lists(st.tuples(_TEXT, _NAMES), min_size=1, max_size=5),
+    tail=_TEXT,
+    values=st.dictionaries(_NAMES, _TEXT, max_size=8),
+)
+def test_render_of_parse_round_trips_and_a_missing_variable_is_named(
+    parts: list[tuple[str, str]], tail: str, values: dict[str, str]
+) -> None:
+    source = "".join(f"{text}{{{{ {name} }}}}" for text, name in parts) + tail
+    template = PromptTemplate("p", source)
+    names = {name for _, name in parts}
+    assert template.variables == names
+    filled = {name: values.get(name, f"<{name}>") for name in names}
+    expected = "".join(f"{text}{filled[name]}" for text, name in parts) + tail
+    assert template.render(**filled) == expected
+    dropped = sorted(names)[0]
+    with pytest.raises(ConfigError, match=f"no value for {dropped}"):
+        template.render(**{k: v for k, v in filled.items() if k != dropped})
