@@ -122,3 +122,20 @@ async def test_a_run_id_names_one_goal_with_one_context(tmp_path: Path) -> None:
             await agent.run("Go.", context={"ticket": 8}, run_id="run-7")
     finally:
         await store.close()
+
+
+async def test_the_same_call_with_a_secret_names_the_same_run(tmp_path: Path) -> None:
+    """The log holds the goal and context redacted; the caller gives them whole."""
+    store = SqliteStore(tmp_path / "runs.db")
+    agent = Agent(name="r", model=ScriptedModel([finish("ok")]), store=store)
+    goal = "Rotate the key sk-" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6" + " today."
+    context = {"account": "ada", "api_key": "k-123456789"}
+    try:
+        first = await agent.run(goal, context=context, run_id="run-s")
+        again = await agent.run(goal, context=context, run_id="run-s")
+        assert again.run_id == first.run_id
+        assert len(again.events) == len(first.events)  # the stored run, not a RunExists
+        with pytest.raises(RunExists):
+            await agent.run(goal, context={**context, "account": "bob"}, run_id="run-s")
+    finally:
+        await store.close()

@@ -97,7 +97,24 @@ async def test_an_async_hook_past_its_timeout_is_cancelled_even_one_that_ignores
     release.set()
     assert outcome.status == "finished"
     assert len(outcome.warnings) == 1
-    assert "stuck took longer than 0.05 s and was cancelled on run_started" in outcome.warnings[0]
+    assert "stuck took longer than 0.05 s and was cancelled" in outcome.warnings[0]
+    assert "on run_started" in outcome.warnings[0]
+
+
+async def test_a_hook_that_timed_out_is_not_called_again_in_the_run() -> None:
+    hooks = Hooks(timeout=0.05)
+    calls: list[str] = []
+
+    @hooks.every
+    async def slow(event: Event) -> None:
+        calls.append(event.kind)
+        await asyncio.sleep(3600)
+
+    outcome = await asyncio.wait_for(_agent(hooks).run("add twice"), 30)
+    assert outcome.status == "finished"
+    assert calls == ["run_started"]  # one wait in the run, not one per event
+    assert len(outcome.warnings) == 1
+    assert "not called again in this run" in outcome.warnings[0]
 
 
 async def test_a_hook_sees_an_event_only_once_the_store_holds_it(tmp_path: Path) -> None:

@@ -75,3 +75,39 @@ async def test_the_loop_and_the_store_hash_it_as_the_codec_does(tmp_path: Path) 
     lines = (tmp_path / f"{outcome.run_id}.jsonl").read_bytes().splitlines()
     assert orjson.loads(lines[note.seq])["untrusted"] is True
     verify_chain(read_jsonl(tmp_path / f"{outcome.run_id}.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("context", "prompt", "hashed_tail"),
+    [
+        (None, None, ()),
+        ({"ticket": 7}, None, ({"ticket": 7},)),  # as a log written before ``prompt`` existed
+        (None, {"id": "p"}, (None, {"id": "p"})),
+        ({"ticket": 7}, {"id": "p"}, ({"ticket": 7}, {"id": "p"})),
+    ],
+)
+async def test_late_fields_are_hashed_up_to_the_last_one_set(
+    context: dict[str, int] | None, prompt: dict[str, str] | None, hashed_tail: tuple[object, ...]
+) -> None:
+    """A later late field never changes the hash of an event that does not set it."""
+    from tether.events import RunStarted
+    from tether.prompts import RenderedPrompt
+
+    instructions = (
+        "Go." if prompt is None else RenderedPrompt("Go.", prompt_id=prompt["id"], version="v1")
+    )
+    agent = Agent(name="late", instructions=instructions, model=ScriptedModel([finish("ok")]))
+    outcome = await agent.run("now", context=context)
+    started = outcome.events[0]
+    assert isinstance(started, RunStarted)
+    late = late_fields(RunStarted)
+    assert late == ("context", "prompt")
+    names = [f.name for f in dataclasses.fields(started) if f.name != "hash" and f.name not in late]
+    values = hashed_fields(RunStarted)(started)
+    assert values[: len(names)] == tuple(getattr(started, n) for n in names)
+    tail = values[len(names) :]
+    assert len(tail) == len(hashed_tail)
+    if prompt is not None:
+        assert tail[-1] == started.prompt
+    assert compute_hash(started) == started.hash  # the loop's maker and the codec agree
+    verify_chain(outcome.events)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import pickle
 from pathlib import Path
 
 import pytest
@@ -48,14 +50,26 @@ def test_values_are_checked_before_rendering() -> None:
 def test_a_template_that_does_not_parse_is_refused_when_made() -> None:
     with pytest.raises(ConfigError, match=r"'broken' is not a valid template: .*\(line 1\)"):
         PromptTemplate("broken", "Hello {{ name ")
-    with pytest.raises(ConfigError, match="needs an id"):
-        PromptTemplate(" ", "text")
+    for bad in (" ", "", "a@b", "-x", "two words"):
+        with pytest.raises(ConfigError, match="id is letters, digits"):
+            PromptTemplate(bad, "text")
+
+
+def test_a_rendered_prompt_survives_a_copy_and_a_pickle() -> None:
+    text = PromptTemplate("triage", TRIAGE).render(product="A", language="en", vip=False)
+    for copied in (copy.copy(text), copy.deepcopy(text), pickle.loads(pickle.dumps(text))):
+        assert copied == text
+        assert isinstance(copied, RenderedPrompt)
+        assert copied.provenance() == text.provenance()
 
 
 def test_the_sandbox_keeps_a_template_out_of_python() -> None:
     template = PromptTemplate("sneaky", "{{ name.__class__.__mro__ }}")
     with pytest.raises(ConfigError, match="did not render"):
         template.render(name="x")
+    escape = PromptTemplate("fmt", '{{ ("{0.__class__.__mro__}"|attr("format"))(name) }}')
+    with pytest.raises(ConfigError, match="reads the values it is given and nothing else"):
+        escape.render(name="x")  # CVE-2025-27516: refused since Jinja2 3.1.6
     calls = PromptTemplate("calls", "{{ name.upper() }} {{ items.append(1) }}")
     with pytest.raises(ConfigError, match="did not render"):
         calls.render(name="x", items=[])  # a sandboxed template cannot change its values
@@ -67,9 +81,13 @@ async def test_the_store_keeps_every_version(tmp_path: Path) -> None:
     try:
         first = await prompts.save(PromptTemplate("greet", "Hello {{ name }}."))
         second = await prompts.save(PromptTemplate("greet", "Hi {{ name }}!"))
-        await prompts.save(PromptTemplate("greet", "Hello {{ name }}."))  # the same text again
         assert await prompts.versions("greet") == [first.version, second.version]
         assert (await prompts.get("greet")).source == "Hi {{ name }}!"
+        await prompts.save(PromptTemplate("greet", "Hello {{ name }}."))  # back to the first
+        assert await prompts.versions("greet") == [second.version, first.version]
+        assert (await prompts.get("greet")).source == "Hello {{ name }}."
+        await prompts.save(PromptTemplate("greet.v2", "Yo {{ name }}."))  # another id
+        assert await prompts.versions("greet") == [second.version, first.version]
         old = await prompts.get("greet", first.version)
         assert old.render(name="Ada") == "Hello Ada."
         with pytest.raises(ConfigError, match=r"has no version 'nope' \(saved: "):

@@ -238,9 +238,9 @@ class Agent(Generic[OutputT]):
             context: Structured data the task is about (a JSON object: a customer record,
                 the ticket, the user's settings), given to the model with the goal and
                 recorded with it in ``run_started``.
-            on_text: Called with the model's text as it streams (``tether.run.textstream``:
-                never less redacted than the log; a model that cannot stream gives its
-                whole answer at once). The log records every answer whole.
+            on_text: Called with the model's text (``tether.run.textstream``), never less
+                redacted than the log: with a redactor, each answer once it is recorded,
+                as the log holds it; without one, live as the model streams it.
             run_id: The run's id (a new time-ordered id by default); see above.
             model: Use this model instead of the agent's for this run.
             tags: Labels recorded with the run.

@@ -118,7 +118,11 @@ def hashed_fields(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]]:
 def _with_late(
     values: Callable[[Any], tuple[Any, ...]], late: tuple[str, ...]
 ) -> Callable[[Any], tuple[Any, ...]]:
-    """``values``, followed by the late fields' values when any of them is set."""
+    """``values``, followed by the late fields' values up to the last one that is set.
+
+    A log written before a late field existed, or without it set, hashes as it did: a
+    field added later never changes the hash of an event that does not set it.
+    """
     if not late:
         return values
 
@@ -127,8 +131,11 @@ def _with_late(
 
     def hashed(event: Any) -> tuple[Any, ...]:
         extra: tuple[Any, ...] = late_values(event)
+        end = len(extra)
+        while end and extra[end - 1] is None:
+            end -= 1
         found: tuple[Any, ...] = values(event)
-        return found + extra if any(v is not None for v in extra) else found
+        return found + extra[:end] if end else found
 
     return hashed
 

@@ -19,8 +19,10 @@ A hook sees an event once it is committed (stored, when the run has a store), in
 order, before the run goes on; handlers of one event run in the order they were added, then
 those added with ``every``. A hook never changes the run: one that raises is reported in
 the outcome's warnings (and to the ``tether`` logger), one that is async and runs past
-``timeout`` is cancelled and reported the same way, and the run goes on either way. A sync
-hook runs on the event loop: keep it short, or make it async.
+``timeout`` is cancelled, reported the same way and not called again in that run, and the
+run goes on either way. The run waits for its hooks, so a slow hook delays it (``cancel()``
+included) by at most one ``timeout`` per hook. A sync hook runs on the event loop: keep it
+short, or make it async.
 """
 
 from __future__ import annotations
@@ -100,11 +102,14 @@ class HookSink(EventSink):
         self.hooks = hooks
         self._warnings: list[str] = []
         self._failed: set[int] = set()  # handlers reported already: once each per run
+        self._stuck: set[int] = set()  # handlers that ran past the timeout: not called again
 
     async def write(self, events: Sequence[Event]) -> None:
         """Call each event's handlers in turn; what fails is reported, never raised."""
         for event in events:
             for handler in self.hooks.handlers(event):
+                if self._stuck and id(handler) in self._stuck:
+                    continue
                 try:
                     result = handler(event)
                 except Exception as exc:
@@ -123,7 +128,13 @@ class HookSink(EventSink):
             if not task.done():  # past its time, or the run itself was cancelled meanwhile
                 task.cancel()  # not awaited: a hook that ignores it cannot hold the run
         if not done:
-            self._report(handler, event, f"took longer than {timeout:g} s and was cancelled")
+            self._stuck.add(id(handler))  # one wait per run: it must not stall every commit
+            self._report(
+                handler,
+                event,
+                f"took longer than {timeout:g} s and was cancelled (it is not called again "
+                "in this run)",
+            )
         elif task.cancelled():
             self._report(handler, event, "was cancelled")
         elif (exc := task.exception()) is not None:

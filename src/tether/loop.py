@@ -391,7 +391,11 @@ class AgentRun(Generic[OutputT]):
             started.goal,
             started.agent,
             started.context,
-        ) != (self.goal, self._ctx.spec.name, self._ctx.goal_context):
+        ) != (  # the log holds them redacted: so is what they are compared with
+            self._journal.redacted(self.goal),
+            self._ctx.spec.name,
+            self._journal.redacted(self._ctx.goal_context),
+        ):
             what = (
                 f"agent {started.agent!r} with the goal {started.goal!r}"
                 f"{'' if started.context is None else ' and its own context'}"

@@ -23,7 +23,7 @@ run's ``run_started`` records the template's id, version and the rendered text's
 A version is the first 16 hex digits of the SHA-256 of the template's text: the same text
 always has the same version, and two processes saving at once cannot clash. ``PromptStore``
 keeps every version in any run store that is also a key-value store (SQLite, memory,
-PostgreSQL): ``get(id)`` is the latest saved, ``get(id, version)`` an exact one.
+PostgreSQL): ``get(id)`` is the one saved last, ``get(id, version)`` an exact one.
 
 Needs the ``prompts`` extra (``pip install "tether[prompts]"``: Jinja2).
 """
@@ -31,6 +31,7 @@ Needs the ``prompts`` extra (``pip install "tether[prompts]"``: Jinja2).
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["PromptStore", "PromptTemplate", "RenderedPrompt"]
 
 _NAMESPACE = "tether.prompts"
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 
 
 def _jinja() -> tuple[Any, Any, Any]:
@@ -70,6 +72,10 @@ class RenderedPrompt(str):
         made.version = version
         return made
 
+    def __getnewargs_ex__(self) -> tuple[tuple[str], dict[str, str]]:
+        """What a copy or a pickle rebuilds it from (the text and where it came from)."""
+        return (str(self),), {"prompt_id": self.prompt_id, "version": self.version}
+
     @property
     def digest(self) -> str:
         """SHA-256 of the rendered text."""
@@ -91,8 +97,11 @@ class PromptTemplate:
         Raises:
             ConfigError: the id is empty, or the text is not a valid template.
         """
-        if not prompt_id.strip():
-            raise ConfigError("a prompt template needs an id (PromptTemplate('name', text))")
+        if not _ID.fullmatch(prompt_id):
+            raise ConfigError(
+                f"a prompt template's id is letters, digits and . _ / - (it starts with a "
+                f"letter or digit), not {prompt_id!r}: PromptTemplate('triage', text)"
+            )
         self.prompt_id = prompt_id
         """What the template is called (its versions share it)."""
         self.source = source
@@ -146,7 +155,9 @@ class PromptTemplate:
             text = template.render(**values)
         except jinja2.TemplateError as exc:
             raise ConfigError(
-                f"prompt {self.prompt_id!r} (version {self.version}) did not render: {exc}"
+                f"prompt {self.prompt_id!r} (version {self.version}) did not render: {exc}. "
+                "A template reads the values it is given and nothing else: no attributes "
+                "that start with _, no methods that change a value"
             ) from None
         return RenderedPrompt(text, prompt_id=self.prompt_id, version=self.version)
 
@@ -176,12 +187,14 @@ class PromptStore:
         self._kv = store
 
     async def save(self, template: PromptTemplate) -> PromptTemplate:
-        """Keep ``template`` (a text saved before keeps its version and first save time)."""
+        """Keep ``template``; it is now the latest (a text saved before keeps its version)."""
         key = f"{template.prompt_id}@{template.version}"
-        if await self._kv.kv_get(_NAMESPACE, key) is None:
-            saved = datetime.now(UTC).isoformat()
-            value: JsonObject = {"source": template.source, "saved": saved}
-            await self._kv.kv_set(_NAMESPACE, key, value)
+        now = datetime.now(UTC).isoformat()
+        entry = await self._kv.kv_get(_NAMESPACE, key)
+        old = entry.value if entry is not None else None
+        first = cast(JsonObject, old).get("saved", now) if isinstance(old, dict) else now
+        value: JsonObject = {"source": template.source, "saved": first, "last": now}
+        await self._kv.kv_set(_NAMESPACE, key, value)
         return template
 
     async def get(self, prompt_id: str, version: str | None = None) -> PromptTemplate:
@@ -204,7 +217,7 @@ class PromptStore:
         return await self.get(prompt_id, versions[-1][0])
 
     async def versions(self, prompt_id: str) -> list[str]:
-        """The saved versions of ``prompt_id``, oldest first."""
+        """The saved versions of ``prompt_id``, the one saved last at the end."""
         return [v for v, _ in await self._versions(prompt_id)]
 
     async def _versions(self, prompt_id: str) -> list[tuple[str, str]]:
@@ -213,8 +226,8 @@ class PromptStore:
         for key in await self._kv.kv_list(_NAMESPACE, prefix, limit=10_000):
             entry = await self._kv.kv_get(_NAMESPACE, key)
             if entry is not None and isinstance(entry.value, dict):
-                saved = cast(JsonObject, entry.value).get("saved", "")
-                found.append((key[len(prefix) :], str(saved)))
+                value = cast(JsonObject, entry.value)
+                found.append((key[len(prefix) :], str(value.get("last", value.get("saved", "")))))
         return sorted(found, key=lambda item: (item[1], item[0]))
 
 

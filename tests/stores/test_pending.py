@@ -116,6 +116,33 @@ async def test_a_torn_last_record_never_happened(tmp_path: Path) -> None:
         await second.close()
 
 
+async def test_a_fresh_lease_is_not_renewed_at_once(tmp_path: Path) -> None:
+    """The first heartbeat comes a third of the TTL after the grant, never at once: it would
+    be a wasted transaction, and would apply the pending records before they are due."""
+    import sqlite3
+
+    def expires(run_id: str) -> float:
+        with sqlite3.connect(tmp_path / "t.db") as conn:
+            (value,) = conn.execute(
+                "SELECT expires_at FROM leases WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        return float(value)
+
+    store = SqliteStore(tmp_path / "t.db", apply_interval=3600)
+    try:
+        log = await agent_log()
+        run_id = log[0].run_id
+        lease = await store.acquire(run_id, "worker-a")
+        await asyncio.sleep(0.05)
+        await store.append(run_id, log[:3], lease=lease)
+        store._db.worker.wake()  # pyright: ignore[reportPrivateUsage] - a tick of its thread
+        await asyncio.sleep(0.3)
+        assert expires(run_id) == lease.expires_at  # as granted: not renewed yet
+        assert db_rows(store.path, run_id) == 0  # still only in the pending file
+    finally:
+        await store.close()
+
+
 async def test_a_damaged_file_is_kept_and_what_precedes_the_damage_applied(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -96,10 +96,14 @@ def _generate(cls: type[Any]) -> Maker:
         namespace[f"_set_{name}"] = getattr(cls, name).__set__
     sets = "".join(f"    _set_{n}(event, {n})\n" for n in ("kind", *_BASE[1:5], *own_names))
     values = ", ".join(n for n in own_names if n not in late)
-    extra = ""  # late fields: hashed only when one is set (``events.LATE``)
+    extra = ""  # late fields: hashed up to the last one that is set (``events.LATE``)
     if late:
-        given = " or ".join(f"{n} is not None" for n in late)
-        extra = f" + (({', '.join(late)},) if {given} else ())"
+        assert own_names[-len(late) :] == list(late), f"{cls.__name__}: late fields last"
+        choices = "".join(
+            f"({', '.join(late[: k + 1])},) if {late[k]} is not None else "
+            for k in reversed(range(len(late)))
+        )
+        extra = f" + ({choices}())"
     scanned = "".join(f"{n}, " for n in own_names if n not in NOT_SCANNED)
     signature = "run_id, seq, at, prev_hash" + (", *, " + ", ".join(params) if params else "")
     source = (

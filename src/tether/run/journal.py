@@ -252,10 +252,18 @@ class Journal:
             known = self._seen[texts] = not self._might_hold(redactor, _dumps(texts))
         return known
 
-    def redact_text(self, text: str) -> str:
-        """``text`` as the log would hold it: patterns and this run's known secrets redacted."""
+    def redacted(self, value: Any) -> Any:
+        """``value`` (text, or JSON) as an event's field would hold it in this run's log."""
         redactor = self._redactor
-        return text if redactor is None else redactor.redact_text(text, known=self._known)
+        if redactor is None:
+            return value
+        found = Redaction()
+        out = redactor.redact_value(value, "value", found, self._known)
+        if any(v not in self._known for v in found.values):  # as ``redact_event_fields``
+            out = redactor.redact_value(
+                value, "value", Redaction(), {**self._known, **found.values}
+            )
+        return out
 
     def _record_redaction(self, found: Redaction, of_seq: int) -> None:
         """Record what was redacted and where, never the data.

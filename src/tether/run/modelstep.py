@@ -264,19 +264,14 @@ class ModelStep(Generic[OutputT]):
         stream = self._ctx.text_stream
         if stream is None:
             return await self._ctx.model.request(request)
+        if not stream.live:  # whole answers, as the log holds them: ``record_response``
+            return await self._ctx.model.request(request)
         response: ModelResponse | None = None
-        streamed = False
-        try:
-            async for part in self._ctx.model.stream(request):
-                if isinstance(part, TextDelta):
-                    streamed = True
-                    stream.feed(part.text)
-                else:
-                    response = part.response
-                    if not streamed:  # a model that cannot stream: its text at once
-                        stream.feed(response.text)
-        finally:
-            stream.end()
+        async for part in self._ctx.model.stream(request):
+            if isinstance(part, TextDelta):
+                stream.feed(part.text)
+            else:
+                response = part.response
         if response is None:
             raise ModelError("the model's stream ended without its response", transient=True)
         return response
@@ -311,9 +306,10 @@ class ModelStep(Generic[OutputT]):
             calls = unique_ids(calls, step, seen)
         digest = self.request_digest(request)
         latency = self._ctx.monotonic() - t0
+        recorded: object = None
         for attempt in (1, 2):
             try:
-                self._ctx.add(
+                recorded = self._ctx.add(
                     ModelResponded,
                     step=step,
                     model=self._ctx.model.name,
@@ -331,6 +327,9 @@ class ModelStep(Generic[OutputT]):
                     raise
                 calls = tuple(_unencodable(c) for c in calls)
         self._ctx.answer_redacted = self._journal.last_redacted
+        stream = self._ctx.text_stream
+        if stream is not None and isinstance(recorded, ModelResponded):
+            stream.answered(recorded.text)  # as the log holds it
         if calls is not response.tool_calls:
             response = replace(response, tool_calls=calls)
         return response

@@ -1,12 +1,13 @@
-"""A model's text as it streams, to the caller's callback: live, and never less redacted than the log.
+"""A model's text, to the caller's callback (``agent.run(goal, on_text=...)``).
 
-The log records the whole answer (``model_responded``), redacted; the pieces that stream
-before it reach only the callback (``agent.run(goal, on_text=...)``). Without a redactor
-they go out as they come. With one, text goes out a few whole words at a time, once the
-redactor's probe passes them together with the text just before them; from the first words
-that may hold a secret, the rest of the answer is held and goes out redacted, whole, when
-the answer ends: a secret split across pieces, or across lines (a PEM key), never goes out
-before the redactor saw all of it.
+It is never less redacted than the log. The log records each whole answer (``model_responded``), redacted. Without a redactor
+(``Agent(redactor=None)``) the pieces a model streams go out as they come, live; a model
+that cannot stream gives its text at once, and the pieces of an attempt that failed are
+followed by those of the retry. With a redactor (the default) each answer's text goes out
+once it is recorded, exactly as the log holds it: a secret's redaction can depend on the
+whole answer (a value the redactor finds later in it, or in the answer's tool calls, is
+redacted wherever it appears, and a key can arrive in any number of pieces), so no piece
+of an answer is safe to send before all of it was seen.
 
 A callback that raises stops getting text for the rest of the run; the outcome's warnings
 say so once, and the run goes on.
@@ -20,51 +21,33 @@ from tether.run.journal import Journal
 
 __all__ = ["TextCallback", "TextStream"]
 
-_CONTEXT = 96
-"""Characters of text already out that the probe of the next words sees with them."""
-
 TextCallback = Callable[[str], object]
-"""Takes each piece of a model's streamed text (its return value is ignored)."""
+"""Takes each piece of a model's text (its return value is ignored)."""
 
 
 class TextStream:
-    """One run's streamed text, delivered to its callback (see the module docstring)."""
+    """One run's model text, delivered to its callback (see the module docstring)."""
 
-    __slots__ = ("_buffer", "_callback", "_holding", "_journal", "_tail")
+    __slots__ = ("_callback", "_fed", "_journal", "live")
 
     def __init__(self, journal: Journal, callback: TextCallback) -> None:
         self._journal = journal
         self._callback: TextCallback | None = callback
-        self._buffer = ""
-        self._holding = False
-        self._tail = ""
+        self._fed = False
+        self.live = journal.redactor is None
+        """Whether pieces go out as they stream (no redactor), not whole recorded answers."""
 
     def feed(self, text: str) -> None:
-        """A piece of the answer arrived."""
-        if self._callback is None or not text:
-            return
-        if self._journal.redactor is None:
+        """A piece of the answer being generated arrived (passed on only when ``live``)."""
+        if self.live and text and self._callback is not None:
+            self._fed = True
             self._deliver(text)
-            return
-        buffer = self._buffer + text
-        if not self._holding:
-            cut = max(buffer.rfind(" "), buffer.rfind("\n")) + 1  # whole words only
-            if cut > 0:
-                words = buffer[:cut]
-                # with what went out just before: a match across the cut is probed whole
-                if self._journal.seen(self._tail + words):
-                    self._deliver(words)
-                    self._tail = (self._tail + words)[-_CONTEXT:]
-                    buffer = buffer[cut:]
-                else:
-                    self._holding = True  # it may hold a secret: the rest waits for the end
-        self._buffer = buffer
 
-    def end(self) -> None:
-        """The answer is complete (or failed): what was held goes out, redacted."""
-        held, self._buffer, self._holding, self._tail = self._buffer, "", False, ""
-        if held and self._callback is not None:
-            self._deliver(self._journal.redact_text(held))
+    def answered(self, text: str) -> None:
+        """An answer was recorded, ``text`` as the log holds it."""
+        fed, self._fed = self._fed, False
+        if text and self._callback is not None and not (self.live and fed):
+            self._deliver(text)
 
     def _deliver(self, text: str) -> None:
         callback = self._callback

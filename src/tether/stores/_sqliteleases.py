@@ -54,6 +54,16 @@ class Leases:
         self._heartbeat_at = 0.0
         db.periodic.append(self._due)
 
+    def _hold(self, run_id: str, held: Held) -> None:
+        """Hold a lease just granted; the first one starts the heartbeat's clock.
+
+        A lease is as fresh as can be when granted: renewing it at once would be a wasted
+        transaction (and would apply this store's pending records early).
+        """
+        if not self.held:
+            self._heartbeat_at = time.monotonic()
+        self.held[run_id] = held
+
     def mine(self, run_id: str, lease: Lease | None) -> Held | None:
         """What this store holds of ``lease``, if it granted it and holds it still."""
         held = None if lease is None else self.held.get(run_id)
@@ -138,8 +148,9 @@ class Leases:
             record = Record(run_id, 1, [], [], grant=grant)
             line = record_line(run_id, 1, [], grant=grant)
             db.commit(record, line, f"starting run {run_id!r}")
-            self.held[run_id] = Held(
-                token=1, owner=owner, ttl=span, tail=None, safe_until=now + span * 2 / 3
+            self._hold(
+                run_id,
+                Held(token=1, owner=owner, ttl=span, tail=None, safe_until=now + span * 2 / 3),
             )
             return Lease(run_id=run_id, owner=owner, token=1, expires_at=now + span)
 
@@ -169,8 +180,9 @@ class Leases:
             return token, tail, now
 
         token, tail, now = await db.call(job)
-        self.held[run_id] = Held(
-            token=token, owner=owner, ttl=span, tail=tail, safe_until=now + span * 2 / 3
+        self._hold(
+            run_id,
+            Held(token=token, owner=owner, ttl=span, tail=tail, safe_until=now + span * 2 / 3),
         )
         db.worker.wake()  # the heartbeat now has a lease to renew
         return Lease(run_id=run_id, owner=owner, token=token, expires_at=now + span)
