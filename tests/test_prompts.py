@@ -47,6 +47,13 @@ def test_values_are_checked_before_rendering() -> None:
         template.render(product="Acme", language="en", vip=False, tone="warm")
 
 
+def test_text_that_is_not_unicode_is_refused_with_what_to_do() -> None:
+    with pytest.raises(ConfigError, match=r"not valid Unicode text .* errors='replace'"):
+        PromptTemplate("bad", "\ud800 {{ name }}")
+    with pytest.raises(ConfigError, match="rendered with these values is not valid Unicode"):
+        PromptTemplate("ok", "Hi {{ name }}").render(name="\udfff")
+
+
 def test_a_template_that_does_not_parse_is_refused_when_made() -> None:
     with pytest.raises(ConfigError, match=r"'broken' is not a valid template: .*\(line 1\)"):
         PromptTemplate("broken", "Hello {{ name ")
@@ -115,10 +122,15 @@ async def test_a_run_records_which_template_made_its_instructions() -> None:
     assert first.prompt is None
 
 
-_TEXT = st.text(alphabet=st.characters(blacklist_characters="{}%#\r"), max_size=12)
-_NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True).filter(
-    lambda n: n not in {"if", "in", "is", "or", "and", "not", "for", "true", "false", "none"}
+_TEXT = st.text(
+    alphabet=st.characters(blacklist_characters="{}%#\r", blacklist_categories=("Cs",)),
+    max_size=12,
 )
+_RESERVED = frozenset(
+    {"if", "in", "is", "or", "and", "not", "for", "true", "false", "none", "with", "as"}
+    | {"self", "range", "dict", "lipsum", "cycler", "joiner"}  # Jinja2's own globals
+)
+_NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True).filter(lambda n: n not in _RESERVED)
 
 
 @given(

@@ -102,6 +102,7 @@ class PromptTemplate:
                 f"a prompt template's id is letters, digits and . _ / - (it starts with a "
                 f"letter or digit), not {prompt_id!r}: PromptTemplate('triage', text)"
             )
+        _check_text(source, f"prompt {prompt_id!r}'s text")
         self.prompt_id = prompt_id
         """What the template is called (its versions share it)."""
         self.source = source
@@ -159,6 +160,7 @@ class PromptTemplate:
                 "A template reads the values it is given and nothing else: no attributes "
                 "that start with _, no methods that change a value"
             ) from None
+        _check_text(text, f"prompt {self.prompt_id!r} rendered with these values")
         return RenderedPrompt(text, prompt_id=self.prompt_id, version=self.version)
 
     def _parsed(self) -> tuple[Template, frozenset[str]]:
@@ -229,6 +231,21 @@ class PromptStore:
                 value = cast(JsonObject, entry.value)
                 found.append((key[len(prefix) :], str(value.get("last", value.get("saved", "")))))
         return sorted(found, key=lambda item: (item[1], item[0]))
+
+
+def _check_text(text: str, what: str) -> None:
+    """Refuse text that is not valid Unicode (a lone surrogate cannot be stored or hashed).
+
+    Raises:
+        ConfigError: it holds a lone surrogate.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{what} is not valid Unicode text (a lone surrogate at position {exc.start}); "
+            "decode it with errors='replace' or fix its source"
+        ) from None
 
 
 def _source(value: object) -> str:
