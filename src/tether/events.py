@@ -45,6 +45,7 @@ __all__ = [
     "MemoryWritten",
     "ModelFailed",
     "ModelResponded",
+    "Phase",
     "PlanMade",
     "PlanRevised",
     "PolicyDecided",
@@ -84,6 +85,35 @@ def late_fields(cls: type[EventBase]) -> tuple[str, ...]:
     return late
 
 
+Phase: TypeAlias = Literal["start", "plan", "think", "act", "reflect", "respond", "record"]
+"""The phase of a run an event belongs to (``EventBase.phase``)."""
+
+_PHASES: dict[str, Phase] = {
+    "run_started": "start",
+    "run_resumed": "start",
+    "user_replied": "start",
+    "plan_made": "plan",
+    "plan_revised": "plan",
+    "model_responded": "think",
+    "model_failed": "think",
+    "retry_prompted": "think",
+    "memory_recalled": "think",
+    "context_compacted": "think",
+    "budget_warning": "think",
+    "tool_call_requested": "act",
+    "policy_decided": "act",
+    "approval_requested": "act",
+    "approval_given": "act",
+    "tool_call_finished": "act",
+    "tool_call_unknown": "act",
+    "memory_written": "act",
+    "reflected": "reflect",
+    "limit_reached": "respond",
+    "run_finished": "respond",
+    "redacted": "record",
+}
+
+
 @frozen
 class EventBase:
     """Fields every event has."""
@@ -100,6 +130,19 @@ class EventBase:
     """The previous event's ``hash``; ``GENESIS_HASH`` for ``seq == 0``."""
     hash: str = ""
     """SHA-256 (hex) of the JSON array of every other field's value (see ``tether.codec``)."""
+
+    @property
+    def phase(self) -> Phase:
+        """The phase of the run it belongs to, read from what it is (not stored: no field).
+
+        ``start`` (the run begins or continues), ``plan``, ``think`` (the model's turn and
+        what bounds it), ``act`` (tool calls, the policy, approvals), ``reflect``,
+        ``respond`` (the final answer and the run's end), ``record`` (bookkeeping of the
+        log itself: what was redacted).
+        """
+        if self.kind == "model_responded" and getattr(self, "final", False):
+            return "respond"  # the best-effort answer after a limit
+        return _PHASES[self.kind]
 
 
 @frozen

@@ -22,7 +22,7 @@ err = Console(stderr=True)
 
 
 class _Status:
-    """The live status line: step k/N, phase, tool, tokens."""
+    """The live status line: step k/N, the run's phase and what it does, tokens."""
 
     def __init__(self, max_steps: int) -> None:
         self.max_steps = max_steps
@@ -43,7 +43,10 @@ class _Status:
             self.phase = event.status
         else:
             self.phase = event.kind.replace("_", " ")
-        return f"step {self.step}/{self.max_steps} · {self.phase} · {self.tokens} tokens"
+        return (
+            f"step {self.step}/{self.max_steps} · {event.phase}: {self.phase} · "
+            f"{self.tokens} tokens"
+        )
 
 
 class Lines:
