@@ -373,6 +373,7 @@ def test_run_takes_context_as_json_or_from_a_file(tmp_path: Path) -> None:
         ("{user: ada}", "error: --context is not JSON"),
         ('["a list"]', "error: --context must be a JSON object ({...}), not list"),
         ("@missing.json", "error: cannot read the context file missing.json"),
+        ("@/dev/zero", "error: the context file /dev/zero is over 1 MiB"),
     ],
 )
 def test_run_refuses_a_context_that_is_not_a_json_object(value: str, message: str) -> None:

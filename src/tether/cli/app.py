@@ -177,11 +177,15 @@ def _run(
     raise typer.Exit(exit_code(outcome))
 
 
+_CONTEXT_MAX = 2**20
+"""The largest ``--context @FILE`` read (1 MiB)."""
+
+
 def _context_option(text: str) -> dict[str, Any]:
     """``--context``: a JSON object, or ``@FILE`` holding one.
 
     Raises:
-        UserError: the file cannot be read, or it is not a JSON object.
+        UserError: the file cannot be read, is over 1 MiB, or it is not a JSON object.
     """
     import orjson
 
@@ -189,7 +193,14 @@ def _context_option(text: str) -> dict[str, Any]:
     if text.startswith("@"):
         where = text[1:]
         try:
-            text = Path(where).read_text(encoding="utf-8")
+            with Path(where).open("rb") as fh:
+                data = fh.read(_CONTEXT_MAX + 1)  # a device or a huge file is not read whole
+            if len(data) > _CONTEXT_MAX:
+                raise UserError(
+                    f"the context file {where} is over {_CONTEXT_MAX // 2**20} MiB: give the "
+                    "model what the task needs (it reads all of it with the goal)"
+                )
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise UserError(f"cannot read the context file {where}: {exc}") from None
     try:
