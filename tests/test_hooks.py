@@ -163,8 +163,9 @@ def test_on_takes_an_event_class() -> None:
     hooks = Hooks()
     with pytest.raises(ConfigError, match="takes an event class"):
         hooks.on("tool_call_finished")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="positive"):
-        Hooks(timeout=0)
+    for bad in (0, -1, float("nan"), "5", True, None):
+        with pytest.raises(ConfigError, match="positive number of seconds"):
+            Hooks(timeout=bad)  # type: ignore[arg-type]
     assert not hooks  # nothing added: a run gets no hook sink at all
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, cast
@@ -43,14 +43,22 @@ from tether.tools.registry import ToolRegistry
 __all__ = ["Agent", "AgentSpec"]
 
 
-def _fractions(values: Sequence[float]) -> tuple[float, ...]:
+def _fractions(values: Sequence[float] | float) -> tuple[float, ...]:
     """``Agent(budget_warnings=...)``, checked: fractions strictly between 0 and 1, sorted.
 
     Raises:
         ConfigError: one is not a number between 0 and 1.
     """
+    given = cast(object, values)
+    if isinstance(given, int | float) and not isinstance(given, bool):
+        values = (given,)  # budget_warnings=0.8: the one fraction
+    elif isinstance(given, str | bytes) or not isinstance(given, Iterable):
+        raise ConfigError(
+            f"budget_warnings takes fractions of a limit between 0 and 1, as a number or a "
+            f"tuple ((0.5, 0.9)), not {given!r}"
+        )
     fractions: set[float] = set()
-    for value in values:
+    for value in cast("Iterable[float]", values):
         given = cast(object, value)  # callers without a type checker pass anything
         if isinstance(given, bool) or not isinstance(given, int | float) or not 0 < given < 1:
             raise ConfigError(
@@ -133,9 +141,10 @@ class Agent(Generic[OutputT]):
     turns redaction off."""
     backoff: Backoff = field(default_factory=Backoff)
     """Back-off between retries of transient model failures."""
-    budget_warnings: Sequence[float] = (0.8,)
+    budget_warnings: Sequence[float] | float = (0.8,)
     """When a run records a ``budget_warning``: the fractions of each limit (steps, tool
-    calls, tokens, cost, time) that, once used, it warns about; ``()`` for none."""
+    calls, tokens, cost, time) that, once used, it warns about (one number: that one);
+    ``()`` for none."""
     hooks: Hooks | None = None
     """Your code, called with each committed event by kind (``tether.hooks``); a hook never
     changes the run, and one that fails is reported in the outcome's warnings."""

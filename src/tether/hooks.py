@@ -54,7 +54,8 @@ class Hooks:
 
     def __init__(self, *, timeout: float = 10.0) -> None:
         """``timeout``: the seconds an async hook may take on one event before it is cancelled."""
-        if not timeout > 0:
+        given = cast(object, timeout)  # callers without a type checker pass anything
+        if isinstance(given, bool) or not isinstance(given, int | float) or not given > 0:
             raise ConfigError(
                 f"Hooks(timeout=...) must be a positive number of seconds, not {timeout!r}"
             )

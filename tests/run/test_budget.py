@@ -109,6 +109,13 @@ async def test_no_fractions_no_warnings() -> None:
 def test_fractions_are_between_0_and_1(value: object) -> None:
     with pytest.raises(ConfigError, match="fractions of a limit between 0 and 1"):
         Agent(name="x", budget_warnings=(value,))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="fractions of a limit between 0 and 1"):
+        Agent(name="x", budget_warnings=value)  # type: ignore[arg-type]
+
+
+def test_one_number_is_that_one_fraction() -> None:
+    assert Agent(name="x", budget_warnings=0.5).spec.budget_warnings == (0.5,)
+    assert Agent(name="x", budget_warnings=[0.9, 0.5]).spec.budget_warnings == (0.5, 0.9)
 
 
 def test_the_default_keeps_the_agents_digest() -> None:
