@@ -36,7 +36,7 @@ __all__ = ["RunContext"]
 class RunContext(Generic[OutputT]):
     """The run every collaborator works on: its spec, log, fold, clock and shared progress.
 
-    Fixed for the run: ``run_id``, ``spec``, ``model``, ``clock``, ``monotonic``, ``state``
+    Fixed for the run: ``run_id``, ``spec``, ``model``, ``monotonic``, ``state``
     (refolded in place, never replaced), ``journal`` and its ``add``, ``interrupts``,
     ``watch``, ``tool_runner``, ``store`` and what the caller asked for (``goal``,
     ``agent_ref``, ``tags``, ``parent_run_id``, ``answer``, ``approvals``,
@@ -49,7 +49,6 @@ class RunContext(Generic[OutputT]):
         "answer",
         "answer_redacted",
         "approvals",
-        "clock",
         "deadline",
         "existing",
         "fatal",
@@ -109,7 +108,6 @@ class RunContext(Generic[OutputT]):
         """Structured context given with the goal (recorded in ``run_started``)."""
         self.spec = spec
         self.model = model
-        self.clock = clock
         self.monotonic: Callable[[], float] = monotonic_of(clock)
         self.state = StateBuilder()
         self.journal = Journal(
