@@ -62,6 +62,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.policy.base",
             "tether.memory",
             "tether.sinks",
+            "tether.thinking",
         ),
     ),
     (

@@ -71,6 +71,7 @@ async def test_two_tools() -> None:
                 "tags": [],
                 "context": None,
                 "prompt": None,
+                "thinking": None,
             },
             {
                 "kind": "model_responded",
@@ -90,6 +91,7 @@ async def test_two_tools() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -139,6 +141,7 @@ async def test_two_tools() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -188,6 +191,7 @@ async def test_two_tools() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -265,6 +269,7 @@ async def test_validation_retry() -> None:
                 "tags": [],
                 "context": None,
                 "prompt": None,
+                "thinking": None,
             },
             {
                 "kind": "model_responded",
@@ -284,6 +289,7 @@ async def test_validation_retry() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -329,6 +335,7 @@ async def test_validation_retry() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -378,6 +385,7 @@ async def test_validation_retry() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -453,6 +461,7 @@ async def test_failing_tool() -> None:
                 "tags": [],
                 "context": None,
                 "prompt": None,
+                "thinking": None,
             },
             {
                 "kind": "model_responded",
@@ -472,6 +481,7 @@ async def test_failing_tool() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -521,6 +531,7 @@ async def test_failing_tool() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -603,6 +614,7 @@ async def test_parallel_calls() -> None:
                 "tags": [],
                 "context": None,
                 "prompt": None,
+                "thinking": None,
             },
             {
                 "kind": "model_responded",
@@ -634,6 +646,7 @@ async def test_parallel_calls() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -743,6 +756,7 @@ async def test_parallel_calls() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -821,6 +835,7 @@ async def test_budget_exhaustion() -> None:
                 "tags": [],
                 "context": None,
                 "prompt": None,
+                "thinking": None,
             },
             {
                 "kind": "model_responded",
@@ -840,6 +855,7 @@ async def test_budget_exhaustion() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -890,6 +906,7 @@ async def test_budget_exhaustion() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -940,6 +957,7 @@ async def test_budget_exhaustion() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": True,
+                "purpose": None,
             },
             {
                 "kind": "run_finished",
@@ -1006,6 +1024,7 @@ async def test_cancellation() -> None:
                 "tags": [],
                 "context": None,
                 "prompt": None,
+                "thinking": None,
             },
             {
                 "kind": "model_responded",
@@ -1020,6 +1039,7 @@ async def test_cancellation() -> None:
                 "usage": {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": None},
                 "latency_s": 0.0,
                 "final": False,
+                "purpose": None,
             },
             {
                 "kind": "tool_call_requested",

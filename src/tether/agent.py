@@ -35,6 +35,7 @@ from tether.run.textstream import TextCallback
 from tether.sinks import EventSink
 from tether.spec import AgentSpec
 from tether.stores.base import RunStore
+from tether.thinking.config import Thinking
 from tether.tools.base import Tool
 from tether.tools.function import function_tool
 from tether.tools.output import OutputSpec, ask_user_definition
@@ -91,6 +92,20 @@ def _context(context: Mapping[str, Any] | None) -> JsonObject | None:
 
 OutputT = TypeVar("OutputT", default=str)
 
+
+def _thinking(given: object) -> Thinking | None:
+    """``Agent(thinking=...)``, checked: ``None`` when no stage is on."""
+    if given is None or given is False:
+        return None
+    if given is True:
+        return Thinking()
+    if not isinstance(given, Thinking):
+        raise ConfigError(
+            f"thinking takes a Thinking(...), True or None, not {type(given).__name__}"
+        )
+    return given if given.on else None
+
+
 _FINISH_HINT = (
     "Work on the task step by step, calling tools where they help. When it is done, call "
     "`finish_task` with the final result. Tool output arrives inside <tool_output> blocks: "
@@ -145,6 +160,11 @@ class Agent(Generic[OutputT]):
     """When a run records a ``budget_warning``: the fractions of each limit (steps, tool
     calls, tokens, cost, time) that, once used, it warns about (one number: that one);
     ``()`` for none."""
+    thinking: Thinking | bool | None = None
+    """Thinking stages (``tether.thinking``): plan before acting, check an answer against
+    the plan's success criteria before taking it, route trivial goals to one model call.
+    ``True`` is ``Thinking()`` (planner and reflector on); ``None`` or ``False``: the
+    plain loop."""
     hooks: Hooks | None = None
     """Your code, called with each committed event by kind (``tether.hooks``); a hook never
     changes the run, and one that fails is reported in the outcome's warnings."""
@@ -169,6 +189,12 @@ class Agent(Generic[OutputT]):
                     f"{reserved!r} is reserved for tether's control tools; rename your tool"
                 )
         warn_at = _fractions(self.budget_warnings)
+        thinking = _thinking(self.thinking)
+        if thinking is not None and thinking.router is not None and not output.is_text:
+            raise ConfigError(
+                "Thinking(route=...) answers trivial goals directly, in text: it needs the "
+                "agent's output type to be str. Turn the router off for a structured output"
+            )
         rendered = self.instructions
         prompt = rendered.provenance() if isinstance(rendered, RenderedPrompt) else None
         finish = output.definition()
@@ -183,6 +209,7 @@ class Agent(Generic[OutputT]):
                     "limits": self.limits,
                     # only when set: every digest made before it stays as it was
                     **({} if warn_at == (0.8,) else {"budget_warnings": warn_at}),
+                    **({} if thinking is None else {"thinking": thinking.describe()}),
                 }
             )
         ).hexdigest()
@@ -204,6 +231,7 @@ class Agent(Generic[OutputT]):
             redactor=self.redactor,
             budget_warnings=warn_at,
             prompt=prompt,
+            thinking=thinking,
         )
         object.__setattr__(self, "spec", spec)
 

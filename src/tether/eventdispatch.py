@@ -32,6 +32,7 @@ from tether.events import (
     Redacted,
     Reflected,
     RetryPrompted,
+    Routed,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -74,6 +75,10 @@ class EventHandler(ABC, Generic[R]):
     @abstractmethod
     def on_plan_revised(self, event: PlanRevised) -> R:
         """Handle ``plan_revised``."""
+
+    @abstractmethod
+    def on_routed(self, event: Routed) -> R:
+        """Handle ``routed``."""
 
     @abstractmethod
     def on_model_responded(self, event: ModelResponded) -> R:

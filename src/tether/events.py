@@ -36,6 +36,7 @@ __all__ = [
     "ApprovalGiven",
     "ApprovalRequested",
     "BudgetWarning",
+    "Complexity",
     "ContextCompacted",
     "Decision",
     "Event",
@@ -49,9 +50,11 @@ __all__ = [
     "PlanMade",
     "PlanRevised",
     "PolicyDecided",
+    "Purpose",
     "Redacted",
     "Reflected",
     "RetryPrompted",
+    "Routed",
     "RunFinished",
     "RunResumed",
     "RunStarted",
@@ -67,6 +70,12 @@ GENESIS_HASH = "0" * 64
 
 Decision: TypeAlias = Literal["allow", "deny", "needs_approval"]
 """A policy decision on one tool call."""
+
+Purpose: TypeAlias = Literal["plan", "reflect", "route"]
+"""What a thinking stage's model request is for (``tether.thinking``)."""
+
+Complexity: TypeAlias = Literal["low", "medium", "high"]
+"""A planner's estimate of how hard a task is."""
 
 LATE = MappingProxyType({"late": True})
 """Metadata of a field added after logs were written (``field(default=None, metadata=LATE)``).
@@ -94,6 +103,7 @@ _PHASES: dict[str, Phase] = {
     "user_replied": "start",
     "plan_made": "plan",
     "plan_revised": "plan",
+    "routed": "plan",
     "model_responded": "think",
     "model_failed": "think",
     "retry_prompted": "think",
@@ -140,9 +150,14 @@ class EventBase:
         ``respond`` (the final answer and the run's end), ``record`` (bookkeeping of the
         log itself: what was redacted).
         """
-        if self.kind == "model_responded" and getattr(self, "final", False):
-            return "respond"  # the best-effort answer after a limit
-        return _PHASES[self.kind]
+        kind = self.kind
+        if kind == "model_responded" or kind == "model_failed":
+            if getattr(self, "final", False):
+                return "respond"  # the best-effort answer after a limit
+            purpose = getattr(self, "purpose", None)
+            if purpose is not None:
+                return "reflect" if purpose == "reflect" else "plan"
+        return _PHASES[kind]
 
 
 @frozen
@@ -179,23 +194,30 @@ class RunStarted(EventBase):
     prompt: JsonObject | None = field(default=None, metadata=LATE)
     """The prompt template the instructions were rendered from: its id, version and the
     rendered text's SHA-256 (``tether.prompts``)."""
+    thinking: JsonObject | None = field(default=None, metadata=LATE)
+    """The thinking stages that are on (router, planner, reflector) and their bounds
+    (``tether.thinking``); ``None`` when none is."""
 
 
 @frozen
 class PlanMade(EventBase):
-    """The agent made a plan."""
+    """The agent made a plan (``tether.thinking``); the model sees it while it acts."""
 
     kind: Literal["plan_made"] = "plan_made"
     """Discriminator."""
     steps: tuple[str, ...]
     """The planned steps, in order."""
     success_criteria: tuple[str, ...] = ()
-    """How the agent will know it is done."""
+    """How the agent will know it is done (what the reflector checks an answer against)."""
+    step_tools: tuple[tuple[str, ...], ...] = ()
+    """The tools each step expects to call, by step (empty: not said)."""
+    complexity: Complexity | None = None
+    """How hard the planner judged the task."""
 
 
 @frozen
 class PlanRevised(EventBase):
-    """The agent changed its plan."""
+    """The agent changed its plan: a step failed, or an answer did not pass its check."""
 
     kind: Literal["plan_revised"] = "plan_revised"
     """Discriminator."""
@@ -203,6 +225,25 @@ class PlanRevised(EventBase):
     """The new steps."""
     reason: str
     """Why the plan changed."""
+    success_criteria: tuple[str, ...] = ()
+    """The criteria from now on."""
+    step_tools: tuple[tuple[str, ...], ...] = ()
+    """The tools each new step expects to call."""
+    revision: int = 1
+    """Which revision this is (1-based; bounded by ``Thinking.max_replans``)."""
+
+
+@frozen
+class Routed(EventBase):
+    """The router decided how the run goes on: answered directly, or the agentic loop."""
+
+    kind: Literal["routed"] = "routed"
+    """Discriminator."""
+    route: Literal["direct", "agentic"]
+    """``direct``: the answer came with the decision (no tools, no plan); ``agentic``: the
+    loop runs."""
+    reason: str
+    """Why, in words."""
 
 
 @frozen
@@ -230,6 +271,9 @@ class ModelResponded(EventBase):
     """Seconds the request took."""
     final: bool = False
     """True for the tool-free best-effort answer requested after a limit was reached."""
+    purpose: Purpose | None = field(default=None, metadata=LATE)
+    """What a thinking stage asked for (``plan``, ``reflect``, ``route``): not a turn of the
+    conversation, only its usage counts; ``None`` for the agent's own turns."""
 
 
 @frozen
@@ -252,6 +296,8 @@ class ModelFailed(EventBase):
     """Whether tether retries (within ``max_retries``)."""
     retry_in_s: float = 0.0
     """The back-off before the retry."""
+    purpose: Purpose | None = field(default=None, metadata=LATE)
+    """The thinking stage whose request failed (see ``ModelResponded.purpose``)."""
 
 
 @frozen
@@ -377,16 +423,22 @@ class ToolCallUnknown(EventBase):
 
 @frozen
 class Reflected(EventBase):
-    """The agent reflected on a failure (stored as episodic memory)."""
+    """An answer was checked against the success criteria before ``finish_task`` took it."""
 
     kind: Literal["reflected"] = "reflected"
     """Discriminator."""
-    failure: str
-    """What failed."""
-    analysis: str
-    """Why it failed."""
-    fix: str
-    """What to do differently."""
+    call_id: str
+    """The ``finish_task`` call whose answer was checked."""
+    answer: str
+    """The answer, as text."""
+    passed: bool
+    """Whether it meets the criteria (if not, the run goes back to acting, or ends)."""
+    reasons: str
+    """Why, in words."""
+    unmet: tuple[str, ...] = ()
+    """The criteria it does not meet."""
+    attempt: int = 1
+    """Which check of the run this is (1-based; bounded by ``Thinking.max_reflections``)."""
 
 
 @frozen
@@ -530,6 +582,7 @@ Event: TypeAlias = (
     RunStarted
     | PlanMade
     | PlanRevised
+    | Routed
     | ModelResponded
     | ModelFailed
     | RetryPrompted
@@ -558,6 +611,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunStarted,
         PlanMade,
         PlanRevised,
+        Routed,
         ModelResponded,
         ModelFailed,
         RetryPrompted,

@@ -41,6 +41,7 @@ from tether.run.loopmonitor import monitor
 from tether.run.modelstep import ModelStep
 from tether.run.recovery import Recovery
 from tether.run.textstream import TextCallback
+from tether.run.thinker import Thinker
 from tether.run.toolcalls import ToolStage
 from tether.run.toolexec import run_tool, tool_error
 from tether.sinks import EventSink
@@ -72,6 +73,7 @@ def _spec_seen(spec: AgentSpec[Any], redactor: Redactor | None, model: str) -> b
         spec.tool_names,
         spec.output.schema,
         spec.prompt,
+        None if spec.thinking is None else spec.thinking.describe(),
     )
     clean = not redactor.might_match(orjson.dumps(constant))
     if len(_SPEC_SEEN) > 64:
@@ -190,6 +192,10 @@ class AgentRun(Generic[OutputT]):
             add=ctx.add,
             elapsed=ctx.elapsed,
         )
+        thinking = ctx.spec.thinking
+        self._thinker = None if thinking is None else Thinker(ctx, self._step, thinking)
+        if self._thinker is not None and thinking is not None and thinking.reflector is not None:
+            self._tools.check_answer = self._thinker.check
         self._gen = self._drive()
 
     # -- public surface ------------------------------------------------------------------
@@ -286,6 +292,11 @@ class AgentRun(Generic[OutputT]):
                     self._start()
                 if batch := await journal.commit():
                     yield batch
+                thinker = self._thinker
+                if thinker is not None and stop is None and ctx.state.finished is None:
+                    stop = await thinker.begin()  # route, plan: once per run
+                    if batch := await journal.commit():
+                        yield batch
                 decided = approving.decided
                 if decided is not None:  # approvals are committed: now act on them
                     approving.decided = None
@@ -323,6 +334,10 @@ class AgentRun(Generic[OutputT]):
                             if interrupts.interrupted:  # Ctrl-C reached a tool: end the run here
                                 raise Cancelled
                             stop = tools.after_turn(planned)
+                            if stop is None and thinker is not None:
+                                await thinker.after_turn(planned)  # revise the plan?
+                                if batch := await journal.commit():
+                                    yield batch
                     if stop is not None:
                         async for batch in endings.stop(stop):
                             yield batch
@@ -439,6 +454,7 @@ class AgentRun(Generic[OutputT]):
             tags=self._ctx.tags,
             context=self._ctx.goal_context,
             prompt=spec.prompt,
+            thinking=None if spec.thinking is None else spec.thinking.describe(),
         )
 
     def _check_limits(self) -> Stop | None:

@@ -18,6 +18,7 @@ from tether.models.base import ModelSettings
 from tether.policy.base import Policy
 from tether.policy.redaction import Redactor
 from tether.retry import Backoff
+from tether.thinking.config import Thinking
 from tether.tools.base import ToolDefinition
 from tether.tools.output import OutputSpec
 from tether.tools.registry import ToolRegistry
@@ -60,12 +61,14 @@ class AgentSpec(Generic[OutputT]):
     digest: str
     """SHA-256 of instructions, tool definitions, output schema and limits."""
     redactor: Redactor | None = None
+    """What keeps secrets out of the run's log (``None``: nothing is redacted)."""
     prompt: JsonObject | None = None
     """Where the instructions came from, when a prompt template rendered them (its id,
     version and the text's hash: ``tether.prompts``)."""
     budget_warnings: tuple[float, ...] = (0.8,)
     """The fractions of each limit at which the run records a ``budget_warning``."""
-    """What keeps secrets out of the run's log (``None``: nothing is redacted)."""
+    thinking: Thinking | None = None
+    """The thinking stages in use (``None``: none, the plain loop)."""
 
     @property
     def can_ask_user(self) -> bool:

@@ -33,6 +33,7 @@ from tether.events import (
     Redacted,
     Reflected,
     RetryPrompted,
+    Routed,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -51,6 +52,7 @@ from tether.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from tether.thinking.base import plan_text
 from tether.usage import Usage
 
 __all__ = [
@@ -153,6 +155,20 @@ class StateBuilder(EventHandler[None]):
     last: Event | None = None
     default_denied: set[str] = field(default_factory=lambda: set[str]())
     """Tools the policy's defaults denied (the outcome warns about them)."""
+    plan: PlanMade | PlanRevised | None = None
+    """The plan in force (``tether.thinking``)."""
+    plan_view: str = ""
+    """The plan as the acting model reads it after its instructions ("" without one)."""
+    asked: set[str] = field(default_factory=lambda: set[str]())
+    """The thinking purposes the model was asked for at least once (``plan``, ``route``)."""
+    replans: int = 0
+    """Plan revisions so far."""
+    reflections: int = 0
+    """Answers checked so far."""
+    reflection: Reflected | None = None
+    """The last check of an answer."""
+    routed: Routed | None = None
+    """The router's decision."""
 
     @property
     def usage(self) -> Usage:
@@ -208,13 +224,16 @@ class StateBuilder(EventHandler[None]):
         )
 
     def on_model_responded(self, event: ModelResponded) -> None:
-        """Usage, the turn's text and its calls (now pending)."""
+        """Usage, the turn's text and its calls (now pending); a thinking stage's: usage."""
         usage = event.usage
         self.requests += 1
         self.input_tokens += usage.input_tokens
         self.output_tokens += usage.output_tokens
         if self.cost is not None:
             self.cost = None if usage.cost is None else self.cost + usage.cost
+        if event.purpose is not None:  # not a turn of the conversation
+            self.asked.add(event.purpose)
+            return
         self.model_failures = 0
         if not event.final:
             self.steps = event.step
@@ -244,7 +263,10 @@ class StateBuilder(EventHandler[None]):
         self.messages.append(UserMessage(text=goal_text(event.goal, event.context)))
 
     def on_model_failed(self, event: ModelFailed) -> None:
-        """One more failed request in a row."""
+        """One more failed request in a row (a thinking stage's is skipped, not retried)."""
+        if event.purpose is not None:
+            self.asked.add(event.purpose)
+            return
         self.model_failures += 1
 
     def on_retry_prompted(self, event: RetryPrompted) -> None:
@@ -301,13 +323,24 @@ class StateBuilder(EventHandler[None]):
         """Nothing to fold."""
 
     def on_plan_made(self, event: PlanMade) -> None:
-        """Nothing to fold."""
+        """The plan in force, and how the model reads it."""
+        self.plan = event
+        self.plan_view = plan_text(event.steps, event.success_criteria, event.step_tools)
 
     def on_plan_revised(self, event: PlanRevised) -> None:
-        """Nothing to fold."""
+        """The new plan in force."""
+        self.plan = event
+        self.plan_view = plan_text(event.steps, event.success_criteria, event.step_tools)
+        self.replans = event.revision
 
     def on_reflected(self, event: Reflected) -> None:
-        """Nothing to fold."""
+        """The last check (a rejection reaches the model as ``finish_task``'s result)."""
+        self.reflection = event
+        self.reflections = event.attempt
+
+    def on_routed(self, event: Routed) -> None:
+        """The router's decision."""
+        self.routed = event
 
     def on_memory_recalled(self, event: MemoryRecalled) -> None:
         """Nothing to fold."""

@@ -23,6 +23,7 @@ from tether.events import (
     Redacted,
     Reflected,
     RetryPrompted,
+    Routed,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -61,12 +62,20 @@ class _Describer(EventHandler[str]):
         calls = ", ".join(f"{c.name}({_args(c.arguments)})" for c in event.tool_calls)
         said = f" says {short(event.text, 100)!r}" if event.text else ""
         what = f" → {calls}" if calls else ""
-        tag = "final answer" if event.final else f"step {event.step}"
+        tag = (
+            "final answer"
+            if event.final
+            else f"step {event.step}"
+            if event.purpose is None
+            else f"{event.purpose} (step {event.step})"
+        )
         tokens = event.usage.input_tokens + event.usage.output_tokens
         return f"[cyan]model[/] {tag}{said}{what} [dim]({tokens} tok, {event.latency_s:.2f}s)[/]"
 
     def on_model_failed(self, event: ModelFailed) -> str:
         retry = f", retry in {event.retry_in_s:.1f}s" if event.will_retry else ""
+        if event.purpose is not None:
+            return f"[red]model failed[/] ({event.purpose}, skipped): {event.error.type}: {short(event.error.message)}"
         return f"[red]model failed[/] attempt {event.attempt}: {event.error.type}: {short(event.error.message)}{retry}"
 
     def on_retry_prompted(self, event: RetryPrompted) -> str:
@@ -97,13 +106,22 @@ class _Describer(EventHandler[str]):
         )
 
     def on_reflected(self, event: Reflected) -> str:
-        return f"reflected on {short(event.failure, 60)}: {short(event.fix, 80)}"
+        if event.passed:
+            return f"[green]answer checked[/] ({event.attempt}): {short(event.reasons, 100)}"
+        unmet = f" unmet: {short('; '.join(event.unmet), 80)}" if event.unmet else ""
+        return f"[yellow]answer rejected[/] ({event.attempt}): {short(event.reasons, 80)}{unmet}"
 
     def on_plan_made(self, event: PlanMade) -> str:
-        return f"plan: {'; '.join(event.steps)}"
+        steps = "; ".join(f"{i}. {s}" for i, s in enumerate(event.steps, 1))
+        level = f" [dim]({event.complexity})[/]" if event.complexity else ""
+        return f"[blue]plan[/]{level} {short(steps, 200)}"
 
     def on_plan_revised(self, event: PlanRevised) -> str:
-        return f"plan revised ({short(event.reason, 60)}): {'; '.join(event.steps)}"
+        steps = "; ".join(f"{i}. {s}" for i, s in enumerate(event.steps, 1))
+        return f"[blue]plan revised[/] {event.revision} ({short(event.reason, 60)}): {short(steps, 160)}"
+
+    def on_routed(self, event: Routed) -> str:
+        return f"[blue]routed[/] {event.route}: {short(event.reason, 100)}"
 
     def on_memory_recalled(self, event: MemoryRecalled) -> str:
         return f"recalled {len(event.records)} memories for {short(event.query, 60)!r}"

@@ -10,6 +10,7 @@ from typing import ClassVar, Literal, Self, TypeAlias
 
 from tether._internal.frozen import frozen
 from tether.errors import ModelRequestsBlocked
+from tether.events import Purpose
 from tether.messages import Message, ToolCall
 from tether.tools.base import ToolDefinition
 from tether.usage import Usage
@@ -64,6 +65,9 @@ class ModelRequest:
     run_id: str = ""
     """The run asking (``""`` outside a run). Not part of what the model is asked: adapters
     may use it as a cache or affinity key, test doubles to keep one position per run."""
+    purpose: Purpose | None = None
+    """What a thinking stage asks for (``plan``, ``reflect``, ``route``: ``tether.thinking``);
+    ``None`` for the agent's own turns. Not part of what the model is asked either."""
 
 
 @frozen

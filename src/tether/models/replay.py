@@ -2,7 +2,9 @@
 
 The request a recorded response answered is not stored, but it is derived: the messages the
 model saw at step *n* are ``fold`` of the recorded events before that response. A replayed
-request that differs raises ``ReplayDivergence`` naming the first differing message.
+request that differs raises ``ReplayDivergence`` naming the first differing message. A
+thinking stage's request (``purpose``: plan, reflect, route) builds its own view of the
+history: it is checked for its purpose and its place in the order.
 """
 
 from __future__ import annotations
@@ -74,7 +76,17 @@ class ReplayModel(Model):
                 index=index,
             )
         expected = self._recorded[index]
-        _compare(index, expected.messages, request.messages)
+        recorded_purpose = expected.event.purpose
+        if request.purpose != recorded_purpose:
+            raise ReplayDivergence(
+                f"model request {index + 1} is for {request.purpose or 'a turn of the run'}; "
+                f"the recording's was for {recorded_purpose or 'a turn of the run'}",
+                index=index,
+                expected=recorded_purpose,
+                actual=request.purpose,
+            )
+        if recorded_purpose is None:  # a thinking stage builds its own view of the history
+            _compare(index, expected.messages, request.messages)
         self.served += 1
         event = expected.event
         if isinstance(event, ModelFailed):

@@ -125,10 +125,16 @@ class ScriptedModel(Model):
         """Play the run's next step."""
         self.requests.append(request)
         turns = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
-        position = self._position(request.run_id, turns)
+        known = self._runs.get(request.run_id) if request.run_id else None
+        if request.purpose is not None and known is not None:
+            # a thinking stage's request shows its own view of the history: it is the next
+            # step of the run's script, and says nothing about the run's turns
+            position = known
+        else:
+            position = self._position(request.run_id, turns)
+            position.turns = turns
         step = position.step
         position.step += 1
-        position.turns = turns
         if step >= len(self._steps):
             raise self._exhausted(request.run_id, step, position)
         return as_response(self._steps[step], self._usage, step)

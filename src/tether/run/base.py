@@ -46,6 +46,7 @@ class Planned:
     question: str | None = None
     awaiting_approval: bool = False
     stop_reason: str | None = None
+    stop: Stop | None = None  # the run ends after this turn (a last rejected answer)
 
     def __init__(self, call: ToolCall) -> None:
         self.call = call

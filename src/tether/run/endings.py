@@ -68,6 +68,8 @@ class Endings(Generic[OutputT]):
             async for batch in self._best_effort(stop):
                 yield batch
             answer = st.last_text or None
+            if stop.limit == "max_reflections" and st.reflection is not None:
+                answer = st.reflection.answer  # the best answer there is: the last checked
         elif stop.status == "finished":
             answer = self._ctx.spec.output.as_text(cast(OutputT, self._ctx.output))
         elif stop.status == "waiting_for_user":

@@ -117,14 +117,19 @@ class ModelStep(Generic[OutputT]):
             left = max(1, limits.max_tokens - st.input_tokens - st.output_tokens)
             if settings.max_output_tokens is None or settings.max_output_tokens > left:
                 settings = replace(settings, max_output_tokens=left)
+        plan = st.plan_view
         return ModelRequest(
-            instructions=spec.instructions,
+            instructions=f"{spec.instructions}\n\n{plan}" if plan else spec.instructions,
             messages=tuple(st.messages),
             tools=() if final else spec.definitions,
             tool_choice="none" if final else tool_choice,
             settings=settings,
             run_id=self._ctx.run_id,
         )
+
+    def begin_request(self) -> None:
+        """A request is built now: its history is the log so far (``request_digest``)."""
+        self._basis = self._journal.prev_hash
 
     def request_digest(self, request: ModelRequest) -> str:
         """Commit to a request: the spec digest, its options, and the log prefix it came from.
@@ -142,7 +147,7 @@ class ModelStep(Generic[OutputT]):
         digest.update(self._basis.encode())
         return digest.hexdigest()
 
-    def _model_timeout(self, request: ModelRequest, *, now: float, final: bool) -> float | None:
+    def timeout(self, request: ModelRequest, *, now: float, final: bool) -> float | None:
         """The bound of one model request: its own timeout, the run's remaining time."""
         timeout = request.settings.timeout
         deadline = self._ctx.deadline
@@ -163,7 +168,7 @@ class ModelStep(Generic[OutputT]):
         if model.real:
             check_model_requests_allowed(model)
         return await self.bounded(
-            self._answer(request), self._model_timeout(request, now=now, final=final)
+            self._answer(request), self.timeout(request, now=now, final=final)
         )
 
     def _model_failed(self, exc: BaseException, step: int) -> Stop | Retry:
@@ -234,7 +239,7 @@ class ModelStep(Generic[OutputT]):
         if model.real:
             check_model_requests_allowed(model)
         interrupts = self._interrupts
-        interrupts.begin(self._model_timeout(request, now=t0, final=False))
+        interrupts.begin(self.timeout(request, now=t0, final=False))
         try:
             response = await (
                 model.request(request) if self._ctx.text_stream is None else self._answer(request)

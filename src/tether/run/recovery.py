@@ -186,13 +186,13 @@ class Recovery(Generic[OutputT]):
                 call = next(
                     c
                     for e in self._ctx.journal.events
-                    if isinstance(e, ModelResponded)
+                    if isinstance(e, ModelResponded) and e.purpose is None
                     for c in e.tool_calls
                     if c.id == event.call_id
                 )
                 self._ctx.output = self._ctx.spec.output.validate(call.arguments)
                 return Stop("finished")
-            if isinstance(event, ModelResponded):
+            if isinstance(event, ModelResponded) and event.purpose is None:
                 return None
         return None
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Generic, cast
 
 from tether.content import TextBlock, ToolResult
@@ -67,6 +67,7 @@ class ToolStage(Generic[OutputT]):
         "_journal",
         "_spec",
         "_state",
+        "check_answer",
         "policy",
         "runnable",
     )
@@ -84,6 +85,8 @@ class ToolStage(Generic[OutputT]):
         """Where every call meets the policy: its decision, its turn, its result's check."""
         self.runnable = 0
         """How many calls of the turn just planned will run (more than one: in parallel)."""
+        self.check_answer: Callable[[Planned], Awaitable[None]] | None = None
+        """Checks ``finish_task``'s answer before it is taken (the reflector), if on."""
 
     def plan(self, response: ModelResponse) -> list[Planned]:  # noqa: C901 - a flat decision table
         """Record intent and decide, for every call of the turn, what happens to it."""
@@ -235,6 +238,8 @@ class ToolStage(Generic[OutputT]):
                 result, error_type, duration = await self.run_one(item)
                 self.record_result(item, result, error_type, duration)
             else:
+                if item.finish and self.check_answer is not None:
+                    await self._checked(item, planned)
                 self._record_planned(item, planned)
 
     async def execute_parallel(self, planned: list[Planned]) -> AsyncIterator[list[Event]]:
@@ -261,6 +266,8 @@ class ToolStage(Generic[OutputT]):
                         self._interrupts.interruptible = False
                     self.record_result(item, result, error_type, duration)
                 else:
+                    if item.finish and self.check_answer is not None:
+                        await self._checked(item, planned)
                     self._record_planned(item, planned)
                 if self._journal.has_pending:
                     yield await self._journal.commit()
@@ -440,6 +447,13 @@ class ToolStage(Generic[OutputT]):
             untrusted=result.untrusted,
         )
 
+    async def _checked(self, item: Planned, planned: list[Planned]) -> None:
+        """Have ``finish_task``'s answer checked, when it would be taken."""
+        assert self.check_answer is not None
+        if any(p.awaiting_approval for p in planned):
+            return  # not taken anyway (``_record_planned`` says why)
+        await self.check_answer(item)
+
     def _record_planned(self, item: Planned, planned: list[Planned]) -> None:
         """Results tether writes itself: errors, and the answer to ``finish_task``."""
         if item.synthetic is not None:
@@ -468,6 +482,8 @@ class ToolStage(Generic[OutputT]):
                 return Stop(
                     "policy_denied", error=ErrorInfo(type="PolicyDenied", message=item.stop_reason)
                 )
+            if item.stop is not None:
+                return item.stop
         for item in planned:
             if item.finish:
                 self._ctx.output = cast(OutputT, item.output)

@@ -1,0 +1,266 @@
+"""The thinking stages in the run: route and plan at the start, revise, check answers.
+
+Each stage's model request is recorded as ``model_responded`` (or ``model_failed``) with the
+stage's ``purpose``: it counts in the run's usage, never as a turn of the conversation, and
+is asked once (a failed one is skipped, not retried: thinking never blocks a run). What a
+stage decides is an event of its own. The fold remembers which stages were asked, so a
+resumed run never plans or routes twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Generic, cast
+
+from tether.content import ToolResult, content_text
+from tether.errors import UserError
+from tether.events import (
+    ModelFailed,
+    ModelResponded,
+    PlanMade,
+    PlanRevised,
+    Purpose,
+    Reflected,
+    Routed,
+)
+from tether.messages import CONTROL_TOOLS, Message, ToolResultMessage, UserMessage
+from tether.models.base import ModelRequest, ModelResponse, check_model_requests_allowed
+from tether.outcome import ErrorInfo
+from tether.run.base import Cancelled, OutputT, Planned, Stop, error_info
+from tether.run.context import RunContext
+from tether.run.modelstep import ModelStep
+from tether.thinking.base import DEFAULT_CRITERIA, Plan, ThinkingContext
+from tether.thinking.config import Thinking
+
+__all__ = ["Thinker"]
+
+
+class Thinker(Generic[OutputT]):
+    """The run's thinking stages (only made when ``Thinking`` has one on)."""
+
+    __slots__ = ("_ctx", "_step", "thinking")
+
+    def __init__(
+        self, ctx: RunContext[OutputT], step: ModelStep[OutputT], thinking: Thinking
+    ) -> None:
+        self._ctx = ctx
+        self._step = step
+        self.thinking = thinking
+
+    # -- asking the model, recorded -----------------------------------------------------------
+
+    def _affordable(self) -> bool:
+        """Whether the run's time, tokens and cost leave room for a thinking request."""
+        ctx, st = self._ctx, self._ctx.state
+        limits = ctx.spec.limits
+        remaining = ctx.remaining()
+        if remaining is not None and remaining <= 0:
+            return False
+        if (
+            limits.max_tokens is not None
+            and st.input_tokens + st.output_tokens >= limits.max_tokens
+        ):
+            return False
+        return not (
+            limits.max_cost is not None and st.cost is not None and st.cost >= limits.max_cost
+        )
+
+    def _context(self, purpose: Purpose) -> ThinkingContext:
+        """What a stage is given; its ``ask`` records requests under ``purpose``."""
+        ctx, st = self._ctx, self._ctx.state
+        plan = st.plan
+
+        async def ask(request: ModelRequest) -> ModelResponse | None:
+            return await self._ask(request, purpose)
+
+        first = st.messages[0] if st.messages else None
+        return ThinkingContext(
+            goal=first.text if isinstance(first, UserMessage) else st.goal,
+            instructions=ctx.spec.instructions,
+            messages=tuple(st.messages),
+            tools=tuple(d for d in ctx.spec.definitions if d.name not in CONTROL_TOOLS),
+            plan=None
+            if plan is None
+            else Plan(
+                steps=plan.steps,
+                success_criteria=plan.success_criteria,
+                step_tools=plan.step_tools,
+            ),
+            ask=ask,
+        )
+
+    async def _ask(self, request: ModelRequest, purpose: Purpose) -> ModelResponse | None:
+        """One recorded thinking request; ``None`` when it failed (recorded, not retried)."""
+        ctx, step = self._ctx, self._step
+        model = ctx.model
+        if model.real:
+            check_model_requests_allowed(model)
+        request = replace(request, run_id=ctx.run_id, purpose=purpose)
+        turn = ctx.state.steps
+        step.begin_request()  # the request's history: the log so far
+        t0 = ctx.monotonic()
+        try:
+            response = await step.bounded(
+                model.request(request), step.timeout(request, now=t0, final=False)
+            )
+            if not isinstance(response, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance] - adapters are user code
+                raise TypeError(
+                    f"the model returned {type(response).__name__}, not a ModelResponse"
+                )
+        except (Cancelled, UserError):
+            raise
+        except KeyboardInterrupt:
+            ctx.interrupts.interrupt("interrupted by KeyboardInterrupt during a thinking request")
+            raise Cancelled from None
+        except (Exception, SystemExit) as exc:
+            ctx.add(
+                ModelFailed,
+                step=turn,
+                model=model.name,
+                error=error_info(exc, "the model request timed out"),
+                transient=isinstance(exc, TimeoutError),
+                attempt=1,
+                will_retry=False,
+                purpose=purpose,
+            )
+            return None
+        ctx.add(
+            ModelResponded,
+            step=turn,
+            model=model.name,
+            request_digest=step.request_digest(request),
+            text=response.text,
+            reasoning=response.reasoning,
+            tool_calls=response.tool_calls,
+            usage=response.usage,
+            latency_s=ctx.monotonic() - t0,
+            purpose=purpose,
+        )
+        return response
+
+    # -- the stages ----------------------------------------------------------------------------
+
+    async def begin(self) -> Stop | None:
+        """Before the first turn: route, then plan (each once per run, resumed or not)."""
+        st = self._ctx.state
+        if st.steps > 0:
+            return None  # the run is acting already
+        router = self.thinking.router
+        asked = router is not None and st.routed is None and "route" not in st.asked
+        if router is not None and asked and self._affordable():
+            route = await router.route(self._context("route"))
+            if route is not None and route.direct and route.answer:
+                self._ctx.add(Routed, route="direct", reason=route.reason)
+                self._ctx.output = cast(OutputT, route.answer)
+                return Stop("finished")
+            reason = "the router gave no decision" if route is None else route.reason
+            self._ctx.add(Routed, route="agentic", reason=reason)
+        planner = self.thinking.planner
+        if (
+            planner is not None
+            and st.plan is None
+            and "plan" not in st.asked
+            and self._affordable()
+        ):
+            plan = await planner.plan(self._context("plan"))
+            if plan is not None:
+                self._ctx.add(
+                    PlanMade,
+                    steps=plan.steps,
+                    success_criteria=plan.success_criteria,
+                    step_tools=plan.step_tools,
+                    complexity=plan.complexity,
+                )
+        return None
+
+    async def after_turn(self, planned: list[Planned]) -> None:
+        """After a turn that goes on: revise the plan if a step failed or an answer was rejected."""
+        planner = self.thinking.planner
+        st = self._ctx.state
+        if planner is None or st.plan is None or st.replans >= self.thinking.max_replans:
+            return
+        reason = _why_replan(planned, st.messages)
+        if reason is None or not self._affordable():
+            return
+        plan = await planner.revise(self._context("plan"), reason)
+        if plan is not None:
+            self._ctx.add(
+                PlanRevised,
+                steps=plan.steps,
+                reason=reason,
+                success_criteria=plan.success_criteria,
+                step_tools=plan.step_tools,
+                revision=st.replans + 1,
+            )
+
+    async def check(self, item: Planned) -> None:
+        """Check ``finish_task``'s answer before it is taken; a rejection sends it back.
+
+        The check that uses up ``max_reflections`` and fails ends the run
+        ``budget_exhausted`` with the answer and the unmet criteria (``item.stop``).
+        """
+        reflector = self.thinking.reflector
+        ctx, st = self._ctx, self._ctx.state
+        maximum = self.thinking.max_reflections
+        if reflector is None or st.reflections >= maximum or not self._affordable():
+            return
+        answer = ctx.spec.output.as_text(cast(OutputT, item.output))
+        plan = st.plan
+        criteria = (
+            plan.success_criteria
+            if plan is not None and plan.success_criteria
+            else DEFAULT_CRITERIA
+        )
+        verdict = await reflector.check(self._context("reflect"), answer, criteria)
+        if verdict is None:
+            return  # it could not be checked: the answer is taken
+        attempt = st.reflections + 1
+        ctx.add(
+            Reflected,
+            call_id=item.call.id,
+            answer=answer,
+            passed=verdict.passed,
+            reasons=verdict.reasons,
+            unmet=verdict.unmet,
+            attempt=attempt,
+        )
+        if verdict.passed:
+            return
+        unmet = "; ".join(verdict.unmet) or "see the reasons"
+        item.finish = False
+        item.error_type = "not_accepted"
+        if attempt >= maximum:
+            item.synthetic = ToolResult.error(
+                f"finish_task not accepted: {verdict.reasons} Unmet: {unmet}. The run ends here "
+                f"({maximum} answers were checked)."
+            )
+            item.stop = Stop(
+                "budget_exhausted",
+                "max_reflections",
+                attempt,
+                maximum,
+                False,
+                ErrorInfo(
+                    type="CriteriaNotMet",
+                    message=f"the last answer did not pass its check: {unmet}",
+                ),
+            )
+        else:
+            item.synthetic = ToolResult.error(
+                f"finish_task not accepted: the answer does not meet the success criteria. "
+                f"{verdict.reasons} Unmet: {unmet}. Fix this (call tools if you need to), then "
+                "call finish_task again."
+            )
+
+
+def _why_replan(planned: list[Planned], messages: list[Message]) -> str | None:
+    """Why the plan should change after this turn: a tool failed, or an answer was rejected."""
+    results = {m.call_id: m for m in messages[-len(planned) :] if isinstance(m, ToolResultMessage)}
+    for item in planned:
+        if item.error_type == "not_accepted":
+            return "the answer was rejected by its check"
+        result = results.get(item.call.id)
+        if item.tool is not None and result is not None and result.is_error:
+            text = content_text(result.content)
+            return f"the step calling {item.call.name} failed: {text[:300]}"
+    return None
