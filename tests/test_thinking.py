@@ -190,9 +190,7 @@ async def test_repeated_rejection_ends_honestly_with_the_last_answer_never_loops
 
 
 async def test_the_router_answers_a_trivial_goal_in_one_model_call() -> None:
-    model = ScriptedModel(
-        [call("route", route="direct", reason="general knowledge", answer="Paris")]
-    )
+    model = ScriptedModel([call("answer_directly", answer="Paris")])
     agent = Agent(model=model, tools=[add], thinking=Thinking(route=True))
     outcome = await agent.run("What is the capital of France?")
     assert outcome.status == "finished"
@@ -211,7 +209,7 @@ async def test_the_router_answers_a_trivial_goal_in_one_model_call() -> None:
 async def test_the_router_sends_a_real_task_to_the_loop_with_its_plan() -> None:
     agent, model = agent_with(
         [
-            call("route", route="agentic", reason="needs the add tool", answer=""),
+            call("add", a=2, b=3),  # the router reaches for a tool: the loop runs
             make_plan("add", tools=["add"]),
             call("add", a=2, b=3),
             finish("5"),
@@ -224,7 +222,9 @@ async def test_the_router_sends_a_real_task_to_the_loop_with_its_plan() -> None:
     assert [r.purpose for r in model.requests] == ["route", "plan", None, None, "reflect"]
     routed = next(e for e in outcome.events if isinstance(e, Routed))
     assert routed.route == "agentic"
-    assert routed.reason == "needs the add tool"
+    assert routed.reason == "it needs add"
+    assert outcome.tool_calls == 1  # the router's call was a decision, never run
+    assert [t.name for t in model.requests[0].tools] == ["add", "explode", "answer_directly"]
 
 
 async def test_a_failed_step_revises_the_plan_within_max_replans() -> None:

@@ -285,35 +285,33 @@ class ModelReflector(Reflector):
         )
 
 
-_ROUTE = ToolDefinition(
-    name="route",
-    description="Record how to handle the request: answer it now, or with the agent's tools.",
+_DIRECT = ToolDefinition(
+    name="answer_directly",
+    description="Answer the request now, completely, from general knowledge: only when no "
+    "other tool is needed.",
     input_schema={
         "type": "object",
-        "properties": {
-            "route": {"type": "string", "enum": ["direct", "agentic"]},
-            "reason": {"type": "string", "description": "Why, in one sentence."},
-            "answer": {
-                "type": "string",
-                "description": "For direct: the complete answer. For agentic: empty.",
-            },
-        },
-        "required": ["route", "reason", "answer"],
+        "properties": {"answer": {"type": "string", "description": "The complete answer."}},
+        "required": ["answer"],
         "additionalProperties": False,
     },
 )
 
 _ROUTE_GUIDE = """\
-Decide how to handle the user's request. An agent with these tools can work on it:
-{tools}
-Choose direct only when the request can be answered completely and correctly right now from \
-general knowledge: no tool, file, data, lookup, current information or multi-step \
-calculation needed. Then write the complete answer in answer. Otherwise choose agentic and \
-leave answer empty. Call route."""
+Decide how to handle the user's request. If it needs any of the agent's tools (a file, data, \
+a price, a lookup, current information, a calculation), call the tool its first step needs. \
+Call answer_directly only when the request can be answered completely and correctly right \
+now from general knowledge, with the complete answer."""
 
 
 class ModelRouter(Router):
-    """Asks the run's model whether the goal needs the loop, answering it if it does not."""
+    """Asks the run's model whether the goal needs the loop, answering it if it does not.
+
+    The model sees the agent's tools and ``answer_directly``: reaching for one of the tools
+    is the agentic route (the call itself is not run; the loop makes its own), so the
+    decision is the model's ordinary tool choice, which small models make far better than a
+    yes/no about their own knowledge.
+    """
 
     def __init__(self, *, max_output_tokens: int = 700) -> None:
         self._cap = max_output_tokens
@@ -321,25 +319,24 @@ class ModelRouter(Router):
     async def route(self, context: ThinkingContext) -> Route | None:
         """The model's route (a direct one carries the answer)."""
         request = ModelRequest(
-            instructions=_ROUTE_GUIDE.format(tools=_tool_lines(context.tools)),
+            instructions=f"{_ROUTE_GUIDE}\n\nThe agent's own instructions, for context:\n"
+            f"{context.instructions}",
             messages=answered_only(context.messages),
-            tools=(_ROUTE,),
+            tools=(*context.tools, _DIRECT),
             tool_choice="required",
             settings=_settings(self._cap),
         )
         response = await context.ask(request)
         if response is None:
             return None
-        arguments = _call_arguments(response, _ROUTE.name)
+        known = {t.name for t in context.tools}
+        for call in response.tool_calls:
+            if call.name in known:
+                return Route(direct=False, reason=f"it needs {call.name}")
+        arguments = _call_arguments(response, _DIRECT.name)
         if arguments is None:
             return None
-        reason = arguments.get("reason")
         answer = arguments.get("answer")
-        direct = (
-            arguments.get("route") == "direct" and isinstance(answer, str) and bool(answer.strip())
-        )
-        return Route(
-            direct=direct,
-            reason=reason.strip() if isinstance(reason, str) else "",
-            answer=cast(str, answer).strip() if direct else None,
-        )
+        if not isinstance(answer, str) or not answer.strip():
+            return Route(direct=False, reason="no direct answer came")
+        return Route(direct=True, reason="answered from general knowledge", answer=answer.strip())
