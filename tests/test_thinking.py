@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from pydantic import BaseModel
 from tests.support import add, assert_protocol_valid, explode
 from tether import Agent, Event, ModelRequest, ToolCall
 from tether.content import content_text
-from tether.errors import ConfigError, ModelError
+from tether.errors import ConfigError, ModelError, StoreWriteError
 from tether.events import (
     ModelFailed,
     ModelResponded,
@@ -22,13 +23,16 @@ from tether.events import (
     RunStarted,
     ToolCallFinished,
 )
+from tether.jsontypes import JsonValue
 from tether.messages import AssistantMessage, ToolResultMessage, UserMessage
 from tether.models.base import ModelResponse
 from tether.replay import replay
-from tether.stores import MemoryStore
+from tether.stores import MemoryStore, SqliteStore
+from tether.stores.kv import KvEntry
 from tether.testing import ScriptedModel, ScriptStep, call, finish
 from tether.thinking import (
     Plan,
+    PlanCache,
     Planner,
     Thinking,
     ThinkingContext,
@@ -460,3 +464,127 @@ async def test_a_model_request_outside_thinking_has_no_purpose() -> None:
     agent = Agent(model=Recording([finish("x")]))
     await agent.run("goal")
     assert [r.purpose for r in seen] == [None]
+
+
+def solved(plan: bool = True) -> list[ScriptStep]:
+    head: list[ScriptStep] = [make_plan("add 2 and 3", tools=["add"])] if plan else []
+    return [*head, call("add", a=2, b=3), finish("5"), verdict(True)]
+
+
+def plans(events: Sequence[Event]) -> list[PlanMade]:
+    return [e for e in events if isinstance(e, PlanMade)]
+
+
+async def test_a_plan_that_worked_is_reused_without_a_model_request(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "plans.db")  # real SQLite: the cache outlives the process
+    try:
+        thinking = Thinking(plan_cache=PlanCache(store))
+        first, _ = agent_with(solved(), thinking=thinking)
+        made = await first.run("What is 2 + 3?")
+        assert made.status == "finished"
+        [miss] = plans(made.events)
+        assert (miss.cache, miss.cached_from) == ("miss", None)
+
+        again, model = agent_with(solved(plan=False), thinking=thinking)
+        reused = await again.run("  what is 2 + 3 ")  # the same goal, spaced and cased apart
+        assert reused.status == "finished"
+        [hit] = plans(reused.events)
+        assert (hit.cache, hit.cached_from) == ("hit", made.run_id)
+        assert (hit.steps, hit.step_tools) == (miss.steps, miss.step_tools)
+        assert [r.purpose for r in model.requests] == [None, None, "reflect"]  # no plan request
+        assert reused.usage.requests == made.usage.requests - 1
+        assert_protocol_valid(reused.events)
+        report = await replay(reused.events, agent=again)  # served from the recording
+        assert report.ok, report.divergence
+    finally:
+        await store.close()
+
+
+async def test_other_tools_goal_or_model_miss_and_a_stale_plan_is_dropped() -> None:
+    store = MemoryStore()
+    cache = PlanCache(store)
+    thinking = Thinking(plan_cache=cache)
+    agent, _ = agent_with(solved(), thinking=thinking)
+    await agent.run("What is 2 + 3?")
+    assert len(await store.kv_list(cache.namespace)) == 1
+
+    other_goal, _ = agent_with(solved(), thinking=thinking)
+    [plan] = plans((await other_goal.run("What is 3 + 2?")).events)
+    assert plan.cache == "miss"
+    assert len(await store.kv_list(cache.namespace)) == 2
+
+    fewer_tools = Agent(model=ScriptedModel(solved()), tools=[add], thinking=thinking)
+    [plan] = plans((await fewer_tools.run("What is 2 + 3?")).events)
+    assert plan.cache == "miss"  # made for add and explode: not for add alone
+    assert len(await store.kv_list(cache.namespace)) == 2  # dropped, then replaced
+
+    other_model = Agent(
+        model=ScriptedModel(solved(), name="other-model"), tools=[add], thinking=thinking
+    )
+    [plan] = plans((await other_model.run("What is 2 + 3?")).events)
+    assert plan.cache == "miss"
+
+
+async def test_a_plan_that_failed_or_was_revised_is_never_served() -> None:
+    store = MemoryStore()
+    thinking = Thinking(plan_cache=PlanCache(store), max_reflections=1)
+    revised, _ = agent_with(
+        [make_plan("explode"), call("explode", reason="boom"), make_plan("add"), *solved(False)],
+        thinking=thinking,
+    )
+    assert (await revised.run("2+3")).status == "finished"
+    assert await store.kv_list("tether.plans") == []  # its first plan did not work
+
+    rejected, _ = agent_with(
+        [make_plan("add"), call("add", a=2, b=3), finish("6"), verdict(False, "not 5")],
+        thinking=thinking,
+    )
+    assert (await rejected.run("2+3")).status == "budget_exhausted"
+    assert await store.kv_list("tether.plans") == []
+
+    ok, _ = agent_with(solved(), thinking=thinking)
+    await ok.run("2+3")
+    assert len(await store.kv_list("tether.plans")) == 1
+    failing, _ = agent_with(
+        [call("add", a=2, b=3), finish("6"), verdict(False, "not 5")], thinking=thinking
+    )
+    outcome = await failing.run("2+3")
+    assert [p.cache for p in plans(outcome.events)] == ["hit"]
+    assert outcome.status == "budget_exhausted"
+    assert await store.kv_list("tether.plans") == []  # a cached plan that failed: forgotten
+
+
+class _BrokenKv(MemoryStore):
+    async def kv_get(self, namespace: str, key: str) -> KvEntry | None:
+        raise StoreWriteError("the disk is full")
+
+    async def kv_set(self, namespace: str, key: str, value: JsonValue) -> None:
+        raise StoreWriteError("the disk is full")
+
+
+async def test_a_broken_cache_is_a_miss_never_a_failed_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agent, _ = agent_with(solved(), thinking=Thinking(plan_cache=PlanCache(_BrokenKv())))
+    outcome = await agent.run("2+3")
+    assert outcome.status == "finished"
+    assert [p.cache for p in plans(outcome.events)] == ["miss"]
+    assert "plan cache could not be" in caplog.text
+
+
+async def test_an_entry_that_is_not_a_plan_is_a_miss() -> None:
+    store = MemoryStore()
+    cache = PlanCache(store)
+    agent, _ = agent_with(solved(), thinking=Thinking(plan_cache=cache))
+    await agent.run("2+3")
+    [key] = await store.kv_list(cache.namespace)
+    await store.kv_set(cache.namespace, key, {"steps": "not a list"})
+    again, _ = agent_with(solved(), thinking=Thinking(plan_cache=cache))
+    assert [p.cache for p in plans((await again.run("2+3")).events)] == ["miss"]
+
+
+def test_a_plan_cache_needs_the_planner_and_is_a_plan_cache() -> None:
+    with pytest.raises(ConfigError, match="needs the planner"):
+        Thinking(plan=False, plan_cache=PlanCache(MemoryStore()))
+    with pytest.raises(ConfigError, match="takes a PlanCache"):
+        Thinking(plan_cache=MemoryStore())  # type: ignore[arg-type]

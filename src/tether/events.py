@@ -213,6 +213,11 @@ class PlanMade(EventBase):
     """The tools each step expects to call, by step (empty: not said)."""
     complexity: Complexity | None = None
     """How hard the planner judged the task."""
+    cache: Literal["hit", "miss"] | None = None
+    """With a plan cache (``Thinking(plan_cache=...)``): ``hit``, the plan of an earlier run
+    that finished with it (no model request), or ``miss``; ``None``: no cache."""
+    cached_from: str | None = None
+    """On a hit: the run that made the plan."""
 
 
 @frozen

@@ -341,6 +341,8 @@ class AgentRun(Generic[OutputT]):
                     if stop is not None:
                         async for batch in endings.stop(stop):
                             yield batch
+                        if thinker is not None:
+                            await thinker.ended()  # the plan cache learns from the end
                         return
             except Cancelled:
                 pass

@@ -17,9 +17,11 @@ from tether.agent import Agent
 from tether.codec import event_to_dict, verify_chain
 from tether.content import JsonValue, ToolResult
 from tether.errors import ConfigError
-from tether.events import BudgetWarning, Event, RunStarted, ToolCallFinished
+from tether.events import BudgetWarning, Event, PlanMade, RunStarted, ToolCallFinished
 from tether.messages import ToolCall
 from tether.models.replay import ReplayModel
+from tether.stores.memory import MemoryStore
+from tether.thinking import Plan, PlanCache, Thinking
 from tether.tools.base import Tool, ToolContext
 
 __all__ = ["VOLATILE_FIELDS", "ReplayReport", "first_divergence", "load_agent", "replay"]
@@ -144,6 +146,38 @@ class _RecordedTools:
         return result, recorded.error_type
 
 
+class _RecordedPlans(PlanCache):
+    """The recording's plan-cache hits, served in order; nothing is written.
+
+    A replay takes the plans the run took, whatever a cache holds today.
+    """
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        super().__init__(MemoryStore())
+        self._hits = [
+            (
+                Plan(
+                    steps=e.steps,
+                    success_criteria=e.success_criteria,
+                    step_tools=e.step_tools,
+                    complexity=e.complexity,
+                ),
+                e.cached_from or "",
+            )
+            for e in events
+            if isinstance(e, PlanMade) and e.cache == "hit"
+        ]
+
+    async def get(self, key: str, tools: str) -> tuple[Plan, str] | None:
+        return self._hits.pop(0) if self._hits else None
+
+    async def put(self, key: str, tools: str, plan: Plan, run_id: str) -> None:
+        return None
+
+    async def forget(self, key: str) -> None:
+        return None
+
+
 async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) -> ReplayReport:
     """Re-run a recorded run and compare the new log with the recording.
 
@@ -168,6 +202,10 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
         agent = load_agent(started.agent_ref)
     if agent.limits != started.limits:  # the recorded run's limits (e.g. `run --max-steps`)
         agent = dataclasses.replace(agent, limits=started.limits)
+    thinking = agent.thinking
+    if isinstance(thinking, Thinking) and thinking.plan_cache is not None:
+        recorded = dataclasses.replace(thinking, plan_cache=_RecordedPlans(events))
+        agent = dataclasses.replace(agent, thinking=recorded)
     tools = _RecordedTools(events)
     run = agent.stream(
         started.goal,

@@ -10,7 +10,7 @@ resumed run never plans or routes twice.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Generic, cast
+from typing import Generic, Literal, cast
 
 from tether.content import ToolResult, content_text
 from tether.errors import UserError
@@ -30,6 +30,7 @@ from tether.run.base import Cancelled, OutputT, Planned, Stop, error_info
 from tether.run.context import RunContext
 from tether.run.modelstep import ModelStep
 from tether.thinking.base import DEFAULT_CRITERIA, Plan, ThinkingContext
+from tether.thinking.cache import goal_signature, tools_digest
 from tether.thinking.config import Thinking
 
 __all__ = ["Thinker"]
@@ -156,22 +157,71 @@ class Thinker(Generic[OutputT]):
             reason = "the router gave no decision" if route is None else route.reason
             self._ctx.add(Routed, route="agentic", reason=reason)
         planner = self.thinking.planner
-        if (
-            planner is not None
-            and st.plan is None
-            and "plan" not in st.asked
-            and self._affordable()
-        ):
+        if planner is None or st.plan is not None or "plan" in st.asked:
+            return None
+        cache = self.thinking.plan_cache
+        if cache is not None:
+            key, tools = self._cache_key()
+            cached = await cache.get(key, tools)
+            if cached is not None:
+                plan, source = cached
+                self._made(plan, "hit", source)
+                return None
+        if self._affordable():
             plan = await planner.plan(self._context("plan"))
             if plan is not None:
-                self._ctx.add(
-                    PlanMade,
-                    steps=plan.steps,
-                    success_criteria=plan.success_criteria,
-                    step_tools=plan.step_tools,
-                    complexity=plan.complexity,
-                )
+                self._made(plan, None if cache is None else "miss", None)
         return None
+
+    def _made(self, plan: Plan, cache: Literal["hit", "miss"] | None, source: str | None) -> None:
+        self._ctx.add(
+            PlanMade,
+            steps=plan.steps,
+            success_criteria=plan.success_criteria,
+            step_tools=plan.step_tools,
+            complexity=plan.complexity,
+            cache=cache,
+            cached_from=source,
+        )
+
+    def _cache_key(self) -> tuple[str, str]:
+        """The plan cache's key for this run, and its tools' digest."""
+        ctx = self._ctx
+        planner = self.thinking.planner
+        assert self.thinking.plan_cache is not None
+        assert planner is not None
+        key = self.thinking.plan_cache.key(
+            signature=goal_signature(ctx.goal, ctx.goal_context),
+            instructions=ctx.spec.instructions,
+            model=ctx.model.name,
+            planner=planner.name,
+        )
+        tools = tools_digest(tuple(d for d in ctx.spec.definitions if d.name not in CONTROL_TOOLS))
+        return key, tools
+
+    async def ended(self) -> None:
+        """After the run ended: the plan cache learns from it.
+
+        A first plan the run finished with is remembered; a cached plan it did not finish
+        with is forgotten.
+        """
+        cache = self.thinking.plan_cache
+        st = self._ctx.state
+        plan = st.plan
+        if cache is None or not isinstance(plan, PlanMade) or st.finished is None:
+            return
+        finished = st.finished.status == "finished"
+        key, tools = self._cache_key()
+        if plan.cache == "hit" and not finished:
+            await cache.forget(key)
+        elif plan.cache == "miss" and finished:
+            made = Plan(
+                steps=plan.steps,
+                success_criteria=plan.success_criteria,
+                step_tools=plan.step_tools,
+                complexity=plan.complexity,
+            )
+            await cache.put(key, tools, made, self._ctx.run_id)
 
     async def after_turn(self, planned: list[Planned]) -> None:
         """After a turn that goes on: revise the plan if a step failed or an answer was rejected."""

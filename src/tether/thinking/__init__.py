@@ -19,6 +19,7 @@ from tether.thinking.base import (
     Verdict,
     plan_text,
 )
+from tether.thinking.cache import PlanCache, goal_signature, tools_digest
 from tether.thinking.config import Thinking
 from tether.thinking.model import ModelPlanner, ModelReflector, ModelRouter, answered_only
 
@@ -29,6 +30,7 @@ __all__ = [
     "ModelReflector",
     "ModelRouter",
     "Plan",
+    "PlanCache",
     "Planner",
     "Reflector",
     "Route",
@@ -37,5 +39,7 @@ __all__ = [
     "ThinkingContext",
     "Verdict",
     "answered_only",
+    "goal_signature",
     "plan_text",
+    "tools_digest",
 ]

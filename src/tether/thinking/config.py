@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from tether.errors import ConfigError
 from tether.jsontypes import JsonObject
 from tether.thinking.base import Planner, Reflector, Router
+from tether.thinking.cache import PlanCache
 from tether.thinking.model import ModelPlanner, ModelReflector, ModelRouter
 
 __all__ = ["Thinking"]
@@ -32,6 +33,10 @@ class Thinking:
     loop (``routed``). Needs a text output type."""
     max_replans: int = 2
     """How many times a run may revise its plan."""
+    plan_cache: PlanCache | None = None
+    """Reuse plans that worked (``PlanCache(store)``): a run whose goal, agent, model and
+    tools match an earlier run that finished with its first plan takes that plan without a
+    model request (``plan_made`` says ``hit`` or ``miss``). Needs the planner."""
     max_reflections: int = 2
     """How many answers a run may have checked: when the last allowed check fails too, the
     run ends ``budget_exhausted`` (limit ``max_reflections``) with that answer and the unmet
@@ -67,6 +72,14 @@ class Thinking:
                     f"not {type(given).__name__}"
                 )
             object.__setattr__(self, attribute, stage)
+        if self.plan_cache is not None:
+            if not isinstance(self.plan_cache, PlanCache):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+                raise ConfigError(
+                    "Thinking(plan_cache=...) takes a PlanCache (PlanCache(store)), not "
+                    f"{type(self.plan_cache).__name__}"
+                )
+            if self.planner is None:
+                raise ConfigError("Thinking(plan_cache=...) needs the planner: plan=True")
 
     @property
     def on(self) -> bool:
@@ -81,4 +94,5 @@ class Thinking:
             "reflector": None if self.reflector is None else self.reflector.name,
             "max_replans": self.max_replans,
             "max_reflections": self.max_reflections,
+            **({} if self.plan_cache is None else {"plan_cache": True}),
         }
