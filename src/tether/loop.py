@@ -465,6 +465,14 @@ class AgentRun(Generic[OutputT]):
         limits, st = self._ctx.spec.limits, self._ctx.state
         if st.retries > limits.max_retries:
             return Stop("budget_exhausted", "max_retries", st.retries, limits.max_retries, True)
+        if st.tool_retries:  # one tool failing in a row while others succeed between
+            registry = self._ctx.spec.registry
+            for name, failed in st.tool_retries.items():
+                tool = registry.get(name)
+                own = None if tool is None else tool.retries
+                maximum = limits.max_retries if own is None else own
+                if failed > maximum:
+                    return Stop("budget_exhausted", "max_retries", failed, maximum, True)
         remaining = self._ctx.remaining()
         if remaining is not None and remaining <= 0:
             assert limits.max_seconds is not None

@@ -148,6 +148,8 @@ class StateBuilder(EventHandler[None]):
     steps: int = 0
     tool_calls: int = 0
     retries: int = 0
+    tool_retries: dict[str, int] = field(default_factory=lambda: {})
+    """Correctable failures in a row, by tool (a tool's success resets its own count)."""
     model_failures: int = 0
     last_text: str = ""
     finished: RunFinished | None = None
@@ -211,8 +213,11 @@ class StateBuilder(EventHandler[None]):
         call = self.pending.pop(event.call_id, None)
         if not event.is_error:
             self.retries = 0
+            if self.tool_retries:
+                self.tool_retries.pop(event.tool, None)
         elif event.error_type in CORRECTABLE_ERRORS:
             self.retries += 1
+            self.tool_retries[event.tool] = self.tool_retries.get(event.tool, 0) + 1
         self.messages.append(
             ToolResultMessage(
                 call_id=event.call_id,

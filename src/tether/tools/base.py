@@ -208,6 +208,20 @@ class Tool:
     ``inline``, a sync function called on the event loop (it cannot be interrupted, but it
     cannot ignore a cancellation either); ``thread``, a sync function in a worker thread
     (which cannot be stopped once started: past its timeout it is left to finish)."""
+    retries: int | None = None
+    """Correctable failures in a row of this tool's calls (invalid arguments or output,
+    ``ModelRetry``) before the run stops; ``None`` uses ``Limits.max_retries``. Counted per
+    tool: another tool's success does not reset it."""
+
+    def __post_init__(self) -> None:
+        retries = self.retries
+        if retries is not None and (
+            not isinstance(retries, int) or isinstance(retries, bool) or retries < 0  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+        ):
+            raise ConfigError(
+                f"tool {self.definition.name!r}: retries takes a whole number 0 or more (or "
+                f"None for Limits.max_retries), not {retries!r}"
+            )
 
     @property
     def safe_to_retry(self) -> bool:
@@ -238,6 +252,7 @@ class Tool:
         timeout: float | None = None,
         uses_idempotency_key: bool = False,
         origin: str | None = None,
+        retries: int | None = None,
     ) -> Tool:
         """A tool from a raw JSON Schema (how MCP and config-declared tools arrive).
 
@@ -270,6 +285,7 @@ class Tool:
             validator=validator,
             timeout=timeout,
             uses_idempotency_key=uses_idempotency_key,
+            retries=retries,
         )
 
 

@@ -89,6 +89,7 @@ def function_tool(
     timeout: float | None = None,
     blocking: bool = True,
     idempotency_key: bool = False,
+    retries: int | None = None,
 ) -> Tool:
     """Build a ``Tool`` from a typed function. See ``tool`` for the parameters."""
     import docstring_parser
@@ -161,6 +162,7 @@ def function_tool(
         takes_context=ctx_name is not None,
         uses_idempotency_key=idempotency_key,
         timeout=timeout,
+        retries=retries,
         runs_as="coroutine" if is_async else "thread" if blocking else "inline",
     )
 
@@ -215,6 +217,7 @@ def tool(
     timeout: float | None = None,
     blocking: bool = True,
     idempotency_key: bool = False,
+    retries: int | None = None,
 ) -> Callable[[Callable[..., object]], Tool]: ...
 
 
@@ -234,6 +237,7 @@ def tool(
     timeout: float | None = None,
     blocking: bool = True,
     idempotency_key: bool = False,
+    retries: int | None = None,
 ) -> Tool | Callable[[Callable[..., object]], Tool]:
     """Turn a typed function into a tool, bare (``@tool``) or configured (``@tool(...)``).
 
@@ -259,6 +263,8 @@ def tool(
             ``idempotency_key`` to the world, which deduplicates by it; after a crash a call
             whose outcome is unknown is then run again (with the same key) instead of being
             reported as unknown.
+        retries: Correctable failures in a row of this tool's calls before the run stops
+            (default: the run's ``Limits.max_retries``), counted per tool.
     """
     if isinstance(sensitive, str):
         raise ConfigError(f"tool: sensitive takes parameter names, e.g. ({sensitive!r},)")
@@ -281,6 +287,7 @@ def tool(
             timeout=timeout,
             blocking=blocking,
             idempotency_key=idempotency_key,
+            retries=retries,
         )
 
     return build if func is None else build(func)

@@ -242,6 +242,23 @@ async def test_sqlite_errors_are_retried_with_the_database_message(db: Path) -> 
     await refused(t, {"query": "SELECT 'open"}, "cannot be read")
 
 
+async def test_sqlite_a_guessed_name_is_answered_with_the_tables_and_columns(db: Path) -> None:
+    t = sql_tool(db)
+    for query in ("SELECT nme FROM items", "SELECT * FROM products"):
+        message = await refused(t, {"query": query}, "no such")
+        assert "The tables and their columns: items(id, name, price). Use these names" in message
+    syntax = await refused(t, {"query": "SELECT * FRM items"}, "syntax error")
+    assert "columns" not in syntax  # only a guessed name gets the schema
+
+
+def test_the_schema_hint_is_bounded() -> None:
+    tables = [(f"table_{i:03}", ", ".join(f"column_{j}" for j in range(20))) for i in range(40)]
+    hint = sqlmod._schema_hint(tables)  # pyright: ignore[reportPrivateUsage]
+    assert len(hint) < 1700
+    assert hint.endswith("; .... Use these names")
+    assert sqlmod._schema_hint([]) == ""  # pyright: ignore[reportPrivateUsage]
+
+
 async def test_sqlite_a_runaway_query_is_stopped_at_the_timeout(db: Path) -> None:
     t = sql_tool(db, timeout=0.3)
     runaway = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
@@ -434,6 +451,13 @@ async def pg_snapshot(schema: str) -> list[tuple[Any, ...]]:
             await conn.execute(on(schema, "SELECT last_value, is_called FROM {s}.counter"))
         ).fetchall()
         return [*rows, *sorted(tables), *seq]
+
+
+async def test_postgres_a_guessed_name_is_answered_with_the_tables_and_columns(pg: str) -> None:
+    t = sql_tool(f"{PG_URL}?options=-csearch_path%3D{pg}")
+    for query in ("SELECT nme FROM items", "SELECT * FROM products"):
+        message = await refused(t, {"query": query}, "does not exist")
+        assert "items(id, name, price, seen, raw, meta)" in message
 
 
 async def test_postgres_reads_with_bound_params_and_json_values(pg: str) -> None:

@@ -237,6 +237,53 @@ def _sqlite_authorizer(
     return authorize
 
 
+_SCHEMA_TABLES = 30
+_SCHEMA_CHARS = 1500
+
+
+def _names_missing(message: str) -> bool:
+    """Whether the database said a table or column does not exist (a guessed name)."""
+    lowered = message.lower()
+    return (
+        "no such column" in lowered
+        or "no such table" in lowered
+        or ("column" in lowered and "does not exist" in lowered)
+        or ("relation" in lowered and "does not exist" in lowered)
+    )
+
+
+def _schema_hint(tables: list[tuple[str, str]]) -> str:
+    """What the model reads after a guessed name: the tables and their columns, bounded."""
+    if not tables:
+        return ""
+    listed = "; ".join(f"{name}({columns})" for name, columns in tables[:_SCHEMA_TABLES])
+    if len(listed) > _SCHEMA_CHARS:
+        listed = listed[:_SCHEMA_CHARS].rsplit(";", 1)[0] + "; ..."
+    elif len(tables) > _SCHEMA_TABLES:
+        listed += "; ..."
+    return f". The tables and their columns: {listed}. Use these names"
+
+
+def _sqlite_schema(db: sqlite3.Connection) -> list[tuple[str, str]]:
+    """The tables and views with their columns (nothing if the schema cannot be read).
+
+    The statement is tether's own, fixed and reading only, so the model's authorizer (which
+    refuses some of the schema's internal reads) is lifted for it.
+    """
+    try:
+        db.set_authorizer(None)
+        return [
+            (str(name), str(columns or ""))
+            for name, columns in db.execute(
+                "SELECT m.name, (SELECT group_concat(c.name, ', ') FROM pragma_table_info(m.name)"
+                " AS c) FROM sqlite_master AS m WHERE m.type IN ('table', 'view') AND m.name"
+                f" NOT LIKE 'sqlite_%' ORDER BY m.name LIMIT {_SCHEMA_TABLES + 1}"
+            )
+        ]
+    except sqlite3.Error:
+        return []
+
+
 def _run_sqlite(cfg: _Config, sql: str, params: Params, stop: threading.Event) -> JsonObject:
     """One statement in one transaction, on a connection of its own (a worker thread)."""
     mode = "ro" if cfg.read_only else "rw"  # rw: a mistyped path is not created
@@ -267,6 +314,8 @@ def _run_sqlite(cfg: _Config, sql: str, params: Params, stop: threading.Event) -
                     " (this tool never allows ATTACH, DETACH, transaction control, extension "
                     "loading, or PRAGMAs other than schema introspection)"
                 )
+            if _names_missing(message):
+                message += _schema_hint(_sqlite_schema(db))
             raise ModelRetry(f"the database rejected the query: {message}") from None
         db.set_progress_handler(None, 0)
         db.set_authorizer(None)
@@ -287,7 +336,10 @@ async def _run_postgres(cfg: _Config, sql: str, params: Params) -> JsonObject:
             try:
                 return await _postgres_statement(conn, cfg, sql, params)
             except psycopg.Error as exc:
-                raise _postgres_error(exc, cfg) from None
+                error = _postgres_error(exc, cfg)
+                if _names_missing(str(error)):
+                    error = ModelRetry(f"{error}{_schema_hint(await _postgres_schema(conn))}")
+                raise error from None
             finally:
                 await conn.close()  # the server rolls back whatever was open
     except TimeoutError:
@@ -332,6 +384,22 @@ async def _postgres_statement(
             if columns is not None and cfg.read_only:
                 affected = -1
             return _result(columns, rows, cfg.max_rows, affected)
+
+
+async def _postgres_schema(conn: psycopg.AsyncConnection[Any]) -> list[tuple[str, str]]:
+    """The tables and views on the search path with their columns (nothing on failure)."""
+    import psycopg
+
+    try:
+        cursor = await conn.execute(
+            "SELECT table_name, string_agg(column_name, ', ' ORDER BY ordinal_position)"
+            " FROM information_schema.columns WHERE table_schema = ANY(current_schemas(false))"
+            " GROUP BY table_name ORDER BY table_name LIMIT 31"  # _SCHEMA_TABLES + 1
+        )
+        rows = await cursor.fetchall()
+    except psycopg.Error:
+        return []
+    return [(str(name), str(columns or "")) for name, columns in rows]
 
 
 def _postgres_error(exc: Exception, cfg: _Config) -> ModelRetry:
