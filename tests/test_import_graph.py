@@ -42,6 +42,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.status",
             "tether.outcome",
             "tether.events",
+            "tether.latefields",
+            "tether.phases",
             "tether.eventdispatch",
             "tether.errors",
             "tether.codec",

@@ -11,7 +11,7 @@ from tether.testing import ScriptedModel, call, finish
 
 
 def test_every_kind_of_event_has_a_phase() -> None:
-    from tether.events import _PHASES  # pyright: ignore[reportPrivateUsage]
+    from tether.phases import _PHASES  # pyright: ignore[reportPrivateUsage]
 
     assert set(_PHASES) == set(EVENT_TYPES)  # a new kind cannot be left without one
     assert set(_PHASES.values()) == set(get_args(Phase))

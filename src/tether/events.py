@@ -16,16 +16,17 @@ the values it hashed: ``tether._internal.eventmaker``).
 
 from __future__ import annotations
 
-from dataclasses import field, fields
+from dataclasses import field
 from datetime import datetime
-from types import MappingProxyType
 from typing import Literal, TypeAlias
 
 from tether._internal.frozen import frozen
 from tether.content import ContentBlock
 from tether.jsontypes import JsonObject, JsonValue
+from tether.latefields import LATE, late_fields
 from tether.limits import Limits
 from tether.messages import ToolCall
+from tether.phases import Phase, phase_of
 from tether.status import ErrorInfo, RunStatus
 from tether.usage import Usage
 
@@ -77,52 +78,6 @@ Purpose: TypeAlias = Literal["plan", "reflect", "route"]
 Complexity: TypeAlias = Literal["low", "medium", "high"]
 """A planner's estimate of how hard a task is."""
 
-LATE = MappingProxyType({"late": True})
-"""Metadata of a field added after logs were written (``field(default=None, metadata=LATE)``).
-
-The hash covers it only when it is set: an event that leaves it ``None`` hashes exactly as
-it did before the field existed, so every older log still verifies. Late fields come last.
-"""
-
-
-def late_fields(cls: type[EventBase]) -> tuple[str, ...]:
-    """The names of ``cls``'s late fields (the last ones, each ``None`` by default)."""
-    names = [f.name for f in fields(cls)]
-    late = tuple(f.name for f in fields(cls) if f.metadata.get("late"))
-    if late and tuple(names[-len(late) :]) != late:
-        raise TypeError(f"{cls.__name__}: late fields must come after every other field")
-    return late
-
-
-Phase: TypeAlias = Literal["start", "plan", "think", "act", "reflect", "respond", "record"]
-"""The phase of a run an event belongs to (``EventBase.phase``)."""
-
-_PHASES: dict[str, Phase] = {
-    "run_started": "start",
-    "run_resumed": "start",
-    "user_replied": "start",
-    "plan_made": "plan",
-    "plan_revised": "plan",
-    "routed": "plan",
-    "model_responded": "think",
-    "model_failed": "think",
-    "retry_prompted": "think",
-    "memory_recalled": "think",
-    "context_compacted": "think",
-    "budget_warning": "think",
-    "tool_call_requested": "act",
-    "policy_decided": "act",
-    "approval_requested": "act",
-    "approval_given": "act",
-    "tool_call_finished": "act",
-    "tool_call_unknown": "act",
-    "memory_written": "act",
-    "reflected": "reflect",
-    "limit_reached": "respond",
-    "run_finished": "respond",
-    "redacted": "record",
-}
-
 
 @frozen
 class EventBase:
@@ -150,14 +105,7 @@ class EventBase:
         ``respond`` (the final answer and the run's end), ``record`` (bookkeeping of the
         log itself: what was redacted).
         """
-        kind = self.kind
-        if kind == "model_responded" or kind == "model_failed":
-            if getattr(self, "final", False):
-                return "respond"  # the best-effort answer after a limit
-            purpose = getattr(self, "purpose", None)
-            if purpose is not None:
-                return "reflect" if purpose == "reflect" else "plan"
-        return _PHASES[kind]
+        return phase_of(self.kind, getattr(self, "final", False), getattr(self, "purpose", None))
 
 
 @frozen
