@@ -155,15 +155,7 @@ class _RecordedPlans(PlanCache):
     def __init__(self, events: Sequence[Event]) -> None:
         super().__init__(MemoryStore())
         self._hits = [
-            (
-                Plan(
-                    steps=e.steps,
-                    success_criteria=e.success_criteria,
-                    step_tools=e.step_tools,
-                    complexity=e.complexity,
-                ),
-                e.cached_from or "",
-            )
+            (Plan.of(e), e.cached_from or "")
             for e in events
             if isinstance(e, PlanMade) and e.cache == "hit"
         ]

@@ -80,13 +80,7 @@ class Thinker(Generic[OutputT]):
             instructions=ctx.spec.instructions,
             messages=tuple(st.messages),
             tools=tuple(d for d in ctx.spec.definitions if d.name not in CONTROL_TOOLS),
-            plan=None
-            if plan is None
-            else Plan(
-                steps=plan.steps,
-                success_criteria=plan.success_criteria,
-                step_tools=plan.step_tools,
-            ),
+            plan=None if plan is None else Plan.of(plan),
             ask=ask,
         )
 
@@ -215,13 +209,7 @@ class Thinker(Generic[OutputT]):
         if plan.cache == "hit" and not finished:
             await cache.forget(key)
         elif plan.cache == "miss" and finished:
-            made = Plan(
-                steps=plan.steps,
-                success_criteria=plan.success_criteria,
-                step_tools=plan.step_tools,
-                complexity=plan.complexity,
-            )
-            await cache.put(key, tools, made, self._ctx.run_id)
+            await cache.put(key, tools, Plan.of(plan), self._ctx.run_id)
 
     async def after_turn(self, planned: list[Planned]) -> None:
         """After a turn that goes on: revise the plan if a step failed or an answer was rejected."""

@@ -13,12 +13,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 
 from tether._internal.frozen import frozen
-from tether.events import Complexity
+from tether.events import Complexity, PlanMade, PlanRevised
 from tether.messages import Message
 from tether.models.base import ModelRequest, ModelResponse
 from tether.tools.base import ToolDefinition
 
 __all__ = [
+    "COMPLEXITIES",
     "DEFAULT_CRITERIA",
     "Ask",
     "Plan",
@@ -35,6 +36,10 @@ Ask = Callable[[ModelRequest], Awaitable[ModelResponse | None]]
 """Ask the run's model (recorded; ``None``: the request failed, which is recorded too)."""
 
 
+COMPLEXITIES: tuple[Complexity, ...] = ("low", "medium", "high")
+"""The complexity estimates a planner may give."""
+
+
 @frozen
 class Plan:
     """A plan: steps in order, how to know the task is done, the tools each step expects."""
@@ -47,6 +52,16 @@ class Plan:
     """The tools each step expects to call (by step; empty: not said)."""
     complexity: Complexity | None = None
     """How hard the task looks."""
+
+    @classmethod
+    def of(cls, event: PlanMade | PlanRevised) -> Plan:
+        """The plan a ``plan_made`` or ``plan_revised`` event records."""
+        return cls(
+            steps=event.steps,
+            success_criteria=event.success_criteria,
+            step_tools=event.step_tools,
+            complexity=event.complexity if isinstance(event, PlanMade) else None,
+        )
 
 
 @frozen

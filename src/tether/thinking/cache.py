@@ -17,17 +17,14 @@ from typing import cast
 import orjson
 
 from tether.errors import InvalidEntry, StoreError
-from tether.events import Complexity
 from tether.jsontypes import JsonObject, JsonValue
 from tether.stores.kv import KeyValueStore
-from tether.thinking.base import Plan
+from tether.thinking.base import COMPLEXITIES, Plan
 from tether.tools.base import ToolDefinition
 
 __all__ = ["PlanCache", "goal_signature", "tools_digest"]
 
 _log = logging.getLogger("tether")
-
-_COMPLEXITY: tuple[Complexity, ...] = ("low", "medium", "high")
 
 
 def goal_signature(goal: str, context: JsonValue = None) -> str:
@@ -140,6 +137,6 @@ def _decode(value: JsonValue) -> tuple[Plan, str, str] | None:
         steps=steps,
         success_criteria=criteria,
         step_tools=tuple(cast(list[tuple[str, ...]], step_tools)),
-        complexity=complexity if complexity in _COMPLEXITY else None,
+        complexity=complexity if complexity in COMPLEXITIES else None,
     )
     return plan, run_id, tools

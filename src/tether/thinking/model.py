@@ -14,11 +14,11 @@ from typing import cast
 
 import orjson
 
-from tether.events import Complexity
 from tether.jsontypes import JsonObject
 from tether.messages import AssistantMessage, Message, ToolResultMessage, UserMessage
 from tether.models.base import ModelRequest, ModelResponse, ModelSettings
 from tether.thinking.base import (
+    COMPLEXITIES,
     Plan,
     Planner,
     Reflector,
@@ -34,7 +34,6 @@ __all__ = ["ModelPlanner", "ModelReflector", "ModelRouter", "answered_only"]
 
 _MAX_STEPS = 8
 _MAX_CRITERIA = 4
-_COMPLEXITY: tuple[Complexity, ...] = ("low", "medium", "high")
 
 
 def _settings(cap: int) -> ModelSettings:
@@ -63,6 +62,25 @@ def _call_arguments(response: ModelResponse, name: str) -> Mapping[str, object] 
         if isinstance(value, dict):
             return cast(Mapping[str, object], value)
     return None
+
+
+async def _required_call(
+    context: ThinkingContext,
+    instructions: str,
+    messages: tuple[Message, ...],
+    definition: ToolDefinition,
+    cap: int,
+) -> Mapping[str, object] | None:
+    """Ask the model to call ``definition`` (and only it); its arguments, or ``None``."""
+    request = ModelRequest(
+        instructions=instructions,
+        messages=messages,
+        tools=(definition,),
+        tool_choice="required",
+        settings=_settings(cap),
+    )
+    response = await context.ask(request)
+    return None if response is None else _call_arguments(response, definition.name)
 
 
 def _strings(value: object, limit: int) -> tuple[str, ...]:
@@ -124,7 +142,7 @@ def _plan_definition(tools: tuple[ToolDefinition, ...]) -> ToolDefinition:
                     "maxItems": _MAX_CRITERIA,
                     "description": "What a finished answer must satisfy, each checkable.",
                 },
-                "complexity": {"type": "string", "enum": list(_COMPLEXITY)},
+                "complexity": {"type": "string", "enum": list(COMPLEXITIES)},
             },
             "required": ["steps", "success_criteria", "complexity"],
             "additionalProperties": False,
@@ -171,21 +189,12 @@ class ModelPlanner(Planner):
 
     async def _ask(self, context: ThinkingContext, revise: str) -> Plan | None:
         definition = _plan_definition(context.tools)
-        request = ModelRequest(
-            instructions=_PLAN_GUIDE.format(
-                tools=_tool_lines(context.tools),
-                revise=revise,
-                instructions=context.instructions,
-            ),
-            messages=answered_only(context.messages),
-            tools=(definition,),
-            tool_choice="required",
-            settings=_settings(self._cap),
+        guide = _PLAN_GUIDE.format(
+            tools=_tool_lines(context.tools), revise=revise, instructions=context.instructions
         )
-        response = await context.ask(request)
-        if response is None:
-            return None
-        arguments = _call_arguments(response, definition.name)
+        arguments = await _required_call(
+            context, guide, answered_only(context.messages), definition, self._cap
+        )
         if arguments is None:
             return None
         known = {t.name for t in context.tools}
@@ -213,7 +222,7 @@ class ModelPlanner(Planner):
             steps=tuple(steps),
             success_criteria=_strings(arguments.get("success_criteria"), _MAX_CRITERIA),
             step_tools=tuple(step_tools) if any(step_tools) else (),
-            complexity=complexity if complexity in _COMPLEXITY else None,
+            complexity=complexity if complexity in COMPLEXITIES else None,
         )
 
 
@@ -262,17 +271,8 @@ class ModelReflector(Reflector):
             text=f"Proposed final answer:\n<answer>\n{answer}\n</answer>\n\n"
             f"Criteria:\n{listed}\n\nDoes the answer meet every criterion? Call verdict."
         )
-        request = ModelRequest(
-            instructions=_REFLECT_GUIDE,
-            messages=(*answered_only(context.messages), question),
-            tools=(_VERDICT,),
-            tool_choice="required",
-            settings=_settings(self._cap),
-        )
-        response = await context.ask(request)
-        if response is None:
-            return None
-        arguments = _call_arguments(response, _VERDICT.name)
+        messages = (*answered_only(context.messages), question)
+        arguments = await _required_call(context, _REFLECT_GUIDE, messages, _VERDICT, self._cap)
         if arguments is None or not isinstance(arguments.get("passed"), bool):
             return None
         reasons = arguments.get("reasons")
