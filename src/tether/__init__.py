@@ -22,7 +22,7 @@ from tether.errors import (
 )
 from tether.events import Event
 from tether.hooks import Hooks
-from tether.limits import Limits
+from tether.limits import Limits, PhaseLimits
 from tether.loop import AgentRun
 from tether.messages import ToolCall
 from tether.models.base import Model, ModelRequest, ModelResponse, ModelSettings
@@ -61,6 +61,7 @@ __all__ = [
     "ModelResponse",
     "ModelRetry",
     "ModelSettings",
+    "PhaseLimits",
     "Policy",
     "PolicyDecision",
     "Redactor",

@@ -24,7 +24,7 @@ from tether._internal.frozen import frozen
 from tether.content import ContentBlock
 from tether.jsontypes import JsonObject, JsonValue
 from tether.latefields import LATE, late_fields
-from tether.limits import Limits
+from tether.limits import Limits, PhaseLimits
 from tether.messages import ToolCall
 from tether.phases import Phase, phase_of
 from tether.status import ErrorInfo, RunStatus
@@ -251,6 +251,8 @@ class ModelFailed(EventBase):
     """The back-off before the retry."""
     purpose: Purpose | None = field(default=None, metadata=LATE)
     """The thinking stage whose request failed (see ``ModelResponded.purpose``)."""
+    latency_s: float | None = field(default=None, metadata=LATE)
+    """Seconds the request took before it failed (what a phase's ``max_seconds`` counts)."""
 
 
 @frozen
@@ -590,5 +592,5 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 # Decoding a log must refuse fields this version does not know rather than drop them.
 _STRICT = {"extra": "forbid"}  # a pydantic ConfigDict, read when a log is decoded
-for _cls in (*EVENT_TYPES.values(), ToolCall, Usage, Limits, ErrorInfo):
+for _cls in (*EVENT_TYPES.values(), ToolCall, Usage, Limits, PhaseLimits, ErrorInfo):
     setattr(_cls, "__pydantic_config__", _STRICT)  # noqa: B010 - class attribute read by pydantic

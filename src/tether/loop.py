@@ -485,5 +485,7 @@ class AgentRun(Generic[OutputT]):
             return Stop("budget_exhausted", "max_cost", st.cost, limits.max_cost)
         if st.steps >= limits.max_steps:
             return Stop("budget_exhausted", "max_steps", st.steps, limits.max_steps, True)
+        if st.phased and (spent := self._ctx.phase_spent("think")) is not None:
+            return spent
         self._budget.check()
         return None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Generic
 from tether._internal.clock import Clock, monotonic_of
 from tether.events import Event
 from tether.jsontypes import JsonObject
+from tether.limits import PhaseName
 from tether.messages import ToolCall
 from tether.models.base import Model
 from tether.outcome import ErrorInfo, RunOutcome
@@ -169,6 +170,39 @@ class RunContext(Generic[OutputT]):
         """The stop for a run whose time ran out."""
         limits = self.spec.limits
         return Stop("budget_exhausted", "max_seconds", self.elapsed(), limits.max_seconds or 0.0)
+
+    def phase_spent(self, phase: PhaseName) -> Stop | None:
+        """The stop for ``phase`` if its own ``max_steps`` or ``max_seconds`` is used up."""
+        bounds = self.spec.limits.phase(phase)
+        if bounds is None:
+            return None
+        st = self.state
+        if bounds.max_steps is not None:
+            used = st.phase_steps.get(phase, 0)
+            if used >= bounds.max_steps:
+                return Stop("budget_exhausted", f"{phase}.max_steps", used, bounds.max_steps, True)
+        if bounds.max_seconds is not None:
+            spent = st.phase_seconds.get(phase, 0.0)
+            if spent >= bounds.max_seconds:
+                return Stop(
+                    "budget_exhausted", f"{phase}.max_seconds", spent, bounds.max_seconds, True
+                )
+        return None
+
+    def phase_timeout(self, phase: PhaseName, timeout: float | None) -> float | None:
+        """``timeout`` bounded by ``phase``'s own: its ``timeout`` and its seconds left."""
+        bounds = self.spec.limits.phase(phase)
+        if bounds is None:
+            return timeout
+        for bound in (
+            bounds.timeout,
+            None
+            if bounds.max_seconds is None
+            else max(0.0, bounds.max_seconds - self.state.phase_seconds.get(phase, 0.0)),
+        ):
+            if bound is not None and (timeout is None or bound < timeout):
+                timeout = bound
+        return timeout
 
     def refuse(self, call: ToolCall, text: str, error_type: str) -> None:
         """Answer ``call`` with an error tether writes itself (the tool did not run)."""

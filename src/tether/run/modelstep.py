@@ -148,11 +148,15 @@ class ModelStep(Generic[OutputT]):
         return digest.hexdigest()
 
     def timeout(self, request: ModelRequest, *, now: float, final: bool) -> float | None:
-        """The bound of one model request: its own timeout, the run's remaining time."""
+        """The bound of one model request: its own timeout, its phase's, the run's time left.
+
+        The best-effort answer after a limit has 60 s unless ``Limits.respond`` says otherwise.
+        """
         timeout = request.settings.timeout
         deadline = self._ctx.deadline
         remaining = None if deadline is None else max(0.0, deadline - now)
-        if final:
+        limits = self._spec.limits
+        if final and (limits.respond is None or limits.respond.timeout is None):
             remaining = (
                 _FINAL_ANSWER_SECONDS
                 if remaining is None
@@ -160,6 +164,18 @@ class ModelStep(Generic[OutputT]):
             )
         if remaining is not None and (timeout is None or remaining < timeout):
             timeout = remaining
+        if self._state.phased:
+            purpose = request.purpose
+            timeout = self._ctx.phase_timeout(
+                "respond"
+                if final
+                else "think"
+                if purpose is None
+                else "reflect"
+                if purpose == "reflect"
+                else "plan",
+                timeout,
+            )
         return timeout
 
     async def call_model(self, request: ModelRequest, *, final: bool, now: float) -> ModelResponse:
@@ -171,10 +187,11 @@ class ModelStep(Generic[OutputT]):
             self._answer(request), self.timeout(request, now=now, final=final)
         )
 
-    def _model_failed(self, exc: BaseException, step: int) -> Stop | Retry:
+    def _model_failed(self, exc: BaseException, step: int, t0: float) -> Stop | Retry:
         """Record a failed model request; decide whether to retry, stop or fail."""
         limits = self._spec.limits
         remaining = self._ctx.remaining()
+        latency = self._ctx.monotonic() - t0
         if isinstance(exc, TimeoutError) and remaining is not None and remaining <= 0:
             self._ctx.add(
                 ModelFailed,
@@ -186,6 +203,7 @@ class ModelStep(Generic[OutputT]):
                 transient=False,
                 attempt=self._state.model_failures + 1,
                 will_retry=False,
+                latency_s=latency,
             )
             return self._ctx.time_stop()
         transient = isinstance(exc, TimeoutError) or (isinstance(exc, ModelError) and exc.transient)
@@ -204,7 +222,10 @@ class ModelStep(Generic[OutputT]):
             attempt=attempt,
             will_retry=retry,
             retry_in_s=delay,
+            latency_s=latency,
         )
+        if self._state.phased and (spent := self._ctx.phase_spent("think")) is not None:
+            return spent  # the acting turns' own time or requests are used up
         if retry:
             return Retry(delay)
         if transient:
@@ -246,21 +267,22 @@ class ModelStep(Generic[OutputT]):
             )
         except asyncio.CancelledError as exc:
             if interrupts.unwind(exc) == "timeout":
-                return self._model_failed(TimeoutError(), step)
-            return self._model_failed(RuntimeError(f"raised CancelledError: {exc!r}"), step)
+                return self._model_failed(TimeoutError(), step, t0)
+            return self._model_failed(RuntimeError(f"raised CancelledError: {exc!r}"), step, t0)
         except UserError:
             raise
         except KeyboardInterrupt:  # Ctrl-C reached the model call: cancel the run, logged
             interrupts.interrupt("interrupted by KeyboardInterrupt during the model request")
             raise Cancelled from None
         except (Exception, SystemExit) as exc:
-            return self._model_failed(exc, step)
+            return self._model_failed(exc, step, t0)
         finally:
             interrupts.end()
         if not isinstance(response, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance] - adapters are user code
             return self._model_failed(
                 TypeError(f"the model returned {type(response).__name__}, not a ModelResponse"),
                 step,
+                t0,
             )
         return self.record_response(request, response, step, t0)
 

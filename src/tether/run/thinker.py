@@ -15,6 +15,7 @@ from typing import Generic, Literal, cast
 from tether.content import ToolResult, content_text
 from tether.errors import UserError
 from tether.events import (
+    BudgetWarning,
     ModelFailed,
     ModelResponded,
     PlanMade,
@@ -50,12 +51,26 @@ class Thinker(Generic[OutputT]):
 
     # -- asking the model, recorded -----------------------------------------------------------
 
-    def _affordable(self) -> bool:
-        """Whether the run's time, tokens and cost leave room for a thinking request."""
+    def _affordable(self, phase: Literal["plan", "reflect"]) -> bool:
+        """Whether the run's and the phase's limits leave room for a thinking request.
+
+        A phase whose own limit is used up is skipped from then on, with one
+        ``budget_warning`` that says which limit.
+        """
         ctx, st = self._ctx, self._ctx.state
         limits = ctx.spec.limits
         remaining = ctx.remaining()
         if remaining is not None and remaining <= 0:
+            return False
+        if st.phased and (spent := ctx.phase_spent(phase)) is not None:
+            assert spent.limit is not None
+            if spent.limit not in st.phase_warned:
+                ctx.add(
+                    BudgetWarning,
+                    limit=spent.limit,
+                    used=float(spent.used),
+                    maximum=float(spent.maximum),
+                )
             return False
         if (
             limits.max_tokens is not None
@@ -117,6 +132,7 @@ class Thinker(Generic[OutputT]):
                 attempt=1,
                 will_retry=False,
                 purpose=purpose,
+                latency_s=ctx.monotonic() - t0,
             )
             return None
         ctx.add(
@@ -142,7 +158,7 @@ class Thinker(Generic[OutputT]):
             return None  # the run is acting already
         router = self.thinking.router
         asked = router is not None and st.routed is None and "route" not in st.asked
-        if router is not None and asked and self._affordable():
+        if router is not None and asked and self._affordable("plan"):
             route = await router.route(self._context("route"))
             if route is not None and route.direct and route.answer:
                 self._ctx.add(Routed, route="direct", reason=route.reason)
@@ -161,7 +177,7 @@ class Thinker(Generic[OutputT]):
                 plan, source = cached
                 self._made(plan, "hit", source)
                 return None
-        if self._affordable():
+        if self._affordable("plan"):
             plan = await planner.plan(self._context("plan"))
             if plan is not None:
                 self._made(plan, None if cache is None else "miss", None)
@@ -218,7 +234,7 @@ class Thinker(Generic[OutputT]):
         if planner is None or st.plan is None or st.replans >= self.thinking.max_replans:
             return
         reason = _why_replan(planned, st.messages)
-        if reason is None or not self._affordable():
+        if reason is None or not self._affordable("plan"):
             return
         plan = await planner.revise(self._context("plan"), reason)
         if plan is not None:
@@ -240,7 +256,7 @@ class Thinker(Generic[OutputT]):
         reflector = self.thinking.reflector
         ctx, st = self._ctx, self._ctx.state
         maximum = self.thinking.max_reflections
-        if reflector is None or st.reflections >= maximum or not self._affordable():
+        if reflector is None or st.reflections >= maximum or not self._affordable("reflect"):
             return
         answer = ctx.spec.output.as_text(cast(OutputT, item.output))
         plan = st.plan
