@@ -59,6 +59,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.tools.output",
             "tether.tools.registry",
             "tether.models.base",
+            "tether.models.tokens",
             "tether.stores.base",
             "tether.stores.kv",
             "tether.policy.base",

@@ -271,7 +271,7 @@ async def test_max_tool_calls_skips_the_excess_calls() -> None:
     assert outcome.answer == "best"
 
 
-async def test_max_tokens_stops_without_another_call_and_caps_output() -> None:
+async def test_max_tokens_refuses_a_request_that_cannot_fit_before_sending_it() -> None:
     model = ScriptedModel(
         [call("add", a=1, b=1), call("add", a=1, b=1), call("add", a=1, b=1)],
         usage=Usage(input_tokens=60, output_tokens=10),
@@ -279,11 +279,28 @@ async def test_max_tokens_stops_without_another_call_and_caps_output() -> None:
     outcome = await Agent(model=model, tools=[add], limits=Limits(max_tokens=100)).run("x")
     assert outcome.status == "budget_exhausted"
     assert outcome.limit == "max_tokens"
-    assert len(model.requests) == 2
-    assert model.requests[1].settings.max_output_tokens == 30
-    assert outcome.usage.total_tokens == 140
+    # the second request holds the first's 60 tokens and more: 30 are left, so it is not sent
+    assert len(model.requests) == 1
+    assert model.requests[0].settings.max_output_tokens == 100
+    assert outcome.usage.total_tokens == 70
+    assert outcome.error is not None
+    assert outcome.error.type == "RequestTooLarge"
+    assert "30 left of Limits.max_tokens=100" in outcome.error.message
     limit = next(e for e in outcome.events if isinstance(e, LimitReached))
     assert not limit.ask_for_answer
+    assert limit.used > 130
+
+
+async def test_max_tokens_caps_the_output_of_a_request_that_fits() -> None:
+    model = ScriptedModel(
+        [call("add", a=1, b=1)] * 5,
+        usage=Usage(input_tokens=60, output_tokens=10),
+    )
+    outcome = await Agent(model=model, tools=[add], limits=Limits(max_tokens=250)).run("x")
+    assert outcome.limit == "max_tokens"
+    assert len(model.requests) == 3
+    caps = [r.settings.max_output_tokens for r in model.requests]
+    assert caps == [250, 180, 110]  # what is left, each time
 
 
 async def test_max_cost_is_enforced_when_known() -> None:

@@ -125,7 +125,11 @@ def test_name_and_profile() -> None:
     assert model.name == "anthropic:claude-haiku-4-5"
     assert model.model == MODEL
     assert model.profile == ModelProfile(
-        native_tools=True, parallel_tool_calls=True, json_schema_output=False, streaming=True
+        native_tools=True,
+        parallel_tool_calls=True,
+        json_schema_output=False,
+        streaming=True,
+        context_window=200_000,  # requests are sized before they are sent
     )
 
 

@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from tests.realmodel.scenario import GOAL, agent, check
+from tests.support import add
+from tether import Agent, ModelRequest
 from tether.events import ModelResponded
+from tether.messages import UserMessage
 from tether.models.local import LocalModel
 from tether.stores import SqliteStore
 
@@ -30,3 +33,17 @@ async def test_two_tools_then_a_validated_typed_answer(
         assert await store.read(outcome.run_id) == list(outcome.events)  # durable, as run
     finally:
         await store.close()
+
+
+async def test_its_own_token_count_is_what_it_reports(local_model: LocalModel) -> None:
+    spec = Agent(model=local_model, tools=[add]).spec
+    request = ModelRequest(
+        instructions=spec.instructions,
+        messages=(UserMessage(text="What is 2 + 3? Use the add tool."),),
+        tools=spec.definitions,
+    )
+    counted = await local_model.count_tokens(request)
+    response = await local_model.request(request)
+    assert counted is not None
+    assert counted == response.usage.input_tokens
+    assert local_model.profile.context_window == 4096

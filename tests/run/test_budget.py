@@ -31,7 +31,9 @@ def _adds(n: int) -> list[ToolCall]:
         # before step 4 of 5: the step about to be taken is the 4th (80%)
         (Limits(max_steps=5), Usage(), 3, [("max_steps", 3.0, 5.0)]),
         (Limits(max_tool_calls=5), Usage(), 5, [("max_tool_calls", 4.0, 5.0)]),
-        (Limits(max_tokens=500), Usage(input_tokens=100), 4, [("max_tokens", 400.0, 500.0)]),
+        # output tokens only: no input count for a request's size to rest on (a scripted
+        # model's fixed input count would refuse the fifth request as too large)
+        (Limits(max_tokens=500), Usage(output_tokens=100), 4, [("max_tokens", 400.0, 500.0)]),
         (Limits(max_cost=1.2), Usage(cost=0.25), 4, [("max_cost", 1.0, 1.2)]),
     ],
 )

@@ -64,7 +64,11 @@ DEFAULT_MAX_TOKENS = 4096
 """Generated tokens per request when the request's settings name no cap (the API needs one)."""
 
 _PROFILE = ModelProfile(
-    native_tools=True, parallel_tool_calls=True, json_schema_output=False, streaming=True
+    native_tools=True,
+    parallel_tool_calls=True,
+    json_schema_output=False,
+    streaming=True,
+    context_window=200_000,  # every Claude model since Claude 3 takes at least this much
 )
 _CHOICES: dict[str, ToolChoiceParam] = {
     "auto": {"type": "auto"},

@@ -122,6 +122,9 @@ class ModelProfile:
     """It can be constrained to a JSON Schema."""
     streaming: bool = False
     """It streams deltas."""
+    context_window: int | None = None
+    """The most tokens one request may hold, input and output (``None``: not known). A run
+    checks each request against it before sending (``tether.models.tokens``)."""
 
 
 class Model(ABC):
@@ -151,6 +154,13 @@ class Model(ABC):
         Raises:
             ModelError: the request failed; ``transient=True`` when a retry may succeed.
         """
+
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        """The input tokens of ``request`` by the model's own tokenizer, if it has one here.
+
+        The default: ``None``, and the run estimates (``tether.models.tokens``).
+        """
+        return None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Answer one request as a stream; the default yields only the final response."""

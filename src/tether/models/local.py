@@ -11,8 +11,11 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import urllib.request
 from pathlib import Path
 from typing import Any, cast
+
+import orjson
 
 from tether.errors import MissingExtraError, ModelError, ModelWeightsError
 from tether.models._constrained import step_body, step_response
@@ -69,7 +72,25 @@ class LocalModel(Model):
     @property
     def profile(self) -> ModelProfile:
         """Tools through constrained decoding, one call per step."""
-        return ModelProfile(native_tools=True, parallel_tool_calls=False, json_schema_output=True)
+        return ModelProfile(
+            native_tools=True,
+            parallel_tool_calls=False,
+            json_schema_output=True,
+            context_window=self._context,
+        )
+
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        """The step's prompt tokens by the model's own template and tokenizer.
+
+        ``None`` (the run estimates instead) for a request without tools, or if the count
+        fails: counting never fails a run.
+        """
+        if not request.tools:
+            return None
+        messages = step_body(request)["messages"]
+        async with self._lock:
+            server = await asyncio.to_thread(self._load)
+        return await asyncio.to_thread(_count_tokens, str(server.listening_address), messages)
 
     def _load(self) -> Any:
         if self._server is not None:
@@ -91,6 +112,29 @@ class LocalModel(Model):
             )
         self._calls += 1
         return step_response(reply, call_id=f"call_{self._calls}", cost=0.0)
+
+
+def _count_tokens(address: str, messages: list[dict[str, Any]]) -> int | None:
+    """The tokens of ``messages`` as the server renders them (its template, its tokenizer)."""
+    base = address if address.startswith("http") else f"http://{address}"
+    try:
+        prompt = _post(f"{base}/apply-template", {"messages": messages})["prompt"]
+        tokens = _post(f"{base}/tokenize", {"content": prompt})["tokens"]
+        return len(tokens)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+_LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Requests to the model's own loopback server: never through a proxy the environment names."""
+
+
+def _post(url: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(
+        url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with _LOOPBACK.open(request, timeout=30) as reply:
+        return orjson.loads(reply.read())
 
 
 def start_server(

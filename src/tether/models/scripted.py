@@ -13,7 +13,7 @@ import orjson
 from tether.content import JsonObject
 from tether.errors import ConfigError, ModelError
 from tether.messages import AssistantMessage, ToolCall
-from tether.models.base import Model, ModelRequest, ModelResponse
+from tether.models.base import Model, ModelProfile, ModelRequest, ModelResponse
 from tether.usage import Usage
 
 __all__ = ["ScriptStep", "ScriptedModel", "as_response", "load_script"]
@@ -81,6 +81,7 @@ class ScriptedModel(Model):
         name: str = "scripted",
         usage: Usage = Usage(),
         max_runs: int = 1024,
+        context_window: int | None = None,
     ) -> None:
         """Build the model.
 
@@ -90,6 +91,7 @@ class ScriptedModel(Model):
             usage: Tokens and cost reported for each step that is not a ``ModelResponse``.
             max_runs: How many runs' positions are kept; the least recently used is
                 forgotten, and continues from its history if it asks again.
+            context_window: The window its profile declares (``None``: not known).
         """
         if max_runs < 1:
             raise ConfigError(f"max_runs must be 1 or more, got {max_runs}")
@@ -98,6 +100,7 @@ class ScriptedModel(Model):
         self._name = name
         self._usage = usage
         self._max_runs = max_runs
+        self._window = context_window
         self._runs: OrderedDict[str, _Position] = OrderedDict()
         self._shared = _Position(step=0, turns=0, resumed=0)
         self.requests: list[ModelRequest] = []
@@ -107,6 +110,11 @@ class ScriptedModel(Model):
     def name(self) -> str:
         """The model's name."""
         return self._name
+
+    @property
+    def profile(self) -> ModelProfile:
+        """The base profile, with the context window it was given."""
+        return ModelProfile(context_window=self._window)
 
     def _start(self, turns: int) -> int:
         """Where a run whose history holds ``turns`` model turns continues the script.

@@ -32,6 +32,7 @@ from tether.outcome import ErrorInfo
 from tether.policy.redaction import Redactor
 from tether.run.base import Cancelled, OutputT, Retry, Stop, error_info
 from tether.run.context import RunContext
+from tether.run.window import RequestSize
 
 __all__ = ["ModelStep", "unique_ids"]
 
@@ -89,7 +90,16 @@ def _unencodable(call: ToolCall) -> ToolCall:
 class ModelStep(Generic[OutputT]):
     """Asking the model, one request at a time, and recording its answer."""
 
-    __slots__ = ("_basis", "_ctx", "_interrupts", "_journal", "_prefix", "_spec", "_state")
+    __slots__ = (
+        "_basis",
+        "_ctx",
+        "_interrupts",
+        "_journal",
+        "_prefix",
+        "_spec",
+        "_state",
+        "size",
+    )
 
     def __init__(self, ctx: RunContext[OutputT]) -> None:
         self._ctx = ctx
@@ -101,6 +111,8 @@ class ModelStep(Generic[OutputT]):
         """The hash of the last event before the request in flight (its history)."""
         self._prefix: tuple[object, str, Any] = (None, "", None)
         """The digest state of the last request options (settings, tool choice)."""
+        self.size = RequestSize.of(ctx)
+        """Sizes each request before it is sent (``None``: no window and no token limit)."""
 
     def request(self, tool_choice: ToolChoice = "auto", *, final: bool = False) -> ModelRequest:
         """The next model request: the run's messages so far (``final``: a tool-free answer)."""
@@ -255,6 +267,19 @@ class ModelStep(Generic[OutputT]):
         is paid twice.
         """
         step = self._state.steps + 1
+        size = self.size
+        chars = 0
+        if size is not None:
+            over, chars = await size.check(request)
+            if over is not None:  # refused before it is sent: it could not fit
+                return Stop(
+                    "budget_exhausted",
+                    over.limit,
+                    over.used,
+                    over.maximum,
+                    False,
+                    ErrorInfo(type="RequestTooLarge", message=over.message),
+                )
         t0 = self._ctx.monotonic()
         model = self._ctx.model
         if model.real:
@@ -284,6 +309,8 @@ class ModelStep(Generic[OutputT]):
                 step,
                 t0,
             )
+        if size is not None:
+            size.answered(response.usage, chars)
         return self.record_response(request, response, step, t0)
 
     async def _answer(self, request: ModelRequest) -> ModelResponse:

@@ -65,12 +65,7 @@ class Thinker(Generic[OutputT]):
         if st.phased and (spent := ctx.phase_spent(phase)) is not None:
             assert spent.limit is not None
             if spent.limit not in st.phase_warned:
-                ctx.add(
-                    BudgetWarning,
-                    limit=spent.limit,
-                    used=float(spent.used),
-                    maximum=float(spent.maximum),
-                )
+                self._skipped(spent.limit, spent.used, spent.maximum)
             return False
         if (
             limits.max_tokens is not None
@@ -80,6 +75,10 @@ class Thinker(Generic[OutputT]):
         return not (
             limits.max_cost is not None and st.cost is not None and st.cost >= limits.max_cost
         )
+
+    def _skipped(self, limit: str, used: float, maximum: float) -> None:
+        """A thinking request is skipped for ``limit``: one ``budget_warning`` says so."""
+        self._ctx.add(BudgetWarning, limit=limit, used=float(used), maximum=float(maximum))
 
     def _context(self, purpose: Purpose) -> ThinkingContext:
         """What a stage is given; its ``ask`` records requests under ``purpose``."""
@@ -106,6 +105,11 @@ class Thinker(Generic[OutputT]):
         if model.real:
             check_model_requests_allowed(model)
         request = replace(request, run_id=ctx.run_id, purpose=purpose)
+        if step.size is not None:
+            over, _ = await step.size.check(request)
+            if over is not None:  # it could not fit: skipped before it is sent
+                self._skipped(over.limit, over.used, over.maximum)
+                return None
         turn = ctx.state.steps
         step.begin_request()  # the request's history: the log so far
         t0 = ctx.monotonic()
