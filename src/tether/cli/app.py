@@ -66,6 +66,14 @@ def _run(
         typer.Option(help="Model string, e.g. 'scripted:script.json' (default: $TETHER_MODEL)."),
     ] = None,
     max_steps: Annotated[int | None, typer.Option(help="Override the agent's max_steps.")] = None,
+    limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--limit",
+            help="Set a limit, NAME=VALUE (repeatable; none: no limit): a Limits field "
+            "(max_seconds=120) or a phase's own (think.timeout=30, reflect.max_steps=2).",
+        ),
+    ] = None,
     log_dir: Annotated[
         Path | None,
         typer.Option(help="Where run logs go (default: .tether/runs or $TETHER_LOG_DIR)."),
@@ -124,6 +132,7 @@ def _run(
     """
     from dataclasses import replace
 
+    from tether.cli.limitoptions import with_limits
     from tether.cli.store_commands import open_store
     from tether.replay import load_agent
 
@@ -138,6 +147,7 @@ def _run(
         limits: Limits = (
             agent.limits if max_steps is None else replace(agent.limits, max_steps=max_steps)
         )
+        limits = with_limits(limits, limit or ())
         store = None if no_store else open_store(db, create=True, busy_timeout=busy_timeout)
         agent = replace(
             agent, model=model or agent.model, limits=limits, log_dir=directory, store=store
