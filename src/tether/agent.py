@@ -31,7 +31,7 @@ from tether.policy.redaction import Redactor
 from tether.prompts import RenderedPrompt
 from tether.retry import Backoff
 from tether.run.journal import JsonlSink
-from tether.run.textstream import TextCallback
+from tether.run.textstream import CallCallback, TextCallback
 from tether.sinks import EventSink
 from tether.spec import AgentSpec
 from tether.stores.base import RunStore
@@ -253,6 +253,7 @@ class Agent(Generic[OutputT]):
         *,
         context: Mapping[str, Any] | None = None,
         on_text: TextCallback | None = None,
+        on_call: CallCallback | None = None,
         run_id: str | None = None,
         model: Model | str | None = None,
         tags: Sequence[str] = (),
@@ -278,6 +279,9 @@ class Agent(Generic[OutputT]):
             on_text: Called with the model's text (``tether.run.textstream``), never less
                 redacted than the log: with a redactor, each answer once it is recorded,
                 as the log holds it; without one, live as the model streams it.
+            on_call: Called with the model's tool calls as ``ToolCallDelta`` pieces, on the
+                same terms: with a redactor, each recorded call whole; without one, the
+                fragments of its arguments' JSON as they stream.
             run_id: The run's id (a new time-ordered id by default); see above.
             model: Use this model instead of the agent's for this run.
             tags: Labels recorded with the run.
@@ -307,6 +311,7 @@ class Agent(Generic[OutputT]):
             sinks=all_sinks,
             context=given,
             on_text=on_text,
+            on_call=on_call,
             agent_ref=agent_ref,
             tags=tags,
             parent_run_id=parent_run_id,
@@ -327,6 +332,7 @@ class Agent(Generic[OutputT]):
         clock: Clock | None = None,
         tool_runner: ToolRunner = run_tool,
         on_text: TextCallback | None = None,
+        on_call: CallCallback | None = None,
     ) -> AgentRun[OutputT]:
         """Continue a stored run; iterate the result for the new events.
 
@@ -346,6 +352,7 @@ class Agent(Generic[OutputT]):
             store=chosen_store,
             sinks=(HookSink(self.hooks),) if self.hooks else (),
             on_text=on_text,
+            on_call=on_call,
             answer=answer,
             approvals=approvals,
             max_recoveries=self.max_recoveries,
@@ -362,6 +369,7 @@ class Agent(Generic[OutputT]):
         clock: Clock | None = None,
         tool_runner: ToolRunner = run_tool,
         on_text: TextCallback | None = None,
+        on_call: CallCallback | None = None,
     ) -> RunOutcome[OutputT]:
         """Continue a stored run to its outcome (consumes ``resume_stream``)."""
         run = self.resume_stream(
@@ -373,6 +381,7 @@ class Agent(Generic[OutputT]):
             clock=clock,
             tool_runner=tool_runner,
             on_text=on_text,
+            on_call=on_call,
         )
         await run.consume()
         return run.outcome
@@ -383,6 +392,7 @@ class Agent(Generic[OutputT]):
         *,
         context: Mapping[str, Any] | None = None,
         on_text: TextCallback | None = None,
+        on_call: CallCallback | None = None,
         run_id: str | None = None,
         model: Model | str | None = None,
         tags: Sequence[str] = (),
@@ -398,6 +408,7 @@ class Agent(Generic[OutputT]):
             goal,
             context=context,
             on_text=on_text,
+            on_call=on_call,
             run_id=run_id,
             model=model,
             tags=tags,

@@ -40,7 +40,7 @@ from tether.run.journal import StoreSink
 from tether.run.loopmonitor import monitor
 from tether.run.modelstep import ModelStep
 from tether.run.recovery import Recovery
-from tether.run.textstream import TextCallback
+from tether.run.textstream import CallCallback, TextCallback
 from tether.run.thinker import Thinker
 from tether.run.toolcalls import ToolStage
 from tether.run.toolexec import run_tool, tool_error
@@ -102,6 +102,7 @@ class AgentRun(Generic[OutputT]):
         sinks: Sequence[EventSink] = (),
         context: JsonObject | None = None,
         on_text: TextCallback | None = None,
+        on_call: CallCallback | None = None,
         agent_ref: str | None = None,
         tags: Sequence[str] = (),
         parent_run_id: str | None = None,
@@ -125,6 +126,7 @@ class AgentRun(Generic[OutputT]):
                 sinks=sinks,
                 goal_context=context,
                 on_text=on_text,
+                on_call=on_call,
                 agent_ref=agent_ref,
                 tags=tags,
                 parent_run_id=parent_run_id,
@@ -146,6 +148,7 @@ class AgentRun(Generic[OutputT]):
         tool_runner: ToolRunner = run_tool,
         sinks: Sequence[EventSink] = (),
         on_text: TextCallback | None = None,
+        on_call: CallCallback | None = None,
         answer: str | None = None,
         approvals: Sequence[Approval] = (),
         max_recoveries: int = 3,
@@ -166,6 +169,7 @@ class AgentRun(Generic[OutputT]):
                 store=store,
                 sinks=sinks,
                 on_text=on_text,
+                on_call=on_call,
                 resume=True,
                 answer=answer,
                 approvals=approvals,

@@ -398,8 +398,11 @@ def test_run_streams_the_models_text_with_stream(tmp_path: Path) -> None:
     assert result.stdout == "4\n"
     assert "│ Let me add them." in result.stderr
     assert "│ The calculator knows." in result.stderr
+    assert '│ → calculate {"expression":"2+2"}' in result.stderr  # its calls too
+    assert '│ → finish_task {"answer":"4"}' in result.stderr
     quiet = invoke("run", "What is 2+2?", "--model", f"scripted:{script}")
     assert "Let me add them." not in quiet.stderr
+    assert "→ calculate" not in quiet.stderr
 
 
 def test_run_log_replays(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from tether.models.base import (
     ResponseDone,
     StreamEvent,
     TextDelta,
+    ToolCallDelta,
 )
 from tether.models.prices import PRICES, Price
 from tether.testing import allow_model_requests
@@ -380,6 +381,11 @@ async def test_streaming_yields_deltas_then_the_whole_response(wire: Wire) -> No
         TextDelta(text="I'll look"),
         TextDelta(text=" the word up"),
         TextDelta(text=" in the dictionary."),
+        # the call: its name and id first, then its arguments' JSON as it came
+        ToolCallDelta(index=0, name="lookup", id="toolu_01Jr6mQx3VdT8kLw2NcZb7Fh"),
+        ToolCallDelta(index=0, arguments='{"ke'),
+        ToolCallDelta(index=0, arguments='y": "te'),
+        ToolCallDelta(index=0, arguments='ther"}'),
     ]
     assert isinstance(done, ResponseDone)
     response = done.response
@@ -396,7 +402,8 @@ async def test_streaming_yields_deltas_then_the_whole_response(wire: Wire) -> No
 
 async def test_a_streamed_tool_call_cut_off_by_max_tokens_is_a_parse_error(wire: Wire) -> None:
     wire.reply("stream_max_tokens.txt")
-    (done,) = await streamed(wire.model(), ask())
+    *pieces, done = await streamed(wire.model(), ask())
+    assert all(isinstance(p, ToolCallDelta) for p in pieces)  # the call, as far as it came
     assert isinstance(done, ResponseDone)
     (call,) = done.response.tool_calls
     assert call.arguments == {}

@@ -19,7 +19,7 @@ from genai_prices import Usage, calc_price
 from tether.content import TextBlock
 from tether.errors import ModelError
 from tether.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
-from tether.models.base import ModelRequest, ModelSettings, ResponseDone, TextDelta
+from tether.models.base import ModelRequest, ModelSettings, ResponseDone, TextDelta, ToolCallDelta
 from tether.models.openai import OpenAIModel
 from tether.models.prices import Price
 from tether.models.registry import resolve_model
@@ -262,6 +262,10 @@ async def test_streaming_text_and_a_tool_call_assembled_from_fragments() -> None
     async with model:
         items = [i async for i in model.stream(REQUEST)]
     assert [i.text for i in items if isinstance(i, TextDelta)] == ["Let me ", "check."]
+    assert [i for i in items if isinstance(i, ToolCallDelta)] == [
+        ToolCallDelta(index=0, arguments='{"tar', name="days_until", id="call_z"),
+        ToolCallDelta(index=0, arguments='get": "2027-01-01"}'),
+    ]
     done = items[-1]
     assert isinstance(done, ResponseDone)
     assert done.response.text == "Let me check."

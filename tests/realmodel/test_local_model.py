@@ -42,6 +42,7 @@ async def test_its_own_token_count_is_what_it_reports(local_model: LocalModel) -
         messages=(UserMessage(text="What is 2 + 3? Use the add tool."),),
         tools=spec.definitions,
     )
+    await local_model.request(request)  # the weights are loaded by a request, not a count
     counted = await local_model.count_tokens(request)
     response = await local_model.request(request)
     assert counted is not None

@@ -118,7 +118,8 @@ def _run(
         bool,
         typer.Option(
             "--stream",
-            help="Print the model's text as it streams (on stderr, redacted as the log is).",
+            help="Print the model's text and tool calls as they stream (on stderr, redacted "
+            "as the log is).",
         ),
     ] = False,
 ) -> None:
@@ -160,7 +161,12 @@ def _run(
             raise UserError("--run-id needs the run store: drop --no-store")
         lines = Lines() if stream_text else None
         stream = agent.stream(
-            goal, context=given, on_text=lines, agent_ref=agent_ref, run_id=run_id
+            goal,
+            context=given,
+            on_text=lines,
+            on_call=None if lines is None else lines.call,
+            agent_ref=agent_ref,
+            run_id=run_id,
         )
         try:
             outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=limits.max_steps))

@@ -12,6 +12,7 @@ from rich.markup import escape
 from tether.cli.render import describe
 from tether.events import Event, ModelResponded, RunFinished, RunStarted, ToolCallRequested
 from tether.loop import AgentRun
+from tether.models.base import ToolCallDelta
 from tether.outcome import RunOutcome
 from tether.run.loopmonitor import exit_process, monitor
 
@@ -50,22 +51,49 @@ class _Status:
 
 
 class Lines:
-    """The model's streamed text (``--stream``), a whole line at a time above the status line."""
+    """The model's streamed text and calls (``--stream``), whole lines above the status line.
+
+    A call shows as ``→ name {arguments}`` once its last piece is in (long arguments cut).
+    """
 
     def __init__(self) -> None:
         self._partial = ""
+        self._call: list[str] = []
 
     def __call__(self, text: str) -> None:
         """Take a piece of text; print the lines it completes."""
+        self._end_call()
         lines = (self._partial + text).split("\n")
         self._partial = lines.pop()
         for line in lines:
             err.print(f"[cyan]│[/] {escape(line)}", highlight=False)
 
+    def call(self, piece: ToolCallDelta) -> None:
+        """Take a piece of a tool call; print the call before it once it is whole."""
+        if piece.name:
+            self._end_call()
+            self._call = [piece.name, " "]
+        if self._call:
+            self._call.append(piece.arguments)
+
+    def _end_call(self) -> None:
+        if self._call:
+            name, *arguments = self._call
+            shown = "".join(arguments).strip()
+            if len(shown) > _CALL_SHOWN:
+                shown = f"{shown[:_CALL_SHOWN]}…"
+            err.print(f"[cyan]│[/] [bold]→ {escape(name)}[/] {escape(shown)}", highlight=False)
+            self._call = []
+
     def flush(self) -> None:
-        """Print what is left of the last line."""
+        """Print what is left: the last call, the last line."""
+        self._end_call()
         if self._partial:
             self("\n")
+
+
+_CALL_SHOWN = 300
+"""Characters of a call's arguments ``--stream`` shows."""
 
 
 async def drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutcome[Any]:

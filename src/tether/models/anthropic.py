@@ -33,6 +33,7 @@ from tether.models.base import (
     ResponseDone,
     StreamEvent,
     TextDelta,
+    ToolCallDelta,
 )
 from tether.models.fence import fence
 from tether.models.prices import Price, cost_of
@@ -220,7 +221,7 @@ class AnthropicModel(Model):
         return self._response(_Reply.of(message))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        """Text deltas as they arrive, then the whole response (tool calls assembled)."""
+        """Text and tool-call pieces as they arrive, then the whole response."""
         client = self._connect()
         call = self._call(request)
         reply = _Reply()
@@ -238,9 +239,9 @@ class AnthropicModel(Model):
             )
             async with events:
                 async for event in events:
-                    text = reply.add(event)
-                    if text:
-                        yield TextDelta(text=text)
+                    piece = reply.add(event)
+                    if piece is not None:
+                        yield piece
         except Exception as exc:
             raise self._error(exc) from exc
         if not reply.complete:
@@ -429,21 +430,25 @@ class _Part:
     """A tool call's input as the block gave it (a stream starts it empty)."""
     json: list[str] = field(default_factory=lambda: [])
     """A streamed tool call's input, in fragments of JSON text."""
+    call: int = 0
+    """A tool call's place among the reply's calls (0-based)."""
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
 
-    def add(self, delta: RawContentBlockDelta) -> str:
-        """Take one delta; returns its new visible text."""
+    def add(self, delta: RawContentBlockDelta) -> TextDelta | ToolCallDelta | None:
+        """Take one delta; returns its new visible text or piece of a call, if any."""
         if delta.type == "text_delta":
             self.pieces.append(delta.text)
-            return delta.text
+            return TextDelta(text=delta.text) if delta.text else None
         if delta.type == "thinking_delta":
             self.pieces.append(delta.thinking)
         elif delta.type == "input_json_delta":
             self.json.append(delta.partial_json)
-        return ""
+            if delta.partial_json:
+                return ToolCallDelta(index=self.call, arguments=delta.partial_json)
+        return None
 
     @classmethod
     def of(cls, block: ContentBlock | StartedBlock) -> _Part:
@@ -467,6 +472,8 @@ class _Reply:
     output_tokens: int = 0
     stop_reason: str | None = None
     complete: bool = False
+    calls: int = 0
+    """Tool calls started so far."""
 
     @classmethod
     def of(cls, message: WireMessage) -> _Reply:
@@ -475,21 +482,28 @@ class _Reply:
         reply.blocks = {i: _Part.of(block) for i, block in enumerate(message.content)}
         return reply
 
-    def add(self, event: RawMessageStreamEvent) -> str:
-        """Take one stream event; returns its new visible text."""
+    def add(self, event: RawMessageStreamEvent) -> TextDelta | ToolCallDelta | None:
+        """Take one stream event; returns its new visible text or piece of a call, if any."""
         if event.type == "message_start":
             self.started(event.message)
         elif event.type == "content_block_start":
-            self.blocks[event.index] = _Part.of(event.content_block)
+            part = _Part.of(event.content_block)
+            self.blocks[event.index] = part
+            if part.kind == "tool_use":
+                part.call = self.calls
+                self.calls += 1
+                return ToolCallDelta(index=part.call, name=part.name, id=part.call_id)
+            if part.kind == "text" and part.text:
+                return TextDelta(text=part.text)
         elif event.type == "content_block_delta":
             part = self.blocks.get(event.index)
-            return "" if part is None else part.add(event.delta)
+            return None if part is None else part.add(event.delta)
         elif event.type == "message_delta":
             self.stop_reason = event.delta.stop_reason
             self.counted(event.usage)
         elif event.type == "message_stop":
             self.complete = True
-        return ""
+        return None
 
     def counted(self, usage: MessageDeltaUsage) -> None:
         """Counts on a ``message_delta`` are running totals; absent ones leave theirs."""

@@ -24,6 +24,7 @@ __all__ = [
     "ResponseDone",
     "StreamEvent",
     "TextDelta",
+    "ToolCallDelta",
     "ToolChoice",
     "allow_model_requests",
     "check_model_requests_allowed",
@@ -106,7 +107,23 @@ class ResponseDone:
     """The complete response."""
 
 
-StreamEvent: TypeAlias = TextDelta | ResponseDone
+@frozen
+class ToolCallDelta:
+    """A piece of a streamed tool call: the next fragment of its arguments' JSON text."""
+
+    kind: Literal["tool_call_delta"] = "tool_call_delta"
+    """Discriminator."""
+    index: int
+    """Which call of the response (0-based, in the model's order)."""
+    arguments: str = ""
+    """The next fragment of the arguments as JSON text (the fragments join into it)."""
+    name: str = ""
+    """The tool's name, on the call's first piece ("" on the others)."""
+    id: str = ""
+    """The call's id, on its first piece when the model gives one then."""
+
+
+StreamEvent: TypeAlias = TextDelta | ToolCallDelta | ResponseDone
 """What ``Model.stream`` yields; the last item is always ``ResponseDone``."""
 
 

@@ -82,14 +82,14 @@ class LocalModel(Model):
     async def count_tokens(self, request: ModelRequest) -> int | None:
         """The step's prompt tokens by the model's own template and tokenizer.
 
-        ``None`` (the run estimates instead) for a request without tools, or if the count
-        fails: counting never fails a run.
+        ``None`` (the run estimates instead) before the weights are loaded (the first
+        request loads them, within its time bound), for a request without tools, or if the
+        count fails: counting never fails a run.
         """
-        if not request.tools:
+        server = self._server
+        if server is None or not request.tools:
             return None
         messages = step_body(request)["messages"]
-        async with self._lock:
-            server = await asyncio.to_thread(self._load)
         return await asyncio.to_thread(_count_tokens, str(server.listening_address), messages)
 
     def _load(self) -> Any:

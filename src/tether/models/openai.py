@@ -30,6 +30,7 @@ from tether.models.base import (
     ResponseDone,
     StreamEvent,
     TextDelta,
+    ToolCallDelta,
 )
 from tether.models.fence import fence
 from tether.models.prices import Price, cost_of
@@ -227,7 +228,7 @@ class OpenAIModel(Model):
         return step_response(reply, call_id=f"call_{self._calls}", cost=cost)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        """Text deltas as they arrive, then the whole response (tool calls assembled)."""
+        """Text and tool-call pieces as they arrive, then the whole response."""
         if self._constrained:  # a step is one small JSON call: nothing worth streaming
             yield ResponseDone(response=await self.request(request))
             return
@@ -241,9 +242,8 @@ class OpenAIModel(Model):
                 "AsyncStream[ChatCompletionChunk]", await client.chat.completions.create(**body)
             )
             async for chunk in chunks:
-                text = parts.add(chunk)
-                if text:
-                    yield TextDelta(text=text)
+                for piece in parts.add(chunk):
+                    yield piece
         except Exception as exc:
             raise await self._error(exc) from exc
         yield ResponseDone(
@@ -331,26 +331,35 @@ class _Assembler:
         self.output_tokens = 0
         self.cached_tokens = 0
 
-    def add(self, chunk: ChatCompletionChunk) -> str:
-        """Take one chunk; returns its new text."""
+    def add(self, chunk: ChatCompletionChunk) -> list[TextDelta | ToolCallDelta]:
+        """Take one chunk; returns what it brought: new text, pieces of tool calls."""
         if chunk.usage is not None:
             self.input_tokens, self.output_tokens, self.cached_tokens = _counts(chunk.usage)
-        new: list[str] = []
+        new: list[TextDelta | ToolCallDelta] = []
         for choice in chunk.choices:
             delta = choice.delta
             if delta.content:
-                new.append(delta.content)
+                self.text.append(delta.content)
+                new.append(TextDelta(text=delta.content))
             for part in delta.tool_calls or ():
                 entry = self.calls.setdefault(part.index, ["", ""])
                 if part.id:
                     entry[0] = part.id
+                name = arguments = ""
                 if part.function is not None:
-                    entry[1] += part.function.name or ""
-                    entry.append(part.function.arguments or "")
+                    name = part.function.name or ""
+                    arguments = part.function.arguments or ""
+                    entry[1] += name
+                    entry.append(arguments)
+                if name or arguments or part.id:
+                    new.append(
+                        ToolCallDelta(
+                            index=part.index, arguments=arguments, name=name, id=part.id or ""
+                        )
+                    )
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
-        self.text.extend(new)
-        return "".join(new)
+        return new
 
     def tool_calls(self) -> tuple[ToolCall, ...]:
         return tuple(

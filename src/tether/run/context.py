@@ -22,7 +22,7 @@ from tether.run.base import Cancelled, OutputT, Stop, ToolRunner
 from tether.run.interrupts import Interrupts
 from tether.run.journal import Journal
 from tether.run.loopmonitor import Call
-from tether.run.textstream import TextCallback, TextStream
+from tether.run.textstream import CallCallback, TextCallback, TextStream
 from tether.run.unfinished import refuse
 from tether.sinks import EventSink
 from tether.state import StateBuilder
@@ -91,6 +91,7 @@ class RunContext(Generic[OutputT]):
         sinks: Sequence[EventSink] = (),
         goal_context: JsonObject | None = None,
         on_text: TextCallback | None = None,
+        on_call: CallCallback | None = None,
         agent_ref: str | None = None,
         tags: Sequence[str] = (),
         parent_run_id: str | None = None,
@@ -115,8 +116,12 @@ class RunContext(Generic[OutputT]):
             run_id, clock=clock, sinks=sinks, on_event=self.state.apply, redactor=spec.redactor
         )
         self.add: Callable[..., Event] = self.journal.add
-        self.text_stream = None if on_text is None else TextStream(self.journal, on_text)
-        """Where the model's text goes as it streams (``None``: the loop does not stream)."""
+        self.text_stream = (
+            None
+            if on_text is None and on_call is None
+            else TextStream(self.journal, on_text, on_call)
+        )
+        """Where the model's text and calls go as they stream (``None``: nothing streams)."""
         self.agent_ref = agent_ref
         self.tags = tuple(tags)
         self.parent_run_id = parent_run_id

@@ -25,6 +25,7 @@ from tether.models.base import (
     ModelResponse,
     ModelSettings,
     TextDelta,
+    ToolCallDelta,
     ToolChoice,
     check_model_requests_allowed,
 )
@@ -314,7 +315,7 @@ class ModelStep(Generic[OutputT]):
         return self.record_response(request, response, step, t0)
 
     async def _answer(self, request: ModelRequest) -> ModelResponse:
-        """The model's answer; streamed to the run's text callback when it has one."""
+        """The model's answer; streamed to the run's callbacks when it has them."""
         stream = self._ctx.text_stream
         if stream is None:
             return await self._ctx.model.request(request)
@@ -324,6 +325,8 @@ class ModelStep(Generic[OutputT]):
         async for part in self._ctx.model.stream(request):
             if isinstance(part, TextDelta):
                 stream.feed(part.text)
+            elif isinstance(part, ToolCallDelta):
+                stream.feed_call(part)
             else:
                 response = part.response
         if response is None:
@@ -383,7 +386,7 @@ class ModelStep(Generic[OutputT]):
         self._ctx.answer_redacted = self._journal.last_redacted
         stream = self._ctx.text_stream
         if stream is not None and isinstance(recorded, ModelResponded):
-            stream.answered(recorded.text)  # as the log holds it
+            stream.answered(recorded.text, recorded.tool_calls)  # as the log holds them
         if calls is not response.tool_calls:
             response = replace(response, tool_calls=calls)
         return response
