@@ -96,3 +96,25 @@ def test_with_no_model_configured_the_installed_embedded_model_is_used(
     assert resolve_model(None).name == "local:qwen2.5-coder-1.5b"  # named, not loaded yet
     monkeypatch.setenv("TETHER_MODEL", "ollama:llama3.2")
     assert resolve_model(None).name == "ollama:llama3.2"  # the environment wins
+
+
+def test_an_earlier_call_is_shown_compact_as_the_model_is_asked_to_write_it() -> None:
+    """The guide asks for compact JSON (fewer tokens to generate); earlier calls are shown
+    the same way, so the model keeps to it and the server's cache of its reply holds."""
+    from tether.messages import AssistantMessage, ToolCall, UserMessage
+    from tether.models._constrained import step_body
+    from tether.models.base import ModelRequest
+    from tether.tools.builtin import calculate
+
+    call = ToolCall(id="c1", name="calculate", arguments={"expression": "1+1", "note": "é"})
+    request = ModelRequest(
+        instructions="Compute.",
+        messages=(UserMessage(text="1+1?"), AssistantMessage(tool_calls=(call,))),
+        tools=(calculate.definition,),
+    )
+    messages = step_body(request)["messages"]
+    assert messages[2] == {
+        "role": "assistant",
+        "content": '{"tool":"calculate","arguments":{"expression":"1+1","note":"é"}}',
+    }
+    assert 'compact JSON on one line, without spaces: {"tool":NAME' in messages[0]["content"]
