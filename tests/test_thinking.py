@@ -27,6 +27,7 @@ from tether.jsontypes import JsonValue
 from tether.messages import AssistantMessage, ToolResultMessage, UserMessage
 from tether.models.base import ModelResponse
 from tether.replay import replay
+from tether.sinks import EventSink
 from tether.stores import MemoryStore, SqliteStore
 from tether.stores.kv import KvEntry
 from tether.testing import ScriptedModel, ScriptStep, call, finish
@@ -588,3 +589,29 @@ def test_a_plan_cache_needs_the_planner_and_is_a_plan_cache() -> None:
         Thinking(plan=False, plan_cache=PlanCache(MemoryStore()))
     with pytest.raises(ConfigError, match="takes a PlanCache"):
         Thinking(plan_cache=MemoryStore())  # type: ignore[arg-type]
+
+
+async def test_a_cached_plan_whose_run_fails_on_an_exception_is_forgotten() -> None:
+    store = MemoryStore()
+    thinking = Thinking(plan_cache=PlanCache(store))
+    ok, _ = agent_with(solved(), thinking=thinking)
+    await ok.run("2+3")
+    assert len(await store.kv_list("tether.plans")) == 1
+
+    class Buggy(EventSink):
+        """A sink with a bug: it raises (not a StoreError) once, when the tool has run."""
+
+        raised = False
+
+        async def write(self, events: Sequence[Event]) -> None:
+            if not self.raised and any(isinstance(e, ToolCallFinished) for e in events):
+                self.raised = True
+                raise RuntimeError("the sink has a bug")
+
+    failing, _ = agent_with(solved(plan=False), thinking=thinking)
+    outcome = await failing.run("2+3", sinks=[Buggy()])
+    assert [p.cache for p in plans(outcome.events)] == ["hit"]
+    assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert "the sink has a bug" in outcome.error.message
+    assert await store.kv_list("tether.plans") == []  # not served again

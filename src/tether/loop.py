@@ -377,6 +377,8 @@ class AgentRun(Generic[OutputT]):
                 await endings.end_quietly("failed", f"{type(exc).__name__}: {exc}", error=exc)
                 if ctx.outcome is None:
                     raise  # it failed before the run existed: there is nothing to end
+                if self._thinker is not None:
+                    await self._thinker.ended()  # a cached plan whose run failed is forgotten
                 return
             endings.record_cancel()
             try:
