@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -182,3 +183,16 @@ def test_the_estimate_is_cautious_and_never_negative() -> None:
     assert estimate_tokens(-5) == 0
     assert estimate_tokens(3) == 2
     assert estimate_tokens(3000) == 1001
+
+
+async def test_a_counter_that_fails_is_not_used_and_the_run_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Failing(Counting):
+        async def count_tokens(self, request: ModelRequest) -> int | None:
+            raise RuntimeError("tokenizer gone")
+
+    model = Failing([finish("done")], {}, window=100_000)
+    outcome = await Agent(model=model).run("hi")
+    assert outcome.status == "finished"
+    assert "could not count a request's tokens" in caplog.text

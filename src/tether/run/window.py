@@ -14,6 +14,7 @@ before any report, the estimate of the whole request.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tether.messages import Message
@@ -24,6 +25,8 @@ from tether.tools.base import ToolDefinition
 from tether.usage import Usage
 
 __all__ = ["Oversize", "RequestSize"]
+
+_log = logging.getLogger("tether.run.window")
 
 _RESERVE = 256
 """Output tokens a request must leave room for (fewer if ``max_output_tokens`` is lower)."""
@@ -101,7 +104,15 @@ class RequestSize:
         on characters alone.
         """
         chars = self.chars(request)
-        counted = await self._ctx.model.count_tokens(request)
+        try:
+            counted = await self._ctx.model.count_tokens(request)
+        except Exception:  # a model's counter that fails is not used: the run estimates
+            _log.warning(
+                "%s could not count a request's tokens", self._ctx.model.name, exc_info=True
+            )
+            counted = None
+        if counted is not None and (type(counted) is not int or counted < 0):
+            counted = None  # not a count: adapters are user code
         if counted is not None:
             return counted, chars, True
         anchor = self._anchor
