@@ -284,7 +284,7 @@ async def test_max_tokens_refuses_a_request_that_cannot_fit_before_sending_it() 
     assert model.requests[0].settings.max_output_tokens == 100
     assert outcome.usage.total_tokens == 70
     assert outcome.error is not None
-    assert outcome.error.type == "RequestTooLarge"
+    assert outcome.error.type == "NotEnoughTokensLeft"  # not too large: the budget is low
     assert "30 left of Limits.max_tokens=100" in outcome.error.message
     limit = next(e for e in outcome.events if isinstance(e, LimitReached))
     assert not limit.ask_for_answer

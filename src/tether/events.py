@@ -253,6 +253,8 @@ class ModelFailed(EventBase):
     """The thinking stage whose request failed (see ``ModelResponded.purpose``)."""
     latency_s: float | None = field(default=None, metadata=LATE)
     """Seconds the request took before it failed (what a phase's ``max_seconds`` counts)."""
+    final: bool | None = field(default=None, metadata=LATE)
+    """True for the tool-free best-effort answer after a limit (its phase is ``respond``)."""
 
 
 @frozen

@@ -17,6 +17,7 @@ and recovery.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
     from tether.spec import AgentSpec
 
 __all__ = ["AgentRun", "ToolRunner", "run_tool", "tool_error"]
+
+_log = logging.getLogger("tether.loop")
 
 _O = TypeVar("_O")
 
@@ -378,7 +381,10 @@ class AgentRun(Generic[OutputT]):
                 if ctx.outcome is None:
                     raise  # it failed before the run existed: there is nothing to end
                 if self._thinker is not None:
-                    await self._thinker.ended()  # a cached plan whose run failed is forgotten
+                    try:  # a cached plan whose run failed is forgotten
+                        await self._thinker.ended()
+                    except Exception:  # the run has ended: a cache's bug must not change that
+                        _log.warning("the plan cache failed after the run", exc_info=True)
                 return
             endings.record_cancel()
             try:
@@ -491,7 +497,7 @@ class AgentRun(Generic[OutputT]):
             return Stop("budget_exhausted", "max_cost", st.cost, limits.max_cost)
         if st.steps >= limits.max_steps:
             return Stop("budget_exhausted", "max_steps", st.steps, limits.max_steps, True)
-        if st.phased and (spent := self._ctx.phase_spent("think")) is not None:
+        if self._ctx.phased and (spent := self._ctx.phase_spent("think")) is not None:
             return spent
         self._budget.check()
         return None

@@ -78,7 +78,8 @@ def _normalized(event: Event, volatile: set[str]) -> dict[str, JsonValue]:
 def _by_nature(event: Event) -> bool:
     """Whether ``event`` differs between two runs by nature (left out of the comparison)."""
     return event.kind == "redacted" or (
-        isinstance(event, BudgetWarning) and event.limit == "max_seconds"
+        isinstance(event, BudgetWarning)
+        and (event.limit == "max_seconds" or event.limit.endswith(".max_seconds"))
     )
 
 
@@ -89,8 +90,8 @@ def first_divergence(
 
     ``redacted`` events are left out of the comparison: a replay runs on the recorded,
     already redacted data, so it finds nothing to redact (and its ``seq`` shifts by them).
-    So are warnings about the run's time (``budget_warning`` of ``max_seconds``): a replay
-    takes its own time.
+    So are warnings about the run's time (``budget_warning`` of ``max_seconds``, and of a
+    phase's ``max_seconds``): a replay takes its own time.
     """
     if any(_by_nature(e) for e in (*recorded, *replayed)):
         recorded = [e for e in recorded if not _by_nature(e)]

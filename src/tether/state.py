@@ -172,14 +172,13 @@ class StateBuilder(EventHandler[None]):
     """The last check of an answer."""
     routed: Routed | None = None
     """The router's decision."""
-    phased: bool = False
-    """Whether the run's limits bound some phase on its own (then its use is counted)."""
     phase_steps: dict[str, int] = field(default_factory=lambda: {})
-    """Model requests made per phase, answered or failed (counted when ``phased``)."""
+    """Model requests made per phase, answered or failed (``Limits``' phase limits)."""
     phase_seconds: dict[str, float] = field(default_factory=lambda: {})
-    """Seconds of model requests per phase (counted when ``phased``)."""
-    phase_warned: set[str] = field(default_factory=lambda: set[str]())
-    """The phase limits a ``budget_warning`` said were used up (``"plan.max_steps"``)."""
+    """Seconds of model requests per phase."""
+    skipped_for: set[str] = field(default_factory=lambda: set[str]())
+    """The limits a ``budget_warning`` said skip thinking requests from then on: a phase's
+    (``"plan.max_steps"``) and ``context_window``."""
 
     @property
     def usage(self) -> Usage:
@@ -245,10 +244,13 @@ class StateBuilder(EventHandler[None]):
         self.output_tokens += usage.output_tokens
         if self.cost is not None:
             self.cost = None if usage.cost is None else self.cost + usage.cost
-        if self.phased:
-            self._phase_used(
-                phase_of("model_responded", event.final, event.purpose), event.latency_s
-            )
+        purpose = event.purpose
+        self._phase_used(
+            "think"
+            if purpose is None and not event.final
+            else phase_of("model_responded", event.final, purpose),
+            event.latency_s,
+        )
         if event.purpose is not None:  # not a turn of the conversation
             self.asked.add(event.purpose)
             return
@@ -277,14 +279,14 @@ class StateBuilder(EventHandler[None]):
         self.agent = event.agent
         self.model = event.model
         self.limits = event.limits
-        self.phased = event.limits.phased
         self.started_at = event.at
         self.messages.append(UserMessage(text=goal_text(event.goal, event.context)))
 
     def on_model_failed(self, event: ModelFailed) -> None:
         """One more failed request in a row (a thinking stage's is skipped, not retried)."""
-        if self.phased:
-            self._phase_used(phase_of("model_failed", False, event.purpose), event.latency_s or 0.0)
+        self._phase_used(
+            phase_of("model_failed", bool(event.final), event.purpose), event.latency_s or 0.0
+        )
         if event.purpose is not None:
             self.asked.add(event.purpose)
             return
@@ -373,9 +375,9 @@ class StateBuilder(EventHandler[None]):
         """Nothing to fold."""
 
     def on_budget_warning(self, event: BudgetWarning) -> None:
-        """A phase's limit used up is remembered (its stage is skipped from then on)."""
-        if "." in event.limit:
-            self.phase_warned.add(event.limit)
+        """A limit that skips thinking requests is remembered (warned about once)."""
+        if "." in event.limit or event.limit == "context_window":
+            self.skipped_for.add(event.limit)
 
     def _phase_used(self, phase: str, seconds: float) -> None:
         self.phase_steps[phase] = self.phase_steps.get(phase, 0) + 1

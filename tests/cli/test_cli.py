@@ -400,6 +400,9 @@ def test_run_streams_the_models_text_with_stream(tmp_path: Path) -> None:
     assert "│ The calculator knows." in result.stderr
     assert '│ → calculate {"expression":"2+2"}' in result.stderr  # its calls too
     assert '│ → finish_task {"answer":"4"}' in result.stderr
+    shown = result.stderr
+    assert shown.index("The calculator knows.") < shown.index("→ calculate")  # in order
+    assert shown.index("→ calculate") < shown.index("→ finish_task")
     quiet = invoke("run", "What is 2+2?", "--model", f"scripted:{script}")
     assert "Let me add them." not in quiet.stderr
     assert "→ calculate" not in quiet.stderr

@@ -42,6 +42,16 @@ def test_limits_and_phase_limits_are_set_by_name() -> None:
     )
 
 
+def test_a_phase_with_nothing_left_set_has_no_limits_of_its_own() -> None:
+    assert with_limits(Limits(), ["think.timeout=none"]).think is None
+    assert with_limits(Limits(), ["think.timeout=none"]) == Limits()
+    limits = with_limits(Limits(), ["think.timeout=30", "think.timeout=none"])
+    assert limits.think is None
+    assert with_limits(Limits(), ["reflect.max_steps=2", "reflect.timeout=none"]).reflect == (
+        PhaseLimits(max_steps=2)
+    )
+
+
 @pytest.mark.parametrize(
     ("option", "says"),
     [

@@ -132,6 +132,8 @@ def test_name_and_profile() -> None:
         streaming=True,
         context_window=200_000,  # requests are sized before they are sent
     )
+    assert AnthropicModel(MODEL, context_window=1_000_000).profile.context_window == 1_000_000
+    assert AnthropicModel(MODEL, context_window=None).profile.context_window is None
 
 
 # -- responses ------------------------------------------------------------------------

@@ -119,7 +119,8 @@ async def test_nothing_is_sized_without_a_window_or_a_token_limit() -> None:
 
 
 async def test_max_tokens_is_checked_on_a_count_it_can_trust() -> None:
-    # the model's own count says 900: with 1,000 tokens for the whole run it cannot be sent
+    # the model's own count says 900: with 1,000 tokens for the whole run it is sent; a
+    # count of 1,000 leaves nothing for the answer, and is not
     model = Counting([finish("done")], {None: 900}, window=100_000)
     limits = Limits(max_tokens=1000)
     outcome = await Agent(model=model, limits=limits).run("hi")
@@ -178,7 +179,7 @@ def test_counting_a_growing_conversation_matches_counting_it_whole(
         assert sizer.chars(request) == request_chars(request)
 
 
-def test_the_estimate_is_cautious_and_never_negative() -> None:
+def test_the_estimate_is_three_characters_a_token_rounded_up_never_negative() -> None:
     assert estimate_tokens(0) == 0
     assert estimate_tokens(-5) == 0
     assert estimate_tokens(3) == 2
@@ -196,3 +197,31 @@ async def test_a_counter_that_fails_is_not_used_and_the_run_goes_on(
     outcome = await Agent(model=model).run("hi")
     assert outcome.status == "finished"
     assert "could not count a request's tokens" in caplog.text
+
+
+async def test_a_run_stopped_by_its_window_replays() -> None:
+    from tether.replay import replay
+
+    script = [call("add", a=1, b=2), finish("3")]
+    usage = Usage(input_tokens=7950, output_tokens=5)
+    model = ScriptedModel(script, usage=usage, context_window=8192)
+    outcome = await Agent(model=model, tools=[add]).run("1+2")
+    assert outcome.limit == "context_window"
+    report = await replay(outcome.events, agent=Agent(model=ScriptedModel([]), tools=[add]))
+    assert report.ok, report.divergence
+
+
+async def test_a_run_whose_model_counted_replays_its_refusal() -> None:
+    from tether.replay import replay
+
+    model = Counting([finish("5")], {"plan": 9000, None: 100}, window=4096)
+    agent = Agent(model=model, thinking=Thinking(plan=True, reflect=False))
+    outcome = await agent.run("2+3")
+    assert any(isinstance(e, BudgetWarning) for e in outcome.events)
+    report = await replay(outcome.events, agent=agent)
+    assert report.ok, report.divergence
+    over = Counting([finish("done")], {None: 5000}, window=4096)
+    refused = await Agent(model=over).run("hi")
+    assert refused.limit == "context_window"
+    report = await replay(refused.events, agent=Agent(model=over))
+    assert report.ok, report.divergence

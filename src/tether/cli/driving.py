@@ -72,6 +72,8 @@ class Lines:
         """Take a piece of a tool call; print the call before it once it is whole."""
         if piece.name:
             self._end_call()
+            if self._partial:  # the text before the call ends its line first
+                self("\n")
             self._call = [piece.name, " "]
         if self._call:
             self._call.append(piece.arguments)

@@ -47,7 +47,10 @@ def with_limits(limits: Limits, options: Sequence[str]) -> Limits:
                 raise ConfigError(f"--limit {option!r}: a phase's limits are {', '.join(kinds)}")
             value = _value(option, raw, kinds[field])
             current = limits.phase(phase) or PhaseLimits()  # pyright: ignore[reportArgumentType]
-            limits = replace(limits, **{phase: replace(current, **{field: value})})
+            updated = replace(current, **{field: value})
+            # a phase with nothing set has no limits of its own: it is not recorded at all
+            empty = all(getattr(updated, f) is None for f in kinds)
+            limits = replace(limits, **{phase: None if empty else updated})
         else:
             kinds = _kinds(Limits)
             if name not in kinds:

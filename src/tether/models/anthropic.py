@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, TypeAlias, cast
 
 import orjson
@@ -98,6 +98,9 @@ class AnthropicModel(Model):
         client: A ready ``anthropic.AsyncAnthropic`` (overrides ``api_key`` and ``base_url``).
         http_client: An ``httpx2.AsyncClient`` (the SDK's HTTP library) for the client to use
             (proxies, tests).
+        context_window: The tokens one request may hold; requests that cannot fit are not
+            sent (``tether.run.window``). Default: 200,000, every Claude model's since Claude
+            3; raise it for a larger-context beta, ``None`` for no check.
     """
 
     def __init__(
@@ -110,8 +113,14 @@ class AnthropicModel(Model):
         price: Price | None = None,
         client: AsyncAnthropic | None = None,
         http_client: httpx2.AsyncClient | None = None,
+        context_window: int | None = 200_000,
     ) -> None:
         self._model = model
+        self._profile = (
+            _PROFILE
+            if context_window == _PROFILE.context_window
+            else replace(_PROFILE, context_window=context_window)
+        )
         self._api_key = api_key
         self._base_url = base_url
         self._max_tokens = max_tokens
@@ -135,7 +144,7 @@ class AnthropicModel(Model):
     @property
     def profile(self) -> ModelProfile:
         """Native and parallel tool calls, streaming; no JSON Schema constrained output."""
-        return _PROFILE
+        return self._profile
 
     def _connect(self) -> AsyncAnthropic:
         """The client, made on first use: a model without a key can be built, not used."""

@@ -133,7 +133,7 @@ def _post(url: str, body: dict[str, Any]) -> Any:
     request = urllib.request.Request(
         url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}, method="POST"
     )
-    with _LOOPBACK.open(request, timeout=30) as reply:
+    with _LOOPBACK.open(request, timeout=5) as reply:
         return orjson.loads(reply.read())
 
 

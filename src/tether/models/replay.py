@@ -13,9 +13,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tether.errors import ModelError, ReplayDivergence, UserError
-from tether.events import Event, ModelFailed, ModelResponded
+from tether.events import (
+    BudgetWarning,
+    Event,
+    LimitReached,
+    ModelFailed,
+    ModelResponded,
+    RunFinished,
+    RunStarted,
+)
 from tether.messages import Message
-from tether.models.base import Model, ModelRequest, ModelResponse
+from tether.models.base import Model, ModelProfile, ModelRequest, ModelResponse
+from tether.run.window import ANSWER_RESERVE
 from tether.state import StateBuilder
 
 __all__ = ["ReplayModel"]
@@ -42,12 +51,32 @@ class ReplayModel(Model):
     def __init__(self, events: Sequence[Event], *, name: str | None = None) -> None:
         builder = StateBuilder()
         recorded: list[_Recorded] = []
-        for event in events:
+        refused: dict[tuple[int, bool], tuple[str, float, int]] = {}
+        window: float | None = None
+        for index, event in enumerate(events):
             if isinstance(event, ModelResponded | ModelFailed):
                 recorded.append(_Recorded(tuple(builder.messages), event))
+            elif _refused(event, events[index + 1 :]):
+                assert isinstance(event, LimitReached | BudgetWarning)
+                acting = isinstance(event, LimitReached)
+                used = builder.input_tokens + builder.output_tokens
+                refused[(len(recorded), acting)] = (event.limit, event.used, used)
+                if event.limit == "context_window":
+                    window = max(window or 0.0, event.maximum)
             builder.apply(event)
         self._recorded = recorded
-        self._name = name or (recorded[0].event.model if recorded else "replay")
+        self._refused = refused
+        """Requests the recording refused before sending them: by the model requests made
+        before, and whether it was an acting turn's."""
+        self._profile = ModelProfile(context_window=None if window is None else int(window))
+        started = next((e for e in events if isinstance(e, RunStarted)), None)
+        self._name = name or (
+            recorded[0].event.model
+            if recorded
+            else started.model
+            if started is not None
+            else "replay"
+        )
         self.served = 0
         """How many recorded responses were served."""
         self._run_id = ""
@@ -56,6 +85,28 @@ class ReplayModel(Model):
     def name(self) -> str:
         """The recorded model's name."""
         return self._name
+
+    @property
+    def profile(self) -> ModelProfile:
+        """The window of a request the recording refused as too large, if it refused one."""
+        return self._profile
+
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        """The size that takes the recorded decision again: refused where it was, else 0.
+
+        The recording holds the decisions, not the counts (the recorded model may have
+        counted with its own tokenizer); a refusal's recorded figures give back its size.
+        """
+        if not self._refused:
+            return None
+        refusal = self._refused.get((self.served, request.purpose is None))
+        if refusal is None:
+            return 0
+        limit, used, tokens_before = refusal
+        if limit == "context_window":  # used: the request's tokens and its answer's reserve
+            cap = request.settings.max_output_tokens
+            return int(used) - (ANSWER_RESERVE if cap is None else min(cap, ANSWER_RESERVE))
+        return int(used) - tokens_before  # max_tokens: the run's tokens and the request's
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """The next recorded response, if the request matches the recording."""
@@ -97,6 +148,23 @@ class ReplayModel(Model):
             reasoning=event.reasoning,
             usage=event.usage,
         )
+
+
+_REFUSALS = ("RequestTooLarge", "NotEnoughTokensLeft")
+
+
+def _refused(event: Event, after: Sequence[Event]) -> bool:
+    """Whether ``event`` records a request refused before it was sent.
+
+    An acting turn's: the ``limit_reached`` of a run whose end says so. A thinking
+    request's: a ``budget_warning`` of the context window.
+    """
+    if isinstance(event, BudgetWarning):
+        return event.limit == "context_window"
+    if not isinstance(event, LimitReached):
+        return False
+    end = next((e for e in after if isinstance(e, RunFinished)), None)
+    return end is not None and end.error is not None and end.error.type in _REFUSALS
 
 
 def _compare(index: int, expected: tuple[Message, ...], actual: tuple[Message, ...]) -> None:

@@ -67,6 +67,7 @@ class RunContext(Generic[OutputT]):
         "output",
         "owner",
         "parent_run_id",
+        "phased",
         "resume",
         "run_id",
         "spec",
@@ -109,6 +110,8 @@ class RunContext(Generic[OutputT]):
         self.goal_context = goal_context
         """Structured context given with the goal (recorded in ``run_started``)."""
         self.spec = spec
+        self.phased = spec.limits.phased
+        """Whether this run's limits bound a phase on its own (the agent's, resumed or not)."""
         self.model = model
         self.monotonic: Callable[[], float] = monotonic_of(clock)
         self.state = StateBuilder()
@@ -176,18 +179,21 @@ class RunContext(Generic[OutputT]):
         limits = self.spec.limits
         return Stop("budget_exhausted", "max_seconds", self.elapsed(), limits.max_seconds or 0.0)
 
-    def phase_spent(self, phase: PhaseName) -> Stop | None:
-        """The stop for ``phase`` if its own ``max_steps`` or ``max_seconds`` is used up."""
+    def phase_spent(self, phase: PhaseName, *, steps: int = 0, seconds: float = 0.0) -> Stop | None:
+        """The stop for ``phase`` if its own ``max_steps`` or ``max_seconds`` is used up.
+
+        ``steps`` and ``seconds``: a request not recorded yet, counted as if it were.
+        """
         bounds = self.spec.limits.phase(phase)
         if bounds is None:
             return None
         st = self.state
         if bounds.max_steps is not None:
-            used = st.phase_steps.get(phase, 0)
+            used = st.phase_steps.get(phase, 0) + steps
             if used >= bounds.max_steps:
                 return Stop("budget_exhausted", f"{phase}.max_steps", used, bounds.max_steps, True)
         if bounds.max_seconds is not None:
-            spent = st.phase_seconds.get(phase, 0.0)
+            spent = st.phase_seconds.get(phase, 0.0) + seconds
             if spent >= bounds.max_seconds:
                 return Stop(
                     "budget_exhausted", f"{phase}.max_seconds", spent, bounds.max_seconds, True

@@ -113,7 +113,7 @@ class Endings(Generic[OutputT]):
             stop.ask_for_answer
             and self._ctx.state.steps > 0  # nothing was done: there is nothing to summarise
             and (remaining is None or remaining > 0)
-            and (not self._ctx.state.phased or self._ctx.phase_spent("respond") is None)
+            and (not self._ctx.phased or self._ctx.phase_spent("respond") is None)
         )
         self._ctx.add(
             LimitReached,
@@ -144,6 +144,7 @@ class Endings(Generic[OutputT]):
                 attempt=1,
                 will_retry=False,
                 latency_s=self._ctx.monotonic() - t0,
+                final=True,
             )
         else:
             self._step.record_response(request, response, self._ctx.state.steps, t0, final=True)

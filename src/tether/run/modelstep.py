@@ -177,7 +177,7 @@ class ModelStep(Generic[OutputT]):
             )
         if remaining is not None and (timeout is None or remaining < timeout):
             timeout = remaining
-        if self._state.phased:
+        if self._ctx.phased:
             purpose = request.purpose
             timeout = self._ctx.phase_timeout(
                 "respond"
@@ -222,6 +222,14 @@ class ModelStep(Generic[OutputT]):
         transient = isinstance(exc, TimeoutError) or (isinstance(exc, ModelError) and exc.transient)
         attempt = self._state.model_failures + 1
         retry = transient and attempt <= limits.max_retries
+        # the acting turns' own requests or time, used up with this one: no retry
+        spent = (
+            self._ctx.phase_spent("think", steps=1, seconds=latency)
+            if transient and self._ctx.phased
+            else None
+        )
+        if spent is not None:
+            retry = False
         delay = self._spec.backoff.delay(attempt) if retry else 0.0
         if retry and remaining is not None and delay >= remaining:
             retry = False
@@ -237,10 +245,10 @@ class ModelStep(Generic[OutputT]):
             retry_in_s=delay,
             latency_s=latency,
         )
-        if self._state.phased and (spent := self._ctx.phase_spent("think")) is not None:
-            return spent  # the acting turns' own time or requests are used up
         if retry:
             return Retry(delay)
+        if spent is not None:
+            return spent
         if transient:
             return Stop("budget_exhausted", "max_retries", attempt, limits.max_retries, False, info)
         return Stop("failed", error=info)
@@ -268,6 +276,9 @@ class ModelStep(Generic[OutputT]):
         is paid twice.
         """
         step = self._state.steps + 1
+        model = self._ctx.model
+        if model.real:
+            check_model_requests_allowed(model)
         size = self.size
         chars = 0
         if size is not None:
@@ -279,12 +290,14 @@ class ModelStep(Generic[OutputT]):
                     over.used,
                     over.maximum,
                     False,
-                    ErrorInfo(type="RequestTooLarge", message=over.message),
+                    ErrorInfo(
+                        type="RequestTooLarge"
+                        if over.limit == "context_window"
+                        else "NotEnoughTokensLeft",
+                        message=over.message,
+                    ),
                 )
         t0 = self._ctx.monotonic()
-        model = self._ctx.model
-        if model.real:
-            check_model_requests_allowed(model)
         interrupts = self._interrupts
         interrupts.begin(self.timeout(request, now=t0, final=False))
         try:

@@ -62,10 +62,9 @@ class Thinker(Generic[OutputT]):
         remaining = ctx.remaining()
         if remaining is not None and remaining <= 0:
             return False
-        if st.phased and (spent := ctx.phase_spent(phase)) is not None:
+        if ctx.phased and (spent := ctx.phase_spent(phase)) is not None:
             assert spent.limit is not None
-            if spent.limit not in st.phase_warned:
-                self._skipped(spent.limit, spent.used, spent.maximum)
+            self._skipped(spent.limit, spent.used, spent.maximum)
             return False
         if (
             limits.max_tokens is not None
@@ -78,7 +77,8 @@ class Thinker(Generic[OutputT]):
 
     def _skipped(self, limit: str, used: float, maximum: float) -> None:
         """A thinking request is skipped for ``limit``: one ``budget_warning`` says so."""
-        self._ctx.add(BudgetWarning, limit=limit, used=float(used), maximum=float(maximum))
+        if limit not in self._ctx.state.skipped_for:
+            self._ctx.add(BudgetWarning, limit=limit, used=float(used), maximum=float(maximum))
 
     def _context(self, purpose: Purpose) -> ThinkingContext:
         """What a stage is given; its ``ask`` records requests under ``purpose``."""
@@ -105,6 +105,8 @@ class Thinker(Generic[OutputT]):
         if model.real:
             check_model_requests_allowed(model)
         request = replace(request, run_id=ctx.run_id, purpose=purpose)
+        if ctx.phased and not self._affordable("reflect" if purpose == "reflect" else "plan"):
+            return None  # a stage that asks again may not pass its phase's limits either
         if step.size is not None:
             over, _ = await step.size.check(request)
             if over is not None:  # it could not fit: skipped before it is sent

@@ -14,6 +14,7 @@ before any report, the estimate of the whole request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -24,11 +25,14 @@ from tether.run.context import RunContext
 from tether.tools.base import ToolDefinition
 from tether.usage import Usage
 
-__all__ = ["Oversize", "RequestSize"]
+__all__ = ["ANSWER_RESERVE", "Oversize", "RequestSize"]
 
 _log = logging.getLogger("tether.run.window")
 
-_RESERVE = 256
+_COUNT_S = 5.0
+"""Seconds a model's own token count may take before the run estimates instead."""
+
+ANSWER_RESERVE = 256
 """Output tokens a request must leave room for (fewer if ``max_output_tokens`` is lower)."""
 
 
@@ -104,8 +108,8 @@ class RequestSize:
         on characters alone.
         """
         chars = self.chars(request)
-        try:
-            counted = await self._ctx.model.count_tokens(request)
+        try:  # bounded: a counter that hangs must not hold the run (nor its cancel)
+            counted = await asyncio.wait_for(self._ctx.model.count_tokens(request), _COUNT_S)
         except Exception:  # a model's counter that fails is not used: the run estimates
             _log.warning(
                 "%s could not count a request's tokens", self._ctx.model.name, exc_info=True
@@ -131,7 +135,7 @@ class RequestSize:
         window = self._window
         if window is not None:
             cap = request.settings.max_output_tokens
-            needed = tokens + (_RESERVE if cap is None else min(cap, _RESERVE))
+            needed = tokens + (ANSWER_RESERVE if cap is None else min(cap, ANSWER_RESERVE))
             if needed > window:
                 return Oversize(
                     "context_window",
