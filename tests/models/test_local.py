@@ -117,4 +117,4 @@ def test_an_earlier_call_is_shown_compact_as_the_model_is_asked_to_write_it() ->
         "role": "assistant",
         "content": '{"tool":"calculate","arguments":{"expression":"1+1","note":"é"}}',
     }
-    assert 'compact JSON on one line, without spaces: {"tool":NAME' in messages[0]["content"]
+    assert 'no spaces between its keys and values: {"tool":NAME' in messages[0]["content"]
