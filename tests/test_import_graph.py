@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether._internal.clock",
             "tether._internal.linearregex",
             "tether._internal.eventmaker",
+            "tether._internal.lazy",
             "tether.jsontypes",
             "tether.content",
             "tether.messages",
@@ -63,7 +64,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.stores.base",
             "tether.stores.kv",
             "tether.policy.base",
-            "tether.memory",
+            "tether.memory.base",
+            "tether.memory.embedder",
+            "tether.memory.ranking",
             "tether.sinks",
             "tether.thinking",
         ),
@@ -80,7 +83,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.prompts",
         ),
     ),
-    ("adapters", ("tether.models", "tether.stores", "tether.tools")),
+    ("adapters", ("tether.models", "tether.stores", "tether.tools", "tether.memory")),
     (
         "interfaces",
         (

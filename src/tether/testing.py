@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from tether._internal.clock import Clock
 from tether.content import JsonValue
+from tether.memory.hashembedder import HashEmbedder
 from tether.messages import FINISH_TASK, ToolCall
 from tether.models.base import allow_model_requests, model_requests_allowed
 from tether.models.function import FunctionModel
@@ -19,6 +20,7 @@ from tether.models.scripted import ScriptedModel, ScriptStep, load_script
 __all__ = [
     "FakeClock",
     "FunctionModel",
+    "HashEmbedder",
     "ReplayModel",
     "ScriptStep",
     "ScriptedModel",

@@ -1,5 +1,51 @@
-"""Long-term memory (the port; backends come with the memory issue)."""
+"""Long-term memory: the port, its backends and embedders.
 
-from tether.memory.base import Memory, MemoryRecord
+``InProcessMemory`` (tests, small runs) and ``SqliteMemory`` (a file; FTS5 keywords and
+vectors) are backends of the ``Memory`` port; every one passes one conformance suite.
+"""
 
-__all__ = ["Memory", "MemoryRecord"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tether._internal.lazy import lazy_attributes
+from tether.memory.base import (
+    KINDS,
+    Memory,
+    MemoryHit,
+    MemoryKind,
+    MemoryQuery,
+    MemoryRecord,
+    MemorySearch,
+    SearchMode,
+    record_id,
+)
+from tether.memory.embedder import Embedder
+
+if TYPE_CHECKING:
+    from tether.memory.inprocess import InProcessMemory
+    from tether.memory.sqlite import SqliteMemory
+
+__all__ = [
+    "KINDS",
+    "Embedder",
+    "InProcessMemory",
+    "Memory",
+    "MemoryHit",
+    "MemoryKind",
+    "MemoryQuery",
+    "MemoryRecord",
+    "MemorySearch",
+    "SearchMode",
+    "SqliteMemory",
+    "record_id",
+]
+
+_LAZY = {
+    "InProcessMemory": "tether.memory.inprocess",
+    "SqliteMemory": "tether.memory.sqlite",
+}
+"""Loaded when first used: ``import tether`` pays for no backend."""
+
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

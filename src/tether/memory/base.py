@@ -1,38 +1,256 @@
-"""The long-term memory port. Backends and the loop's use of memory arrive in a later issue."""
+"""The long-term memory port: namespaced records with hybrid (keyword + vector) search."""
 
 from __future__ import annotations
 
+import hashlib
+import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import field
+from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from tether._internal.frozen import frozen
 from tether.content import JsonObject
+from tether.errors import InvalidEntry
 
-__all__ = ["Memory", "MemoryRecord"]
+__all__ = [
+    "KINDS",
+    "Memory",
+    "MemoryHit",
+    "MemoryKind",
+    "MemoryQuery",
+    "MemoryRecord",
+    "MemorySearch",
+    "SearchMode",
+    "record_id",
+    "replaced",
+]
+
+MemoryKind = Literal["semantic", "episodic", "procedural"]
+"""semantic: facts; episodic: what happened in a run (outcomes, reflections); procedural: how to."""
+KINDS: tuple[MemoryKind, ...] = ("semantic", "episodic", "procedural")
+
+SearchMode = Literal["hybrid", "keyword", "vector"]
+
+_SPACE = re.compile(r"\s+")
+_NAMESPACE = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
+
+
+def record_id(namespace: str, text: str) -> str:
+    """The id a record gets when none is given: the same text in a namespace is one record.
+
+    Case and runs of whitespace aside, so that a fact remembered twice is stored once.
+    """
+    normal = _SPACE.sub(" ", text.strip()).casefold()
+    return hashlib.sha256(f"{namespace}\0{normal}".encode()).hexdigest()[:32]
 
 
 @frozen
 class MemoryRecord:
     """One remembered thing."""
 
-    id: str
-    """The record's id."""
     namespace: str
-    """Where it belongs (an agent, a user, a project)."""
+    """Where it belongs (an agent, a user, a project): searches never cross namespaces."""
     text: str
     """What is remembered."""
+    id: str = ""
+    """The record's id; empty: derived from the namespace and text (``record_id``)."""
+    kind: MemoryKind = "semantic"
+    """semantic (a fact), episodic (something that happened), procedural (how to do a thing)."""
     metadata: JsonObject = field(default_factory=lambda: {})
-    """Free-form attributes."""
+    """Free-form attributes (searches can filter on them)."""
+    embedding: tuple[float, ...] | None = None
+    """The text's vector; ``None``: the memory's embedder makes it when the record is stored."""
+    embedding_model: str | None = None
+    """Which embedder made ``embedding`` (vectors of different models are never compared)."""
+    created: datetime | None = None
+    """When it was first stored (set by the store when ``None``)."""
+    expires: datetime | None = None
+    """After this the record is neither found nor kept (``forget`` deletes it)."""
+    importance: float = 0.5
+    """0 to 1: what a namespace's cap evicts last."""
+    run_id: str | None = None
+    """The run it came from, if any."""
+    event_seq: int | None = None
+    """The event of that run it came from, if any."""
+
+    def __post_init__(self) -> None:
+        if not _NAMESPACE.fullmatch(self.namespace):
+            raise InvalidEntry(
+                f"memory namespace {self.namespace!r} is not valid: use 1-200 letters, digits "
+                "and _ . : @ / -"
+            )
+        if not self.text.strip():
+            raise InvalidEntry(f"a memory record in {self.namespace!r} has no text")
+        if self.kind not in KINDS:
+            raise InvalidEntry(f"memory kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if not 0.0 <= self.importance <= 1.0:
+            raise InvalidEntry(f"importance must be between 0 and 1, not {self.importance}")
+        if self.embedding is not None and (
+            not self.embedding or not all(math.isfinite(x) for x in self.embedding)
+        ):
+            raise InvalidEntry("a record's embedding must be a non-empty list of finite numbers")
+        for name in ("created", "expires"):
+            when = getattr(self, name)
+            if when is not None and when.tzinfo is None:
+                raise InvalidEntry(f"{name} must be timezone-aware (datetime.now(UTC))")
+        if not self.id:
+            object.__setattr__(self, "id", record_id(self.namespace, self.text))
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the record has expired at ``now``."""
+        return self.expires is not None and self.expires <= now
+
+    def with_ttl(self, ttl: timedelta, *, now: datetime | None = None) -> MemoryRecord:
+        """This record, expiring ``ttl`` from ``now`` (default: the current time)."""
+        start = now or datetime.now(UTC)
+        return replaced(self, expires=start + ttl)
+
+
+def replaced(record: MemoryRecord, **changes: object) -> MemoryRecord:
+    """``record`` with ``changes`` (checked again, as a new record)."""
+    values = {name: getattr(record, name) for name in _FIELDS}
+    values.update(changes)
+    return MemoryRecord(**values)  # pyright: ignore[reportArgumentType] - the record's own fields
+
+
+_FIELDS = (
+    "namespace",
+    "text",
+    "id",
+    "kind",
+    "metadata",
+    "embedding",
+    "embedding_model",
+    "created",
+    "expires",
+    "importance",
+    "run_id",
+    "event_seq",
+)
+
+
+@frozen
+class MemoryQuery:
+    """What to search for, and where."""
+
+    namespace: str
+    """The namespace searched."""
+    text: str
+    """The query, in words."""
+    limit: int = 5
+    """At most this many hits."""
+    mode: SearchMode = "hybrid"
+    """hybrid (keyword and vector ranks fused), keyword, or vector."""
+    kinds: tuple[MemoryKind, ...] = ()
+    """Only these kinds (empty: all)."""
+    metadata: JsonObject = field(default_factory=lambda: {})
+    """Only records whose metadata holds each of these key/value pairs."""
+    after: datetime | None = None
+    """Only records created at or after this time."""
+    before: datetime | None = None
+    """Only records created before this time."""
+    min_similarity: float = 0.0
+    """Vector matches below this cosine are not matches (keyword matches are kept)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.limit <= 1000:
+            raise InvalidEntry(f"a memory search's limit must be 1 to 1000, not {self.limit}")
+        if self.mode not in ("hybrid", "keyword", "vector"):
+            raise InvalidEntry(f"search mode {self.mode!r} is not hybrid, keyword or vector")
+
+    def admits(self, record: MemoryRecord, now: datetime) -> bool:
+        """Whether ``record`` passes this query's filters (and has not expired)."""
+        if record.namespace != self.namespace or record.expired(now):
+            return False
+        if self.kinds and record.kind not in self.kinds:
+            return False
+        if any(record.metadata.get(k, _MISSING) != v for k, v in self.metadata.items()):
+            return False
+        created = record.created
+        if self.after is not None and (created is None or created < self.after):
+            return False
+        return not (self.before is not None and (created is None or created >= self.before))
+
+
+_MISSING = object()
+
+
+@frozen
+class MemoryHit:
+    """A record a search found, and how."""
+
+    record: MemoryRecord
+    """The record."""
+    score: float
+    """The fused score (higher is better; comparable within one search only)."""
+    keyword_rank: int | None = None
+    """Its place (1-based) among the keyword matches, if it was one."""
+    vector_rank: int | None = None
+    """Its place (1-based) among the nearest vectors, if it was one."""
+
+
+@frozen
+class MemorySearch:
+    """A search's hits, and what the search could do."""
+
+    hits: tuple[MemoryHit, ...]
+    """Best first."""
+    mode: SearchMode
+    """What was done: a hybrid or vector search without an embedder falls back to keyword."""
+    warning: str | None = None
+    """Why the search did less than was asked (no embedder), in words."""
+
+    @property
+    def records(self) -> tuple[MemoryRecord, ...]:
+        """The records found, best first."""
+        return tuple(hit.record for hit in self.hits)
 
 
 class Memory(ABC):
-    """Namespaced records with search."""
+    """Namespaced records with hybrid search; a backend implements the abstract methods.
+
+    Every backend passes one conformance suite (``tests/memory/test_conformance.py``).
+    """
 
     @abstractmethod
-    async def put(self, record: MemoryRecord) -> None:
-        """Store or replace a record."""
+    async def upsert(self, records: Sequence[MemoryRecord]) -> list[str]:
+        """Store records; one whose id is stored already replaces it (its ``created`` stays).
+
+        Records without an embedding get one from the memory's embedder, if it has one.
+        Returns their ids, in order. A namespace's cap is enforced afterwards.
+        """
 
     @abstractmethod
-    async def search(self, namespace: str, query: str, *, limit: int = 5) -> Sequence[MemoryRecord]:
-        """The records of ``namespace`` that best match ``query``."""
+    async def get(self, namespace: str, ids: Sequence[str]) -> list[MemoryRecord]:
+        """The records of ``namespace`` with these ids that exist and have not expired."""
+
+    @abstractmethod
+    async def delete(self, namespace: str, ids: Sequence[str]) -> int:
+        """Delete records; returns how many existed."""
+
+    @abstractmethod
+    async def search(self, query: MemoryQuery) -> MemorySearch:
+        """The records that best match ``query``."""
+
+    @abstractmethod
+    async def namespaces(self) -> list[str]:
+        """The namespaces that hold records, sorted."""
+
+    @abstractmethod
+    async def forget(self, *, now: datetime | None = None) -> int:
+        """Delete expired records and enforce every namespace's cap; returns how many went."""
+
+    async def put(self, record: MemoryRecord) -> str:
+        """Store one record; returns its id."""
+        return (await self.upsert([record]))[0]
+
+    async def find(self, namespace: str, text: str, *, limit: int = 5) -> list[MemoryRecord]:
+        """The records of ``namespace`` that best match ``text`` (a hybrid search)."""
+        found = await self.search(MemoryQuery(namespace=namespace, text=text, limit=limit))
+        return list(found.records)
+
+    async def close(self) -> None:  # noqa: B027 - a backend that holds nothing keeps this
+        """Release what the backend holds (connections, threads)."""

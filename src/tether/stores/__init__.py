@@ -5,9 +5,9 @@ The same backends keep key-value entries for agents (``KeyValueStore``).
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tether._internal.lazy import lazy_attributes
 from tether.stores.base import (
     Lease,
     LeaseHeld,
@@ -45,20 +45,7 @@ needs it unless a run is given a SQLite store)."""
 _SUBMODULES = frozenset({"retention", "sqlite", "transfer"})
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:  # ``tether.stores.sqlite`` without importing it first
-        return import_module(f"{__name__}.{name}")
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, *_SUBMODULES})
-
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 __all__ = [
     "InvalidEntry",

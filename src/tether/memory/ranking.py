@@ -1,0 +1,155 @@
+"""What every memory backend shares: words, keyword scores, vectors, rank fusion, caps.
+
+Hybrid search fuses the keyword ranking and the vector ranking by reciprocal rank fusion
+(Cormack, Clarke and Büttcher, 2009): a record's score is the sum of ``1 / (K + rank)`` over
+the rankings it appears in. It needs no calibration between BM25 scores and cosines, which
+live on different scales, and it is what Elasticsearch, OpenSearch and pgvector's guides use.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+from tether.errors import InvalidEntry
+from tether.memory.base import MemoryHit, MemoryQuery, MemoryRecord, SearchMode, replaced
+from tether.memory.embedder import Embedder
+
+__all__ = [
+    "RRF_K",
+    "bm25_ranking",
+    "caps_of",
+    "cosine",
+    "embedded",
+    "evictions",
+    "fuse",
+    "mode_of",
+    "normalized",
+    "words",
+]
+
+RRF_K = 60
+"""Reciprocal rank fusion's constant (the value of the original paper)."""
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def words(text: str) -> list[str]:
+    """A text's words, case-folded (what keyword search matches)."""
+    return [w.casefold() for w in _WORD.findall(text)]
+
+
+def bm25_ranking(
+    query: str, records: Sequence[MemoryRecord], *, k1: float = 1.2, b: float = 0.75
+) -> list[MemoryRecord]:
+    """``records`` that share a word with ``query``, best BM25 score first.
+
+    For the in-process backend; SQLite and PostgreSQL rank in the database.
+    """
+    terms = set(words(query))
+    if not terms or not records:
+        return []
+    docs = [Counter(words(r.text)) for r in records]
+    avg = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
+    frequency = Counter(t for d in docs for t in terms if t in d)
+    scored: list[tuple[float, int]] = []
+    for i, doc in enumerate(docs):
+        length = sum(doc.values())
+        score = 0.0
+        for term in terms:
+            tf = doc.get(term, 0)
+            if tf:
+                n = frequency[term]
+                idf = math.log(1 + (len(docs) - n + 0.5) / (n + 0.5))
+                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avg))
+        if score > 0:
+            scored.append((score, i))
+    scored.sort(key=lambda s: (-s[0], s[1]))
+    return [records[i] for _, i in scored]
+
+
+def normalized(vector: Sequence[float]) -> tuple[float, ...]:
+    """``vector`` scaled to length 1 (a zero vector stays zero)."""
+    norm = math.sqrt(sum(x * x for x in vector))
+    return tuple(x / norm for x in vector) if norm else tuple(vector)
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """The cosine of two vectors of one length (0 for a zero vector)."""
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norms if norms else 0.0
+
+
+def fuse(
+    keyword: Sequence[MemoryRecord], vector: Sequence[MemoryRecord], limit: int
+) -> list[MemoryHit]:
+    """Reciprocal rank fusion of two rankings (either may be empty), best first."""
+    scores: dict[str, float] = {}
+    by_id: dict[str, MemoryRecord] = {}
+    ranks: dict[str, list[int | None]] = {}
+    for which, ranking in enumerate((keyword, vector)):
+        for rank, record in enumerate(ranking, start=1):
+            by_id.setdefault(record.id, record)
+            scores[record.id] = scores.get(record.id, 0.0) + 1.0 / (RRF_K + rank)
+            ranks.setdefault(record.id, [None, None])[which] = rank
+    order = sorted(scores, key=lambda i: (-scores[i], min(r for r in ranks[i] if r), i))
+    return [
+        MemoryHit(
+            record=by_id[i],
+            score=round(scores[i], 9),
+            keyword_rank=ranks[i][0],
+            vector_rank=ranks[i][1],
+        )
+        for i in order[:limit]
+    ]
+
+
+def caps_of(caps: Mapping[str, int] | None) -> dict[str, int]:
+    """Validated per-namespace caps (how many records a namespace keeps at most)."""
+    out = dict(caps or {})
+    for namespace, cap in out.items():
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise InvalidEntry(f"the cap of memory namespace {namespace!r} must be an int >= 1")
+    return out
+
+
+def evictions(records: Iterable[MemoryRecord], cap: int) -> list[str]:
+    """The ids a namespace over its cap drops: least important first, then oldest."""
+    kept = sorted(
+        records,
+        key=lambda r: (-r.importance, -(r.created.timestamp() if r.created else 0.0), r.id),
+    )
+    return [r.id for r in kept[cap:]]
+
+
+async def embedded(
+    records: Sequence[MemoryRecord], embedder: Embedder | None
+) -> list[MemoryRecord]:
+    """``records``, those without a vector given one by ``embedder`` (none: as they are)."""
+    missing = [i for i, r in enumerate(records) if r.embedding is None]
+    if embedder is None or not missing:
+        return list(records)
+    vectors = await embedder.embed([records[i].text for i in missing])
+    if len(vectors) != len(missing):
+        raise InvalidEntry(
+            f"the embedder {embedder.name} returned {len(vectors)} vectors for {len(missing)} texts"
+        )
+    out = list(records)
+    for i, vector in zip(missing, vectors, strict=True):
+        out[i] = replaced(
+            records[i], embedding=tuple(float(x) for x in vector), embedding_model=embedder.name
+        )
+    return out
+
+
+def mode_of(query: MemoryQuery, embedder: Embedder | None) -> tuple[SearchMode, str | None]:
+    """What a search can do: without an embedder, keywords only, and a warning that says so."""
+    if query.mode == "keyword" or embedder is not None:
+        return query.mode, None
+    return "keyword", (
+        f"this memory has no embedder, so the {query.mode} search for {query.text[:60]!r} "
+        "matched keywords only; pass embedder= to the memory for semantic search"
+    )

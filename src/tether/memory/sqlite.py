@@ -1,0 +1,544 @@
+"""Memory in a SQLite file: FTS5 for keywords, float32 vectors searched with numpy.
+
+The records live in ``memory_records`` with an FTS5 index beside it, so the memory can
+share the file of a ``SqliteStore`` (the run store's tables are others) or have its own.
+
+Vectors are stored as float32 blobs. Nearest-vector search is exact: each namespace's
+vectors are held as one normalized numpy matrix (rebuilt when the file changes, by this
+process or another: ``PRAGMA data_version``), and a query is one matrix product. Why not
+the ``sqlite-vec`` extension: loading an extension needs ``sqlite3`` built with
+``enable_load_extension``, which many Pythons (pyenv's default build, this project's CI) are
+not; and its vec0 scan is exact too, so numpy gives the same answers on every Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from array import array
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tether.errors import (
+    MissingExtraError,
+    StoreBusy,
+    StoreCorrupt,
+    StoreError,
+    StoreUnavailable,
+    StoreWriteError,
+)
+from tether.memory.base import (
+    Memory,
+    MemoryKind,
+    MemoryQuery,
+    MemoryRecord,
+    MemorySearch,
+)
+from tether.memory.embedder import Embedder
+from tether.memory.ranking import caps_of, embedded, evictions, fuse, mode_of, words
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = ["SqliteMemory"]
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS memory_records (
+    rowid INTEGER PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    embedding BLOB,
+    embedding_model TEXT,
+    dims INTEGER,
+    created REAL NOT NULL,
+    expires REAL,
+    importance REAL NOT NULL,
+    run_id TEXT,
+    event_seq INTEGER,
+    UNIQUE (namespace, id)
+);
+CREATE INDEX IF NOT EXISTS memory_records_vectors
+    ON memory_records (namespace, embedding_model, dims);
+CREATE INDEX IF NOT EXISTS memory_records_expires ON memory_records (expires);
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5(
+    text, content='memory_records', content_rowid='rowid', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS memory_records_ai AFTER INSERT ON memory_records BEGIN
+    INSERT INTO memory_fts (rowid, text) VALUES (new.rowid, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS memory_records_ad AFTER DELETE ON memory_records BEGIN
+    INSERT INTO memory_fts (memory_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+END;
+CREATE TRIGGER IF NOT EXISTS memory_records_au AFTER UPDATE OF text ON memory_records BEGIN
+    INSERT INTO memory_fts (memory_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+    INSERT INTO memory_fts (rowid, text) VALUES (new.rowid, new.text);
+END;
+"""
+
+_COLUMNS = (
+    "rowid, namespace, id, text, kind, metadata, embedding, embedding_model, created, "
+    "expires, importance, run_id, event_seq"
+)
+
+
+class _Matrix:
+    """One namespace's vectors of one model, normalized, with what filters them."""
+
+    __slots__ = ("expires", "rowids", "vectors")
+
+    def __init__(
+        self,
+        rowids: npt.NDArray[np.int64],
+        vectors: npt.NDArray[np.float32],
+        expires: npt.NDArray[np.float64],
+    ) -> None:
+        self.rowids = rowids
+        self.vectors = vectors
+        self.expires = expires
+
+
+class SqliteMemory(Memory):
+    """Long-term memory in one SQLite file (its own, or a run store's).
+
+    ``embedder``: what gives records and queries their vectors (none: keyword search only,
+    with a warning). ``caps``: the most records a namespace keeps. Vector search needs
+    ``numpy`` (``pip install "tether[memory]"``).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        embedder: Embedder | None = None,
+        caps: Mapping[str, int] | None = None,
+        busy_timeout: float = 30.0,
+    ) -> None:
+        self.path = Path(path)
+        self.embedder = embedder
+        self.caps = caps_of(caps)
+        self._busy_timeout = busy_timeout
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-memory")
+        self._db: sqlite3.Connection | None = None
+        self._matrices: dict[tuple[str, str, int], tuple[int, _Matrix]] = {}
+        self._version = 0  # this connection's writes (data_version counts the others')
+        self._closed = False
+
+    # -- the file's thread -----------------------------------------------------------------
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T], doing: str) -> T:
+        if self._closed:
+            raise StoreError(f"the memory {self.path} is closed")
+
+        def call() -> T:
+            db = self._db if self._db is not None else self._open()
+            try:
+                return work(db)
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.rollback()
+                raise _error(exc, self.path, doing) from None
+
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+
+    def _open(self) -> sqlite3.Connection:
+        if str(self.path) != ":memory:":
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreUnavailable(
+                    f"cannot create the directory of the memory {self.path}: "
+                    f"{exc.strerror or exc}. Check the path, or pass another one"
+                ) from None
+        try:
+            db = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                timeout=self._busy_timeout,
+                check_same_thread=False,
+            )
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise _error(exc, self.path, "opening it") from None
+        self._db = db
+        return db
+
+    async def close(self) -> None:
+        """Close the file and stop its thread."""
+        if self._closed:
+            return
+        self._closed = True
+
+        def shut() -> None:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+        await asyncio.get_running_loop().run_in_executor(self._thread, shut)
+        self._thread.shutdown(wait=False)
+
+    # -- the port ---------------------------------------------------------------------------
+
+    async def upsert(self, records: Sequence[MemoryRecord]) -> list[str]:
+        """Store records (see ``Memory.upsert``)."""
+        ready = await embedded(records, self.embedder)
+        now = datetime.now(UTC).timestamp()
+
+        def write(db: sqlite3.Connection) -> list[str]:
+            db.execute("BEGIN IMMEDIATE")
+            for r in ready:
+                vector = None if r.embedding is None else array("f", r.embedding).tobytes()
+                created = r.created.timestamp() if r.created is not None else now
+                db.execute(
+                    "INSERT INTO memory_records (namespace, id, text, kind, metadata, "
+                    "embedding, embedding_model, dims, created, expires, importance, run_id, "
+                    "event_seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                    "ON CONFLICT (namespace, id) DO UPDATE SET text=excluded.text, "
+                    "kind=excluded.kind, metadata=excluded.metadata, "
+                    "embedding=excluded.embedding, embedding_model=excluded.embedding_model, "
+                    "dims=excluded.dims, expires=excluded.expires, "
+                    "importance=excluded.importance, run_id=excluded.run_id, "
+                    "event_seq=excluded.event_seq, created=CASE WHEN "
+                    "memory_records.expires IS NOT NULL AND memory_records.expires <= ? "
+                    "THEN excluded.created ELSE memory_records.created END",
+                    (
+                        r.namespace,
+                        r.id,
+                        r.text,
+                        r.kind,
+                        json.dumps(r.metadata, separators=(",", ":"), sort_keys=True),
+                        vector,
+                        r.embedding_model if vector is not None else None,
+                        len(r.embedding) if r.embedding is not None else None,
+                        created,
+                        r.expires.timestamp() if r.expires is not None else None,
+                        r.importance,
+                        r.run_id,
+                        r.event_seq,
+                        now,
+                    ),
+                )
+            for namespace in {r.namespace for r in ready}:
+                self._cap(db, namespace)
+            db.execute("COMMIT")
+            self._version += 1
+            return [r.id for r in ready]
+
+        return await self._run(write, "storing memory records")
+
+    async def get(self, namespace: str, ids: Sequence[str]) -> list[MemoryRecord]:
+        """The live records with these ids (see ``Memory.get``)."""
+        wanted = list(dict.fromkeys(ids))
+        now = datetime.now(UTC).timestamp()
+
+        def read(db: sqlite3.Connection) -> list[MemoryRecord]:
+            found: dict[str, MemoryRecord] = {}
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = db.execute(
+                    f"SELECT {_COLUMNS} FROM memory_records WHERE namespace = ? AND id IN "
+                    f"({marks}) AND (expires IS NULL OR expires > ?)",
+                    (namespace, *chunk, now),
+                )
+                for row in rows:
+                    record = _record(row)
+                    found[record.id] = record
+            return [found[i] for i in wanted if i in found]
+
+        return await self._run(read, "reading memory records")
+
+    async def delete(self, namespace: str, ids: Sequence[str]) -> int:
+        """Delete records (see ``Memory.delete``)."""
+        wanted = list(dict.fromkeys(ids))
+
+        def remove(db: sqlite3.Connection) -> int:
+            db.execute("BEGIN IMMEDIATE")
+            gone = 0
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                gone += db.execute(
+                    f"DELETE FROM memory_records WHERE namespace = ? AND id IN ({marks})",
+                    (namespace, *chunk),
+                ).rowcount
+            db.execute("COMMIT")
+            self._version += 1
+            return gone
+
+        return await self._run(remove, "deleting memory records")
+
+    async def search(self, query: MemoryQuery) -> MemorySearch:
+        """Rank by FTS5's BM25 and by cosine, fused (see ``Memory.search``)."""
+        mode, warning = mode_of(query, self.embedder)
+        probe: list[float] | None = None
+        model = ""
+        if mode != "keyword" and self.embedder is not None:
+            (probe,) = await self.embedder.embed([query.text])
+            model = self.embedder.name
+        pool = max(query.limit * 4, 20)
+        now = datetime.now(UTC).timestamp()
+
+        def find(db: sqlite3.Connection) -> MemorySearch:
+            keyword = self._keyword(db, query, now, pool) if mode != "vector" else []
+            vector = self._nearest(db, query, probe, model, now, pool) if probe is not None else []
+            hits = fuse(keyword, vector, query.limit)
+            return MemorySearch(hits=tuple(hits), mode=mode, warning=warning)
+
+        return await self._run(find, "searching memory")
+
+    async def namespaces(self) -> list[str]:
+        """The namespaces that hold records, sorted."""
+        return await self._run(
+            lambda db: [
+                n for (n,) in db.execute("SELECT DISTINCT namespace FROM memory_records ORDER BY 1")
+            ],
+            "listing memory namespaces",
+        )
+
+    async def forget(self, *, now: datetime | None = None) -> int:
+        """Delete expired records and enforce caps (see ``Memory.forget``)."""
+        at = (now or datetime.now(UTC)).timestamp()
+
+        def sweep(db: sqlite3.Connection) -> int:
+            db.execute("BEGIN IMMEDIATE")
+            gone = db.execute(
+                "DELETE FROM memory_records WHERE expires IS NOT NULL AND expires <= ?", (at,)
+            ).rowcount
+            for namespace in self.caps:
+                gone += self._cap(db, namespace)
+            db.execute("COMMIT")
+            self._version += 1
+            return gone
+
+        return await self._run(sweep, "forgetting expired memory records")
+
+    # -- on the file's thread ---------------------------------------------------------------
+
+    def _cap(self, db: sqlite3.Connection, namespace: str) -> int:
+        cap = self.caps.get(namespace)
+        if cap is None:
+            return 0
+        (count,) = db.execute(
+            "SELECT count(*) FROM memory_records WHERE namespace = ?", (namespace,)
+        ).fetchone()
+        if count <= cap:
+            return 0
+        rows = db.execute(
+            "SELECT id, importance, created FROM memory_records WHERE namespace = ?",
+            (namespace,),
+        ).fetchall()
+        stubs = [
+            MemoryRecord(
+                namespace=namespace,
+                text="-",
+                id=i,
+                importance=importance,
+                created=datetime.fromtimestamp(created, UTC),
+            )
+            for i, importance, created in rows
+        ]
+        dropped = evictions(stubs, cap)
+        db.executemany(
+            "DELETE FROM memory_records WHERE namespace = ? AND id = ?",
+            [(namespace, i) for i in dropped],
+        )
+        return len(dropped)
+
+    def _keyword(
+        self, db: sqlite3.Connection, query: MemoryQuery, now: float, pool: int
+    ) -> list[MemoryRecord]:
+        terms = list(dict.fromkeys(words(query.text)))
+        if not terms:
+            return []
+        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        where, params = _filters(query, now, "r.")
+        rows = db.execute(
+            f"SELECT {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))} "
+            "FROM memory_fts JOIN memory_records r ON r.rowid = memory_fts.rowid "
+            f"WHERE memory_fts MATCH ? AND {where} ORDER BY bm25(memory_fts) LIMIT ?",
+            (match, *params, pool * 4 if query.metadata else pool),
+        )
+        found = [_record(row) for row in rows]
+        at = datetime.fromtimestamp(now, UTC)
+        return [r for r in found if query.admits(r, at)][:pool]
+
+    def _nearest(
+        self,
+        db: sqlite3.Connection,
+        query: MemoryQuery,
+        probe: list[float],
+        model: str,
+        now: float,
+        pool: int,
+    ) -> list[MemoryRecord]:
+        try:
+            import numpy as np
+        except ImportError:
+            raise MissingExtraError("memory", "numpy") from None
+        matrix = self._matrix(db, query.namespace, model, len(probe))
+        if matrix is None:
+            return []
+        q = np.asarray(probe, dtype=np.float32)
+        norm = float(np.linalg.norm(q))
+        if norm == 0.0:
+            return []
+        scores = matrix.vectors @ (q / norm)
+        live = np.isnan(matrix.expires) | (matrix.expires > now)
+        if query.kinds or query.metadata or query.after or query.before:
+            where, params = _filters(query, now, "")
+            allowed = np.fromiter(
+                (
+                    rowid
+                    for (rowid,) in db.execute(
+                        f"SELECT rowid FROM memory_records WHERE {where}", params
+                    )
+                ),
+                dtype=np.int64,
+            )
+            live &= np.isin(matrix.rowids, allowed)
+        scores = np.where(live & (scores > query.min_similarity), scores, -np.inf)
+        take = min(pool * (4 if query.metadata else 1), len(scores))
+        top = np.argpartition(-scores, take - 1)[:take]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        chosen = [int(matrix.rowids[i]) for i in top if np.isfinite(scores[i])]
+        if not chosen:
+            return []
+        marks = ",".join("?" * len(chosen))
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM memory_records WHERE rowid IN ({marks})", chosen
+        ).fetchall()
+        by_rowid = {row[0]: _record(row) for row in rows}
+        at = datetime.fromtimestamp(now, UTC)
+        ordered = [by_rowid[i] for i in chosen if i in by_rowid]
+        return [r for r in ordered if query.admits(r, at)][:pool]
+
+    def _matrix(
+        self, db: sqlite3.Connection, namespace: str, model: str, dims: int
+    ) -> _Matrix | None:
+        import numpy as np
+
+        (others,) = db.execute("PRAGMA data_version").fetchone()
+        version = (int(others) << 32) + self._version
+        key = (namespace, model, dims)
+        cached = self._matrices.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        rows = db.execute(
+            "SELECT rowid, embedding, expires FROM memory_records WHERE namespace = ? AND "
+            "embedding_model = ? AND dims = ?",
+            (namespace, model, dims),
+        ).fetchall()
+        if not rows:
+            self._matrices.pop(key, None)
+            return None
+        vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(
+            len(rows), dims
+        )
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = vectors / np.where(norms == 0, 1, norms)
+        matrix = _Matrix(
+            np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+            vectors.astype(np.float32, copy=False),
+            np.fromiter(
+                (np.nan if r[2] is None else r[2] for r in rows),
+                dtype=np.float64,
+                count=len(rows),
+            ),
+        )
+        if len(self._matrices) > 64:
+            self._matrices.clear()
+        self._matrices[key] = (version, matrix)
+        return matrix
+
+
+def _filters(query: MemoryQuery, now: float, prefix: str) -> tuple[str, list[Any]]:
+    """A WHERE clause for the query's filters (metadata: scalars only; all re-checked)."""
+    where = [f"{prefix}namespace = ?", f"({prefix}expires IS NULL OR {prefix}expires > ?)"]
+    params: list[Any] = [query.namespace, now]
+    if query.kinds:
+        where.append(f"{prefix}kind IN ({','.join('?' * len(query.kinds))})")
+        params.extend(query.kinds)
+    if query.after is not None:
+        where.append(f"{prefix}created >= ?")
+        params.append(query.after.timestamp())
+    if query.before is not None:
+        where.append(f"{prefix}created < ?")
+        params.append(query.before.timestamp())
+    for key, value in query.metadata.items():
+        if isinstance(value, bool | int | float | str):
+            path = '$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            where.append(f"json_extract({prefix}metadata, ?) = ?")
+            params.extend([path, int(value) if isinstance(value, bool) else value])
+    return " AND ".join(where), params
+
+
+def _record(row: Sequence[Any]) -> MemoryRecord:
+    (
+        _,
+        namespace,
+        id_,
+        text,
+        kind,
+        metadata,
+        blob,
+        model,
+        created,
+        expires,
+        importance,
+        run_id,
+        event_seq,
+    ) = row
+    embedding = None if blob is None else tuple(array("f", blob))
+    kind_: MemoryKind = kind
+    return MemoryRecord(
+        namespace=namespace,
+        text=text,
+        id=id_,
+        kind=kind_,
+        metadata=json.loads(metadata),
+        embedding=embedding,
+        embedding_model=model,
+        created=datetime.fromtimestamp(created, UTC),
+        expires=None if expires is None else datetime.fromtimestamp(expires, UTC),
+        importance=importance,
+        run_id=run_id,
+        event_seq=event_seq,
+    )
+
+
+def _error(exc: sqlite3.Error, path: Path, doing: str) -> StoreError:
+    """The store error a ``sqlite3`` error means, naming the memory's file and what to do."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc)
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+        return StoreBusy(
+            f"the memory {path} is locked by another process and stayed locked while {doing}; "
+            "close that program, or wait for it, and try again"
+        )
+    if name.startswith("SQLITE_CORRUPT") or "malformed" in text or name == "SQLITE_NOTADB":
+        return StoreCorrupt(
+            f"the memory {path} is damaged or not a SQLite file ({text}): restore a backup, "
+            f"or recover what is readable with `sqlite3 {path} .recover`"
+        )
+    if name.startswith(("SQLITE_READONLY", "SQLITE_FULL", "SQLITE_IOERR")):
+        return StoreWriteError(
+            f"the memory {path} could not be written while {doing} ({text}): free space or "
+            "fix its permissions; what was stored before is intact"
+        )
+    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_PERM")):
+        return StoreUnavailable(
+            f"cannot open the memory {path} ({text}): check that this user may read and "
+            "write the file and its directory"
+        )
+    return StoreError(f"the memory {path} failed while {doing}: {text}")
