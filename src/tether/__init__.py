@@ -24,6 +24,7 @@ from tether.events import Event
 from tether.hooks import Hooks
 from tether.limits import Limits, PhaseLimits
 from tether.loop import AgentRun
+from tether.memory.config import Remember
 from tether.messages import ToolCall
 from tether.models.base import Model, ModelRequest, ModelResponse, ModelSettings
 from tether.outcome import RunOutcome, RunStatus
@@ -65,6 +66,7 @@ __all__ = [
     "Policy",
     "PolicyDecision",
     "Redactor",
+    "Remember",
     "ResourceBlock",
     "RulePolicy",
     "Rules",

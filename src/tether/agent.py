@@ -21,6 +21,7 @@ from tether.jsontypes import JsonObject
 from tether.limits import Limits
 from tether.loop import AgentRun, ToolRunner, run_tool
 from tether.memory.base import Memory
+from tether.memory.config import Remember
 from tether.models.base import Model, ModelSettings
 from tether.models.registry import resolve_model
 from tether.outcome import RunOutcome
@@ -93,6 +94,18 @@ def _context(context: Mapping[str, Any] | None) -> JsonObject | None:
 OutputT = TypeVar("OutputT", default=str)
 
 
+def _remember(given: object) -> Remember | None:
+    """``Agent(memory=...)``, checked."""
+    if given is None or isinstance(given, Remember):
+        return given
+    if isinstance(given, Memory):
+        return Remember(memory=given)
+    raise ConfigError(
+        "memory takes a Memory (InProcessMemory(), SqliteMemory(path)) or Remember(...), "
+        f"not {type(given).__name__}"
+    )
+
+
 def _thinking(given: object) -> Thinking | None:
     """``Agent(thinking=...)``, checked: ``None`` when no stage is on."""
     if given is None or given is False:
@@ -140,8 +153,11 @@ class Agent(Generic[OutputT]):
     """The gate every tool call passes; ``None`` is the safe default ``RulePolicy()``:
     read-only closed-world tools run, destructive, open-world and unannotated ones are
     denied, and after untrusted output side effects wait for approval."""
-    memory: Memory | None = None
-    """Long-term memory (not yet used by the loop: setting it is an error for now)."""
+    memory: Memory | Remember | None = None
+    """Long-term memory (``tether.memory``): a run recalls what it holds about the goal
+    into the model's view, and a finished run writes its goal and answer there. A
+    ``Memory`` is ``Remember(memory=it)``; ``Remember`` sets the namespace, the recall
+    budget and what may be remembered."""
     can_ask_user: bool = False
     """Offer ``ask_user``: the run may pause with ``waiting_for_user``."""
     log_dir: str | Path | None = None
@@ -175,11 +191,7 @@ class Agent(Generic[OutputT]):
     )
 
     def __post_init__(self) -> None:
-        if self.memory is not None:
-            raise ConfigError(
-                "Agent(memory=...) is not supported yet: the loop does not recall or write "
-                "memory. Leave it unset."
-            )
+        remember = _remember(self.memory)
         registry = ToolRegistry(t if isinstance(t, Tool) else function_tool(t) for t in self.tools)
         output = OutputSpec[OutputT].for_type(self.output_type)
         ask = ask_user_definition() if self.can_ask_user else None
@@ -210,6 +222,7 @@ class Agent(Generic[OutputT]):
                     # only when set: every digest made before it stays as it was
                     **({} if warn_at == (0.8,) else {"budget_warnings": warn_at}),
                     **({} if thinking is None else {"thinking": thinking.describe()}),
+                    **({} if remember is None else {"memory": remember.describe()}),
                 }
             )
         ).hexdigest()
@@ -232,6 +245,7 @@ class Agent(Generic[OutputT]):
             budget_warnings=warn_at,
             prompt=prompt,
             thinking=thinking,
+            memory=remember,
         )
         object.__setattr__(self, "spec", spec)
 

@@ -17,16 +17,17 @@ the values it hashed: ``tether._internal.eventmaker``).
 from __future__ import annotations
 
 from dataclasses import field
-from datetime import datetime
 from typing import Literal, TypeAlias
 
 from tether._internal.frozen import frozen
 from tether.content import ContentBlock
+from tether.eventbase import GENESIS_HASH, EventBase
 from tether.jsontypes import JsonObject, JsonValue
 from tether.latefields import LATE, late_fields
 from tether.limits import Limits, PhaseLimits
+from tether.memoryevents import ContextCompacted, MemoryRecalled, MemoryWritten
 from tether.messages import ToolCall
-from tether.phases import Phase, phase_of
+from tether.phases import Phase
 from tether.status import ErrorInfo, RunStatus
 from tether.usage import Usage
 
@@ -66,9 +67,6 @@ __all__ = [
     "late_fields",
 ]
 
-GENESIS_HASH = "0" * 64
-"""The ``prev_hash`` of every run's first event."""
-
 Decision: TypeAlias = Literal["allow", "deny", "needs_approval"]
 """A policy decision on one tool call."""
 
@@ -77,35 +75,6 @@ Purpose: TypeAlias = Literal["plan", "reflect", "route"]
 
 Complexity: TypeAlias = Literal["low", "medium", "high"]
 """A planner's estimate of how hard a task is."""
-
-
-@frozen
-class EventBase:
-    """Fields every event has."""
-
-    kind: str
-    """Which event this is; each subclass fixes it to a literal."""
-    run_id: str
-    """The run the event belongs to."""
-    seq: int
-    """Position in the run's log: 0, 1, 2, ... without gaps."""
-    at: datetime
-    """When the event was recorded (UTC); events committed together share their batch's time."""
-    prev_hash: str
-    """The previous event's ``hash``; ``GENESIS_HASH`` for ``seq == 0``."""
-    hash: str = ""
-    """SHA-256 (hex) of the JSON array of every other field's value (see ``tether.codec``)."""
-
-    @property
-    def phase(self) -> Phase:
-        """The phase of the run it belongs to, read from what it is (not stored: no field).
-
-        ``start`` (the run begins or continues), ``plan``, ``think`` (the model's turn and
-        what bounds it), ``act`` (tool calls, the policy, approvals), ``reflect``,
-        ``respond`` (the final answer and the run's end), ``record`` (bookkeeping of the
-        log itself: what was redacted).
-        """
-        return phase_of(self.kind, getattr(self, "final", False), getattr(self, "purpose", None))
 
 
 @frozen
@@ -396,46 +365,6 @@ class Reflected(EventBase):
     """The criteria it does not meet."""
     attempt: int = 1
     """Which check of the run this is (1-based; bounded by ``Thinking.max_reflections``)."""
-
-
-@frozen
-class MemoryRecalled(EventBase):
-    """Long-term memory was searched and results entered the context."""
-
-    kind: Literal["memory_recalled"] = "memory_recalled"
-    """Discriminator."""
-    query: str
-    """What was searched for."""
-    records: tuple[str, ...]
-    """Ids of the records recalled."""
-
-
-@frozen
-class MemoryWritten(EventBase):
-    """A record was written to long-term memory."""
-
-    kind: Literal["memory_written"] = "memory_written"
-    """Discriminator."""
-    namespace: str
-    """The memory namespace."""
-    record_id: str
-    """The record's id."""
-    text: str
-    """The text stored."""
-
-
-@frozen
-class ContextCompacted(EventBase):
-    """Older history was summarised to fit the context."""
-
-    kind: Literal["context_compacted"] = "context_compacted"
-    """Discriminator."""
-    tokens_before: int
-    """Estimated tokens before compaction."""
-    tokens_after: int
-    """Estimated tokens after compaction."""
-    summary: str
-    """The summary that replaced the older messages."""
 
 
 @frozen

@@ -41,6 +41,7 @@ from tether.run.journal import StoreSink
 from tether.run.loopmonitor import monitor
 from tether.run.modelstep import ModelStep
 from tether.run.recovery import Recovery
+from tether.run.remembering import Rememberer
 from tether.run.textstream import CallCallback, TextCallback
 from tether.run.thinker import Thinker
 from tether.run.toolcalls import ToolStage
@@ -199,10 +200,15 @@ class AgentRun(Generic[OutputT]):
             add=ctx.add,
             elapsed=ctx.elapsed,
         )
+        memory = ctx.spec.memory
+        self._rememberer = None if memory is None else Rememberer(ctx, memory)
+        self._endings.rememberer = self._rememberer
         thinking = ctx.spec.thinking
         self._thinker = None if thinking is None else Thinker(ctx, self._step, thinking)
         if self._thinker is not None and thinking is not None and thinking.reflector is not None:
             self._tools.check_answer = self._thinker.check
+        self._begins = self._thinker is not None or self._rememberer is not None
+        """Whether anything happens before the first turn (memory, thinking)."""
         self._gen = self._drive()
 
     # -- public surface ------------------------------------------------------------------
@@ -260,6 +266,12 @@ class AgentRun(Generic[OutputT]):
 
     # -- the loop ------------------------------------------------------------------------
 
+    async def _begin(self) -> Stop | None:
+        """Before the first turn: recall from memory, then route and plan."""
+        if self._rememberer is not None:
+            await self._rememberer.recall()
+        return None if self._thinker is None else await self._thinker.begin()
+
     async def _drive(self) -> AsyncGenerator[list[Event]]:  # noqa: C901 - the loop, top to bottom
         task = asyncio.current_task()
         assert task is not None, "a run must be iterated inside a task"
@@ -299,9 +311,8 @@ class AgentRun(Generic[OutputT]):
                     self._start()
                 if batch := await journal.commit():
                     yield batch
-                thinker = self._thinker
-                if thinker is not None and stop is None and ctx.state.finished is None:
-                    stop = await thinker.begin()  # route, plan: once per run
+                if stop is None and ctx.state.finished is None and self._begins:
+                    stop = await self._begin()  # recall, route, plan: once per run
                     if batch := await journal.commit():
                         yield batch
                 decided = approving.decided
@@ -311,6 +322,7 @@ class AgentRun(Generic[OutputT]):
                     if batch := await journal.commit():
                         yield batch
                     stop = approving.after_decided()
+                thinker = self._thinker
                 fast = journal.in_memory  # no sinks: committing is handing events over
                 while True:
                     if stop is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from tether._internal.frozen import frozen
@@ -17,7 +18,23 @@ from tether.agent import Agent
 from tether.codec import event_to_dict, verify_chain
 from tether.content import JsonValue, ToolResult
 from tether.errors import ConfigError
-from tether.events import BudgetWarning, Event, PlanMade, RunStarted, ToolCallFinished
+from tether.events import (
+    BudgetWarning,
+    Event,
+    MemoryRecalled,
+    PlanMade,
+    RunStarted,
+    ToolCallFinished,
+)
+from tether.memory.base import (
+    Memory,
+    MemoryHit,
+    MemoryQuery,
+    MemoryRecord,
+    MemorySearch,
+    SearchMode,
+)
+from tether.memory.config import Remember
 from tether.messages import ToolCall
 from tether.models.replay import ReplayModel
 from tether.stores.memory import MemoryStore
@@ -171,6 +188,42 @@ class _RecordedPlans(PlanCache):
         return None
 
 
+class _RecordedMemory(Memory):
+    """The recording's recalls, served in order; nothing is written.
+
+    A replay reads what the run recalled, whatever the memory holds today.
+    """
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self._recalls = [e for e in events if isinstance(e, MemoryRecalled)]
+
+    async def search(self, query: MemoryQuery) -> MemorySearch:
+        if not self._recalls:
+            return MemorySearch(hits=(), mode=query.mode)
+        recalled = self._recalls.pop(0)
+        hits = tuple(
+            MemoryHit(record=MemoryRecord(namespace=recalled.namespace, text=text, id=i), score=0)
+            for i, text in zip(recalled.records, recalled.texts, strict=False)
+        )
+        mode = cast(SearchMode, recalled.mode)
+        return MemorySearch(hits=hits, mode=mode, warning=recalled.warning)
+
+    async def upsert(self, records: Sequence[MemoryRecord]) -> list[str]:
+        return [r.id for r in records]
+
+    async def get(self, namespace: str, ids: Sequence[str]) -> list[MemoryRecord]:
+        return []
+
+    async def delete(self, namespace: str, ids: Sequence[str]) -> int:
+        return 0
+
+    async def namespaces(self) -> list[str]:
+        return []
+
+    async def forget(self, *, now: datetime | None = None) -> int:
+        return 0
+
+
 async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) -> ReplayReport:
     """Re-run a recorded run and compare the new log with the recording.
 
@@ -199,6 +252,15 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
     if isinstance(thinking, Thinking) and thinking.plan_cache is not None:
         recorded = dataclasses.replace(thinking, plan_cache=_RecordedPlans(events))
         agent = dataclasses.replace(agent, thinking=recorded)
+    if agent.memory is not None:
+        remember = agent.memory if isinstance(agent.memory, Remember) else None
+        recorded_memory = _RecordedMemory(events)
+        agent = dataclasses.replace(
+            agent,
+            memory=Remember(memory=recorded_memory)
+            if remember is None
+            else dataclasses.replace(remember, memory=recorded_memory),
+        )
     tools = _RecordedTools(events)
     run = agent.stream(
         started.goal,

@@ -14,6 +14,7 @@ from typing_extensions import TypeVar
 from tether._internal.frozen import frozen
 from tether.jsontypes import JsonObject
 from tether.limits import Limits
+from tether.memory.config import Remember
 from tether.models.base import ModelSettings
 from tether.policy.base import Policy
 from tether.policy.redaction import Redactor
@@ -69,6 +70,8 @@ class AgentSpec(Generic[OutputT]):
     """The fractions of each limit at which the run records a ``budget_warning``."""
     thinking: Thinking | None = None
     """The thinking stages in use (``None``: none, the plain loop)."""
+    memory: Remember | None = None
+    """How the run uses long-term memory (``None``: it does not)."""
 
     @property
     def can_ask_user(self) -> bool:

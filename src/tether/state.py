@@ -44,6 +44,7 @@ from tether.events import (
 )
 from tether.jsontypes import JsonObject
 from tether.limits import Limits
+from tether.memory.config import recalled_view
 from tether.messages import (
     CONTROL_TOOLS,
     AssistantMessage,
@@ -162,6 +163,12 @@ class StateBuilder(EventHandler[None]):
     """The plan in force (``tether.thinking``)."""
     plan_view: str = ""
     """The plan as the acting model reads it after its instructions ("" without one)."""
+    recalled: MemoryRecalled | None = None
+    """What long-term memory gave the run at its start (``None``: not searched)."""
+    memory_view: str = ""
+    """The recalled records as the model reads them after its instructions."""
+    written: set[str] = field(default_factory=lambda: set[str]())
+    """The ids of the memory records the run has written (``memory_written``)."""
     asked: set[str] = field(default_factory=lambda: set[str]())
     """The thinking purposes the model was asked for at least once (``plan``, ``route``)."""
     replans: int = 0
@@ -366,10 +373,13 @@ class StateBuilder(EventHandler[None]):
         self.routed = event
 
     def on_memory_recalled(self, event: MemoryRecalled) -> None:
-        """Nothing to fold."""
+        """What was recalled, as the model reads it after its instructions."""
+        self.recalled = event
+        self.memory_view = recalled_view(event.texts)
 
     def on_memory_written(self, event: MemoryWritten) -> None:
-        """Nothing to fold."""
+        """The records the run has written (a resumed run never writes one twice)."""
+        self.written.add(event.record_id)
 
     def on_context_compacted(self, event: ContextCompacted) -> None:
         """Nothing to fold."""

@@ -30,6 +30,7 @@ from tether.run.approvalargs import has_redaction, secret_gone, was_redacted
 from tether.run.base import Cancelled, OutputT, Stop, error_info
 from tether.run.context import RunContext
 from tether.run.modelstep import ModelStep
+from tether.run.remembering import Rememberer
 from tether.usage import Usage
 
 __all__ = ["Endings"]
@@ -40,11 +41,13 @@ _log = logging.getLogger("tether")
 class Endings(Generic[OutputT]):
     """Writing a run's end (a limit first asks the model step for a best-effort answer)."""
 
-    __slots__ = ("_ctx", "_step")
+    __slots__ = ("_ctx", "_step", "rememberer")
 
     def __init__(self, ctx: RunContext[OutputT], step: ModelStep[OutputT]) -> None:
         self._ctx = ctx
         self._step = step
+        self.rememberer: Rememberer[OutputT] | None = None
+        """Writes what a finished run learned to long-term memory (``None``: no memory)."""
 
     def close_pending(
         self, reason: str, error_type: str, *, interrupted: str | None = None
@@ -86,6 +89,9 @@ class Endings(Generic[OutputT]):
             answer = st.last_text or None
         if stop.status in ("finished", "failed", "policy_denied"):
             self.close_pending(f"not executed: the run ended ({stop.status})", "run_ended")
+        if stop.status == "finished" and self.rememberer is not None and answer is not None:
+            async for batch in self._remember(self.rememberer, answer):
+                yield batch
         self._ctx.add(
             RunFinished,
             status=stop.status,
@@ -103,6 +109,19 @@ class Endings(Generic[OutputT]):
         if batch := await self._ctx.journal.commit():
             yield batch
         self.finish_outcome()
+
+    async def _remember(
+        self, rememberer: Rememberer[OutputT], answer: str
+    ) -> AsyncIterator[list[Event]]:
+        """Write the finished run's record: ``memory_written`` committed first, then stored."""
+        record = rememberer.outcome_record(answer)
+        if record is None:
+            return
+        if record.id not in self._ctx.state.written:
+            rememberer.written(record)
+            if batch := await self._ctx.journal.commit():
+                yield batch
+        await rememberer.store(record)
 
     async def _best_effort(self, stop: Stop) -> AsyncIterator[list[Event]]:
         """Record the limit and, where budget allows, ask once for a tool-free answer."""

@@ -130,15 +130,24 @@ class ModelStep(Generic[OutputT]):
             left = max(1, limits.max_tokens - st.input_tokens - st.output_tokens)
             if settings.max_output_tokens is None or settings.max_output_tokens > left:
                 settings = replace(settings, max_output_tokens=left)
-        plan = st.plan_view
         return ModelRequest(
-            instructions=f"{spec.instructions}\n\n{plan}" if plan else spec.instructions,
+            instructions=self.instructions(),
             messages=tuple(st.messages),
             tools=() if final else spec.definitions,
             tool_choice="none" if final else tool_choice,
             settings=settings,
             run_id=self._ctx.run_id,
         )
+
+    def instructions(self, *, plan: bool = True) -> str:
+        """The agent's instructions, then what memory recalled, then the plan (``plan``)."""
+        st = self._state
+        text = self._spec.instructions
+        if st.memory_view:
+            text = f"{text}\n\n{st.memory_view}"
+        if plan and st.plan_view:
+            text = f"{text}\n\n{st.plan_view}"
+        return text
 
     def begin_request(self) -> None:
         """A request is built now: its history is the log so far (``request_digest``)."""

@@ -91,7 +91,7 @@ class Thinker(Generic[OutputT]):
         first = st.messages[0] if st.messages else None
         return ThinkingContext(
             goal=first.text if isinstance(first, UserMessage) else st.goal,
-            instructions=ctx.spec.instructions,
+            instructions=self._step.instructions(plan=False),
             messages=tuple(st.messages),
             tools=tuple(d for d in ctx.spec.definitions if d.name not in CONTROL_TOOLS),
             plan=None if plan is None else Plan.of(plan),

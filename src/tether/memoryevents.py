@@ -1,0 +1,61 @@
+"""The events of long-term memory and of the context's compaction."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from tether._internal.frozen import frozen
+from tether.eventbase import EventBase
+
+__all__ = ["ContextCompacted", "MemoryRecalled", "MemoryWritten"]
+
+
+@frozen
+class MemoryRecalled(EventBase):
+    """Long-term memory was searched and results entered the context."""
+
+    kind: Literal["memory_recalled"] = "memory_recalled"
+    """Discriminator."""
+    namespace: str
+    """The memory namespace searched."""
+    query: str
+    """What was searched for."""
+    records: tuple[str, ...]
+    """Ids of the records recalled, best first."""
+    texts: tuple[str, ...] = ()
+    """Their texts, as the model reads them (a resumed or replayed run reads these, not
+    the memory, which may have changed since)."""
+    mode: str = "hybrid"
+    """What the search did: hybrid, keyword or vector (no embedder: keyword)."""
+    warning: str | None = None
+    """Why the search did less than was asked, or failed, in words."""
+
+
+@frozen
+class MemoryWritten(EventBase):
+    """A record was written to long-term memory."""
+
+    kind: Literal["memory_written"] = "memory_written"
+    """Discriminator."""
+    namespace: str
+    """The memory namespace."""
+    record_id: str
+    """The record's id."""
+    text: str
+    """The text stored (after the run's redaction: it never holds what the log redacted)."""
+    memory_kind: str = "episodic"
+    """semantic, episodic or procedural (``tether.memory.MemoryKind``)."""
+
+
+@frozen
+class ContextCompacted(EventBase):
+    """Older history was summarised to fit the context."""
+
+    kind: Literal["context_compacted"] = "context_compacted"
+    """Discriminator."""
+    tokens_before: int
+    """Estimated tokens before compaction."""
+    tokens_after: int
+    """Estimated tokens after compaction."""
+    summary: str
+    """The summary that replaced the older messages."""
