@@ -70,6 +70,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.memory.embedder",
             "tether.memory.ranking",
             "tether.memory.config",
+            "tether.memory.vectors",
             "tether.sinks",
             "tether.thinking",
         ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg.sql import SQL, Composed, Identifier
 
 from tether.errors import InvalidEntry
 from tether.memory import (
@@ -20,6 +23,7 @@ from tether.memory import (
     SqliteMemory,
     record_id,
 )
+from tether.memory.postgres import PostgresMemory
 from tether.testing import HashEmbedder
 
 Make = Callable[..., Awaitable[Memory]]
@@ -27,9 +31,33 @@ Make = Callable[..., Awaitable[Memory]]
 NOW = datetime.now(UTC)
 
 
-@pytest.fixture(params=["inprocess", "sqlite"])
+PG_URL = os.environ.get("TETHER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def drop(table: str) -> Composed:
+    return SQL("DROP TABLE IF EXISTS {t}, {v}").format(
+        t=Identifier(table), v=Identifier(f"{table}_versions")
+    )
+
+
+async def _postgres_answers() -> str | None:
+    """Why PostgreSQL cannot be used here (``None``: it answers)."""
+    import psycopg
+
+    try:
+        conn = await psycopg.AsyncConnection.connect(PG_URL, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        return f"no PostgreSQL server at {PG_URL}: {exc}"
+    await conn.close()
+    return None
+
+
+@pytest.fixture(params=["inprocess", "sqlite", "postgres"])
 async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Make]:
     made: list[Memory] = []
+    tables: list[str] = []
+    if request.param == "postgres" and (why := await _postgres_answers()) is not None:
+        pytest.skip(why)
 
     async def build(
         *, embedder: Embedder | None = None, caps: Mapping[str, int] | None = None
@@ -37,14 +65,23 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         memory: Memory
         if request.param == "inprocess":
             memory = InProcessMemory(embedder=embedder, caps=caps)
-        else:
+        elif request.param == "sqlite":
             memory = SqliteMemory(tmp_path / f"memory{len(made)}.db", embedder=embedder, caps=caps)
+        else:
+            tables.append(f"tether_mem_{uuid.uuid4().hex[:12]}")
+            memory = PostgresMemory(PG_URL, table=tables[-1], embedder=embedder, caps=caps)
         made.append(memory)
         return memory
 
     yield build
     for memory in made:
         await memory.close()
+    if tables:
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
+            for table in tables:
+                await conn.execute(drop(table))
 
 
 def rec(text: str, namespace: str = "ns", **fields: object) -> MemoryRecord:
@@ -420,3 +457,36 @@ async def test_a_file_that_is_not_a_database_is_reported_not_overwritten(tmp_pat
     finally:
         await memory.close()
     assert path.read_bytes().startswith(b"these are my notes")
+
+
+async def test_two_postgres_workers_see_each_others_writes() -> None:
+    if (why := await _postgres_answers()) is not None:
+        pytest.skip(why)
+    import psycopg
+
+    table = f"tether_mem_{uuid.uuid4().hex[:12]}"
+    embedder = HashEmbedder()
+    one = PostgresMemory(PG_URL, table=table, embedder=embedder)
+    two = PostgresMemory(PG_URL, table=table, embedder=embedder)
+    try:
+        await one.put(rec("the blue whale is large", id="whale"))
+        query = MemoryQuery(namespace="ns", text="whale", mode="vector")
+        assert [r.id for r in (await two.search(query)).records] == ["whale"]
+        await one.put(rec("a whale song", id="song"))
+        assert {r.id for r in (await two.search(query)).records} == {"whale", "song"}
+        await one.delete("ns", ["whale"])
+        assert [r.id for r in (await two.search(query)).records] == ["song"]
+    finally:
+        await one.close()
+        await two.close()
+        async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
+            await conn.execute(drop(table))
+
+
+async def test_an_unreachable_postgres_is_a_clear_error() -> None:
+    from tether.errors import StoreUnavailable
+
+    memory = PostgresMemory("postgresql://postgres@127.0.0.1:1/none", connect_timeout=2)
+    with pytest.raises(StoreUnavailable, match="cannot connect"):
+        await memory.get("ns", ["x"])
+    await memory.close()

@@ -1,7 +1,8 @@
 """Long-term memory: the port, its backends and embedders.
 
-``InProcessMemory`` (tests, small runs) and ``SqliteMemory`` (a file; FTS5 keywords and
-vectors) are backends of the ``Memory`` port; every one passes one conformance suite.
+``InProcessMemory`` (tests, small runs), ``SqliteMemory`` (a file; FTS5 keywords and
+vectors) and ``PostgresMemory`` (shared by workers; ``tsvector`` keywords and vectors) are
+backends of the ``Memory`` port; every one passes one conformance suite.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tether.memory.embedder import Embedder
 
 if TYPE_CHECKING:
     from tether.memory.inprocess import InProcessMemory
+    from tether.memory.postgres import PostgresMemory
     from tether.memory.sqlite import SqliteMemory
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "MemoryQuery",
     "MemoryRecord",
     "MemorySearch",
+    "PostgresMemory",
     "SearchMode",
     "SqliteMemory",
     "record_id",
@@ -43,6 +46,7 @@ __all__ = [
 
 _LAZY = {
     "InProcessMemory": "tether.memory.inprocess",
+    "PostgresMemory": "tether.memory.postgres",
     "SqliteMemory": "tether.memory.sqlite",
 }
 """Loaded when first used: ``import tether`` pays for no backend."""

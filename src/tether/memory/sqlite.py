@@ -21,10 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from tether.errors import (
-    MissingExtraError,
     StoreBusy,
     StoreCorrupt,
     StoreError,
@@ -40,10 +39,7 @@ from tether.memory.base import (
 )
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import caps_of, embedded, evictions, fuse, mode_of, words
-
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
+from tether.memory.vectors import VectorMatrix, nearest_rows
 
 __all__ = ["SqliteMemory"]
 
@@ -91,22 +87,6 @@ _COLUMNS = (
 )
 
 
-class _Matrix:
-    """One namespace's vectors of one model, normalized, with what filters them."""
-
-    __slots__ = ("expires", "rowids", "vectors")
-
-    def __init__(
-        self,
-        rowids: npt.NDArray[np.int64],
-        vectors: npt.NDArray[np.float32],
-        expires: npt.NDArray[np.float64],
-    ) -> None:
-        self.rowids = rowids
-        self.vectors = vectors
-        self.expires = expires
-
-
 class SqliteMemory(Memory):
     """Long-term memory in one SQLite file (its own, or a run store's).
 
@@ -129,7 +109,7 @@ class SqliteMemory(Memory):
         self._busy_timeout = busy_timeout
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-memory")
         self._db: sqlite3.Connection | None = None
-        self._matrices: dict[tuple[str, str, int], tuple[int, _Matrix]] = {}
+        self._matrices: dict[tuple[str, str, int], tuple[int, VectorMatrix]] = {}
         self._version = 0  # this connection's writes (data_version counts the others')
         self._closed = False
 
@@ -382,36 +362,16 @@ class SqliteMemory(Memory):
         now: float,
         pool: int,
     ) -> list[MemoryRecord]:
-        try:
-            import numpy as np
-        except ImportError:
-            raise MissingExtraError("memory", "numpy") from None
         matrix = self._matrix(db, query.namespace, model, len(probe))
         if matrix is None:
             return []
-        q = np.asarray(probe, dtype=np.float32)
-        norm = float(np.linalg.norm(q))
-        if norm == 0.0:
-            return []
-        scores = matrix.vectors @ (q / norm)
-        live = np.isnan(matrix.expires) | (matrix.expires > now)
+        allowed: list[int] | None = None
         if query.kinds or query.metadata or query.after or query.before:
             where, params = _filters(query, now, "")
-            allowed = np.fromiter(
-                (
-                    rowid
-                    for (rowid,) in db.execute(
-                        f"SELECT rowid FROM memory_records WHERE {where}", params
-                    )
-                ),
-                dtype=np.int64,
-            )
-            live &= np.isin(matrix.rowids, allowed)
-        scores = np.where(live & (scores > query.min_similarity), scores, -np.inf)
-        take = min(pool * (4 if query.metadata else 1), len(scores))
-        top = np.argpartition(-scores, take - 1)[:take]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        chosen = [int(matrix.rowids[i]) for i in top if np.isfinite(scores[i])]
+            rows = db.execute(f"SELECT rowid FROM memory_records WHERE {where}", params)
+            allowed = [rowid for (rowid,) in rows]
+        take = pool * (4 if query.metadata else 1)
+        chosen = nearest_rows(matrix, probe, now, query.min_similarity, take, allowed)
         if not chosen:
             return []
         marks = ",".join("?" * len(chosen))
@@ -425,9 +385,7 @@ class SqliteMemory(Memory):
 
     def _matrix(
         self, db: sqlite3.Connection, namespace: str, model: str, dims: int
-    ) -> _Matrix | None:
-        import numpy as np
-
+    ) -> VectorMatrix | None:
         (others,) = db.execute("PRAGMA data_version").fetchone()
         version = (int(others) << 32) + self._version
         key = (namespace, model, dims)
@@ -439,23 +397,10 @@ class SqliteMemory(Memory):
             "embedding_model = ? AND dims = ?",
             (namespace, model, dims),
         ).fetchall()
-        if not rows:
+        matrix = VectorMatrix.of(rows, dims)
+        if matrix is None:
             self._matrices.pop(key, None)
             return None
-        vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(
-            len(rows), dims
-        )
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        vectors = vectors / np.where(norms == 0, 1, norms)
-        matrix = _Matrix(
-            np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
-            vectors.astype(np.float32, copy=False),
-            np.fromiter(
-                (np.nan if r[2] is None else r[2] for r in rows),
-                dtype=np.float64,
-                count=len(rows),
-            ),
-        )
         if len(self._matrices) > 64:
             self._matrices.clear()
         self._matrices[key] = (version, matrix)

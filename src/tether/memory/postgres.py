@@ -1,0 +1,448 @@
+"""Memory in PostgreSQL (shared by many workers): ``tsvector`` keywords, float32 vectors.
+
+One table holds the records (``<table>``), with a generated ``tsvector`` column under a GIN
+index; a second (``<table>_versions``) counts each namespace's writes. Vectors are stored
+as float32 ``bytea`` (the ``pgvector`` extension is not in Debian bookworm's packages), and
+nearest-vector search is exact: each process holds a namespace's vectors as one normalized
+numpy matrix, rebuilt when the namespace's version moved (a write by any worker), and a
+query is one matrix product. ``bench/memory.py`` measures how far that stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from array import array
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, LiteralString, cast
+
+from tether.errors import ConfigError, MissingExtraError, StoreError, StoreUnavailable
+from tether.memory.base import Memory, MemoryKind, MemoryQuery, MemoryRecord, MemorySearch
+from tether.memory.embedder import Embedder
+from tether.memory.ranking import caps_of, embedded, evictions, fuse, mode_of, words
+from tether.memory.vectors import VectorMatrix, nearest_rows
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PostgresMemory"]
+
+_TABLE = re.compile(r"[a-z_][a-z0-9_]{0,50}")
+
+_COLUMNS = (
+    "rid, namespace, id, text, kind, metadata, embedding, embedding_model, created, expires, "
+    "importance, run_id, event_seq"
+)
+
+
+class PostgresMemory(Memory):
+    """Long-term memory in a PostgreSQL database, shared by every process that opens it.
+
+    ``conninfo``: a libpq connection string or URL. ``table``: the records' table (made if
+    missing). ``embedder`` and ``caps`` as for every backend. Needs ``psycopg``
+    (``pip install "tether[postgres]"``) and, for vector search, ``numpy`` (``tether[memory]``).
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        table: str = "tether_memory",
+        embedder: Embedder | None = None,
+        caps: Mapping[str, int] | None = None,
+        connect_timeout: int = 10,
+    ) -> None:
+        if not _TABLE.fullmatch(table):
+            raise ConfigError(
+                f"PostgresMemory(table={table!r}): use lowercase letters, digits and _"
+            )
+        self.conninfo = conninfo
+        self.table = table
+        self.embedder = embedder
+        self.caps = caps_of(caps)
+        self._timeout = connect_timeout
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._lock = asyncio.Lock()
+        self._matrices: dict[tuple[str, str, int], tuple[int, VectorMatrix]] = {}
+        self._closed = False
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        if self._closed:
+            raise StoreError(f"the memory in table {self.table} is closed")
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        try:
+            import psycopg
+        except ImportError:
+            raise MissingExtraError("postgres", "psycopg") from None
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.conninfo, autocommit=True, connect_timeout=self._timeout
+            )
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"cannot connect to the memory's PostgreSQL ({_first_line(exc)}): check that "
+                "the server runs and that the connection string is right"
+            ) from None
+        t = self.table
+        async with conn.transaction():
+            await _exec(conn, "SELECT pg_advisory_xact_lock(hashtext(%s))", (t,))
+            await _exec(
+                conn,
+                f"CREATE TABLE IF NOT EXISTS {t} ("
+                "rid BIGSERIAL PRIMARY KEY, namespace TEXT NOT NULL, id TEXT NOT NULL, "
+                "text TEXT NOT NULL, kind TEXT NOT NULL, metadata JSONB NOT NULL, "
+                "embedding BYTEA, embedding_model TEXT, dims INTEGER, "
+                "created DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION, "
+                "importance DOUBLE PRECISION NOT NULL, run_id TEXT, event_seq INTEGER, "
+                "tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('english', text)) STORED, "
+                "UNIQUE (namespace, id))",
+            )
+            await _exec(conn, f"CREATE INDEX IF NOT EXISTS {t}_tsv ON {t} USING GIN (tsv)")
+            await _exec(
+                conn,
+                f"CREATE INDEX IF NOT EXISTS {t}_vectors ON {t} (namespace, embedding_model, dims)",
+            )
+            await _exec(
+                conn,
+                f"CREATE TABLE IF NOT EXISTS {t}_versions ("
+                "namespace TEXT PRIMARY KEY, version BIGINT NOT NULL)",
+            )
+        self._conn = conn
+        return conn
+
+    async def _do(self, doing: str, work: Any) -> Any:
+        import psycopg
+
+        async with self._lock:
+            conn = await self._connection()
+            try:
+                return await work(conn)
+            except psycopg.Error as exc:
+                raise StoreError(
+                    f"the memory's PostgreSQL failed while {doing}: {_first_line(exc)}"
+                ) from None
+
+    async def close(self) -> None:
+        """Close the connection."""
+        self._closed = True
+        async with self._lock:
+            if self._conn is not None:
+                await self._conn.close()
+                self._conn = None
+
+    async def upsert(self, records: Sequence[MemoryRecord]) -> list[str]:
+        """Store records (see ``Memory.upsert``)."""
+        ready = await embedded(records, self.embedder)
+        now = datetime.now(UTC).timestamp()
+        t = self.table
+
+        async def write(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+            async with conn.transaction():
+                for r in ready:
+                    vector = None if r.embedding is None else array("f", r.embedding).tobytes()
+                    await _exec(
+                        conn,
+                        f"INSERT INTO {t} (namespace, id, text, kind, metadata, embedding, "
+                        "embedding_model, dims, created, expires, importance, run_id, "
+                        "event_seq) VALUES (%s,%s,%s,%s,%s::jsonb,%s,%s,%s,%s,%s,%s,%s,%s) "
+                        "ON CONFLICT (namespace, id) DO UPDATE SET text=EXCLUDED.text, "
+                        "kind=EXCLUDED.kind, metadata=EXCLUDED.metadata, "
+                        "embedding=EXCLUDED.embedding, embedding_model=EXCLUDED.embedding_model, "
+                        "dims=EXCLUDED.dims, expires=EXCLUDED.expires, "
+                        "importance=EXCLUDED.importance, run_id=EXCLUDED.run_id, "
+                        f"event_seq=EXCLUDED.event_seq, created=CASE WHEN {t}.expires IS NOT "
+                        f"NULL AND {t}.expires <= %s THEN EXCLUDED.created ELSE {t}.created END",
+                        (
+                            r.namespace,
+                            r.id,
+                            r.text,
+                            r.kind,
+                            json.dumps(r.metadata),
+                            vector,
+                            r.embedding_model if vector is not None else None,
+                            len(r.embedding) if r.embedding is not None else None,
+                            r.created.timestamp() if r.created is not None else now,
+                            r.expires.timestamp() if r.expires is not None else None,
+                            r.importance,
+                            r.run_id,
+                            r.event_seq,
+                            now,
+                        ),
+                    )
+                for namespace in sorted({r.namespace for r in ready}):
+                    await self._cap(conn, namespace)
+                    await self._bump(conn, namespace)
+            return [r.id for r in ready]
+
+        return await self._do("storing memory records", write)
+
+    async def get(self, namespace: str, ids: Sequence[str]) -> list[MemoryRecord]:
+        """The live records with these ids (see ``Memory.get``)."""
+        wanted = list(dict.fromkeys(ids))
+        now = datetime.now(UTC).timestamp()
+
+        async def read(conn: psycopg.AsyncConnection[Any]) -> list[MemoryRecord]:
+            cursor = await _exec(
+                conn,
+                f"SELECT {_COLUMNS} FROM {self.table} WHERE namespace = %s AND id = ANY(%s) "
+                "AND (expires IS NULL OR expires > %s)",
+                (namespace, wanted, now),
+            )
+            found = {r.id: r for r in map(_record, await cursor.fetchall())}
+            return [found[i] for i in wanted if i in found]
+
+        return await self._do("reading memory records", read)
+
+    async def delete(self, namespace: str, ids: Sequence[str]) -> int:
+        """Delete records (see ``Memory.delete``)."""
+        wanted = list(dict.fromkeys(ids))
+
+        async def remove(conn: psycopg.AsyncConnection[Any]) -> int:
+            async with conn.transaction():
+                cursor = await _exec(
+                    conn,
+                    f"DELETE FROM {self.table} WHERE namespace = %s AND id = ANY(%s)",
+                    (namespace, wanted),
+                )
+                await self._bump(conn, namespace)
+                return cursor.rowcount
+
+        return await self._do("deleting memory records", remove)
+
+    async def search(self, query: MemoryQuery) -> MemorySearch:
+        """Rank by ``ts_rank_cd`` and by cosine, fused (see ``Memory.search``)."""
+        mode, warning = mode_of(query, self.embedder)
+        probe: list[float] | None = None
+        model = ""
+        if mode != "keyword" and self.embedder is not None:
+            (probe,) = await self.embedder.embed([query.text])
+            model = self.embedder.name
+        pool = max(query.limit * 4, 20)
+        now = datetime.now(UTC).timestamp()
+
+        async def find(conn: psycopg.AsyncConnection[Any]) -> MemorySearch:
+            keyword = await self._keyword(conn, query, now, pool) if mode != "vector" else []
+            vector = (
+                await self._nearest(conn, query, probe, model, now, pool)
+                if probe is not None
+                else []
+            )
+            return MemorySearch(
+                hits=tuple(fuse(keyword, vector, query.limit)), mode=mode, warning=warning
+            )
+
+        return await self._do("searching memory", find)
+
+    async def namespaces(self) -> list[str]:
+        """The namespaces that hold records, sorted."""
+
+        async def listing(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+            cursor = await _exec(conn, f"SELECT DISTINCT namespace FROM {self.table}")
+            return sorted(n for (n,) in await cursor.fetchall())
+
+        return await self._do("listing memory namespaces", listing)
+
+    async def forget(self, *, now: datetime | None = None) -> int:
+        """Delete expired records and enforce caps (see ``Memory.forget``)."""
+        at = (now or datetime.now(UTC)).timestamp()
+
+        async def sweep(conn: psycopg.AsyncConnection[Any]) -> int:
+            async with conn.transaction():
+                cursor = await _exec(
+                    conn,
+                    f"DELETE FROM {self.table} WHERE expires IS NOT NULL AND expires <= %s "
+                    "RETURNING namespace",
+                    (at,),
+                )
+                touched = {n for (n,) in await cursor.fetchall()}
+                gone = cursor.rowcount
+                for namespace in self.caps:
+                    dropped = await self._cap(conn, namespace)
+                    if dropped:
+                        touched.add(namespace)
+                    gone += dropped
+                for namespace in sorted(touched):
+                    await self._bump(conn, namespace)
+                return gone
+
+        return await self._do("forgetting expired memory records", sweep)
+
+    # -- inside a transaction or a search ---------------------------------------------------
+
+    async def _bump(self, conn: psycopg.AsyncConnection[Any], namespace: str) -> None:
+        await _exec(
+            conn,
+            f"INSERT INTO {self.table}_versions (namespace, version) VALUES (%s, 1) "
+            f"ON CONFLICT (namespace) DO UPDATE SET version = {self.table}_versions.version + 1",
+            (namespace,),
+        )
+
+    async def _cap(self, conn: psycopg.AsyncConnection[Any], namespace: str) -> int:
+        cap = self.caps.get(namespace)
+        if cap is None:
+            return 0
+        cursor = await _exec(
+            conn,
+            f"SELECT id, importance, created FROM {self.table} WHERE namespace = %s",
+            (namespace,),
+        )
+        rows = await cursor.fetchall()
+        if len(rows) <= cap:
+            return 0
+        stubs = [
+            MemoryRecord(
+                namespace=namespace,
+                text="-",
+                id=i,
+                importance=importance,
+                created=datetime.fromtimestamp(created, UTC),
+            )
+            for i, importance, created in rows
+        ]
+        dropped = evictions(stubs, cap)
+        await _exec(
+            conn,
+            f"DELETE FROM {self.table} WHERE namespace = %s AND id = ANY(%s)",
+            (namespace, dropped),
+        )
+        return len(dropped)
+
+    async def _keyword(
+        self, conn: psycopg.AsyncConnection[Any], query: MemoryQuery, now: float, pool: int
+    ) -> list[MemoryRecord]:
+        terms = list(dict.fromkeys(words(query.text)))[:64]
+        if not terms:
+            return []
+        tsquery = " || ".join(["plainto_tsquery('english', %s)"] * len(terms))
+        where, params = _filters(query, now)
+        cursor = await _exec(
+            conn,
+            f"WITH q AS (SELECT ({tsquery}) AS q) SELECT {_COLUMNS} FROM {self.table}, q "
+            f"WHERE tsv @@ q.q AND {where} ORDER BY ts_rank_cd(tsv, q.q) DESC, rid LIMIT %s",
+            (*terms, *params, pool * 4 if query.metadata else pool),
+        )
+        at = datetime.fromtimestamp(now, UTC)
+        found = [_record(row) for row in await cursor.fetchall()]
+        return [r for r in found if query.admits(r, at)][:pool]
+
+    async def _nearest(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        query: MemoryQuery,
+        probe: list[float],
+        model: str,
+        now: float,
+        pool: int,
+    ) -> list[MemoryRecord]:
+        matrix = await self._matrix(conn, query.namespace, model, len(probe))
+        if matrix is None:
+            return []
+        allowed: list[int] | None = None
+        if query.kinds or query.metadata or query.after or query.before:
+            where, params = _filters(query, now)
+            cursor = await _exec(conn, f"SELECT rid FROM {self.table} WHERE {where}", params)
+            allowed = [rid for (rid,) in await cursor.fetchall()]
+        take = pool * (4 if query.metadata else 1)
+        chosen = nearest_rows(matrix, probe, now, query.min_similarity, take, allowed)
+        if not chosen:
+            return []
+        cursor = await _exec(
+            conn, f"SELECT {_COLUMNS} FROM {self.table} WHERE rid = ANY(%s)", (chosen,)
+        )
+        by_rid = {row[0]: _record(row) for row in await cursor.fetchall()}
+        at = datetime.fromtimestamp(now, UTC)
+        ordered = [by_rid[i] for i in chosen if i in by_rid]
+        return [r for r in ordered if query.admits(r, at)][:pool]
+
+    async def _matrix(
+        self, conn: psycopg.AsyncConnection[Any], namespace: str, model: str, dims: int
+    ) -> VectorMatrix | None:
+        cursor = await _exec(
+            conn, f"SELECT version FROM {self.table}_versions WHERE namespace = %s", (namespace,)
+        )
+        row = await cursor.fetchone()
+        version = 0 if row is None else int(row[0])
+        key = (namespace, model, dims)
+        cached = self._matrices.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        cursor = await _exec(
+            conn,
+            f"SELECT rid, embedding, expires FROM {self.table} WHERE namespace = %s AND "
+            "embedding_model = %s AND dims = %s",
+            (namespace, model, dims),
+        )
+        matrix = VectorMatrix.of(await cursor.fetchall(), dims)
+        if matrix is None:
+            self._matrices.pop(key, None)
+            return None
+        if len(self._matrices) > 64:
+            self._matrices.clear()
+        self._matrices[key] = (version, matrix)
+        return matrix
+
+
+def _filters(query: MemoryQuery, now: float) -> tuple[str, list[Any]]:
+    """A WHERE clause for the query's filters (metadata by containment; all re-checked)."""
+    where = ["namespace = %s", "(expires IS NULL OR expires > %s)"]
+    params: list[Any] = [query.namespace, now]
+    if query.kinds:
+        where.append("kind = ANY(%s)")
+        params.append(list(query.kinds))
+    if query.after is not None:
+        where.append("created >= %s")
+        params.append(query.after.timestamp())
+    if query.before is not None:
+        where.append("created < %s")
+        params.append(query.before.timestamp())
+    if query.metadata:
+        where.append("metadata @> %s::jsonb")
+        params.append(json.dumps(query.metadata))
+    return " AND ".join(where), params
+
+
+def _record(row: Sequence[Any]) -> MemoryRecord:
+    (
+        _,
+        namespace,
+        id_,
+        text,
+        kind,
+        metadata,
+        blob,
+        model,
+        created,
+        expires,
+        importance,
+        run_id,
+        event_seq,
+    ) = row
+    kind_: MemoryKind = kind
+    return MemoryRecord(
+        namespace=namespace,
+        text=text,
+        id=id_,
+        kind=kind_,
+        metadata=metadata,
+        embedding=None if blob is None else tuple(array("f", bytes(blob))),
+        embedding_model=model,
+        created=datetime.fromtimestamp(created, UTC),
+        expires=None if expires is None else datetime.fromtimestamp(expires, UTC),
+        importance=importance,
+        run_id=run_id,
+        event_seq=event_seq,
+    )
+
+
+async def _exec(
+    conn: psycopg.AsyncConnection[Any], query: str, params: Sequence[Any] | None = None
+) -> psycopg.AsyncCursor[Any]:
+    """``conn.execute``: the query's only non-literal part is the table's checked name."""
+    return await conn.execute(cast(LiteralString, query), params)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
