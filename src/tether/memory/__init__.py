@@ -25,6 +25,8 @@ from tether.memory.embedder import Embedder
 
 if TYPE_CHECKING:
     from tether.memory.inprocess import InProcessMemory
+    from tether.memory.minilm import MiniLMEmbedder
+    from tether.memory.openai import OpenAIEmbedder
     from tether.memory.postgres import PostgresMemory
     from tether.memory.sqlite import SqliteMemory
 
@@ -38,6 +40,8 @@ __all__ = [
     "MemoryQuery",
     "MemoryRecord",
     "MemorySearch",
+    "MiniLMEmbedder",
+    "OpenAIEmbedder",
     "PostgresMemory",
     "SearchMode",
     "SqliteMemory",
@@ -46,6 +50,8 @@ __all__ = [
 
 _LAZY = {
     "InProcessMemory": "tether.memory.inprocess",
+    "MiniLMEmbedder": "tether.memory.minilm",
+    "OpenAIEmbedder": "tether.memory.openai",
     "PostgresMemory": "tether.memory.postgres",
     "SqliteMemory": "tether.memory.sqlite",
 }
