@@ -67,7 +67,7 @@ CREATE INDEX IF NOT EXISTS memory_records_vectors
     ON memory_records (namespace, embedding_model, dims);
 CREATE INDEX IF NOT EXISTS memory_records_expires ON memory_records (expires);
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5(
-    text, content='memory_records', content_rowid='rowid', tokenize='porter unicode61'
+    text, content='memory_records', content_rowid='rowid', tokenize='unicode61'
 );
 CREATE TRIGGER IF NOT EXISTS memory_records_ai AFTER INSERT ON memory_records BEGIN
     INSERT INTO memory_fts (rowid, text) VALUES (new.rowid, new.text);
@@ -80,6 +80,9 @@ CREATE TRIGGER IF NOT EXISTS memory_records_au AFTER UPDATE OF text ON memory_re
     INSERT INTO memory_fts (rowid, text) VALUES (new.rowid, new.text);
 END;
 """
+
+MATCH_BUDGET = 3000
+"""About how many matching records a keyword search ranks at most (see ``_terms``)."""
 
 _COLUMNS = (
     "rowid, namespace, id, text, kind, metadata, embedding, embedding_model, created, "
@@ -111,6 +114,7 @@ class SqliteMemory(Memory):
         self._db: sqlite3.Connection | None = None
         self._matrices: dict[tuple[str, str, int], tuple[int, VectorMatrix]] = {}
         self._version = 0  # this connection's writes (data_version counts the others')
+        self._df: dict[str, tuple[int, int]] = {}  # term -> (records it is in, rows then)
         self._closed = False
 
     # -- the file's thread -----------------------------------------------------------------
@@ -268,14 +272,38 @@ class SqliteMemory(Memory):
             model = self.embedder.name
         pool = max(query.limit * 4, 20)
         now = datetime.now(UTC).timestamp()
+        doing = "searching memory"
 
-        def find(db: sqlite3.Connection) -> MemorySearch:
-            keyword = self._keyword(db, query, now, pool) if mode != "vector" else []
-            vector = self._nearest(db, query, probe, model, now, pool) if probe is not None else []
-            hits = fuse(keyword, vector, query.limit)
-            return MemorySearch(hits=tuple(hits), mode=mode, warning=warning)
+        async def keyword() -> list[MemoryRecord]:
+            if mode == "vector":
+                return []
+            return await self._run(lambda db: self._keyword(db, query, now, pool), doing)
 
-        return await self._run(find, "searching memory")
+        if probe is None:
+            return MemorySearch(
+                hits=tuple(fuse(await keyword(), [], query.limit)), mode=mode, warning=warning
+            )
+        dims = len(probe)
+        inputs = await self._run(lambda db: self._vector_inputs(db, query, model, dims, now), doing)
+        take = pool * (4 if query.metadata else 1)
+
+        async def nearest() -> list[int]:
+            if inputs is None:
+                return []
+            matrix, allowed = inputs  # the product runs beside the keyword query (2 threads)
+            return await asyncio.to_thread(
+                nearest_rows, matrix, probe, now, query.min_similarity, take, allowed
+            )
+
+        by_keyword, chosen = await asyncio.gather(keyword(), nearest())
+        by_vector = (
+            await self._run(lambda db: self._by_rowid(db, chosen, query, now, pool), doing)
+            if chosen
+            else []
+        )
+        return MemorySearch(
+            hits=tuple(fuse(by_keyword, by_vector, query.limit)), mode=mode, warning=warning
+        )
 
     async def namespaces(self) -> list[str]:
         """The namespaces that hold records, sorted."""
@@ -338,42 +366,90 @@ class SqliteMemory(Memory):
     def _keyword(
         self, db: sqlite3.Connection, query: MemoryQuery, now: float, pool: int
     ) -> list[MemoryRecord]:
-        terms = list(dict.fromkeys(words(query.text)))
+        terms, recent = self._terms(db, words(query.text))
         if not terms:
             return []
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         where, params = _filters(query, now, "r.")
+        take = pool * 4 if query.metadata else pool
+        if recent:  # the index walks its matches newest first and stops early
+            newest = [
+                rowid
+                for (rowid,) in db.execute(
+                    "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
+                    "ORDER BY rowid DESC LIMIT ?",
+                    (match, take * 8),
+                )
+            ]
+            return self._by_rowid(db, newest, query, now, pool) if newest else []
         rows = db.execute(
             f"SELECT {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))} "
             "FROM memory_fts JOIN memory_records r ON r.rowid = memory_fts.rowid "
             f"WHERE memory_fts MATCH ? AND {where} ORDER BY bm25(memory_fts) LIMIT ?",
-            (match, *params, pool * 4 if query.metadata else pool),
+            (match, *params, take),
         )
         found = [_record(row) for row in rows]
         at = datetime.fromtimestamp(now, UTC)
         return [r for r in found if query.admits(r, at)][:pool]
 
-    def _nearest(
-        self,
-        db: sqlite3.Connection,
-        query: MemoryQuery,
-        probe: list[float],
-        model: str,
-        now: float,
-        pool: int,
-    ) -> list[MemoryRecord]:
-        matrix = self._matrix(db, query.namespace, model, len(probe))
+    def _terms(self, db: sqlite3.Connection, given: list[str]) -> tuple[list[str], bool]:
+        """The query's terms worth ranking by, and whether they are all too common to rank.
+
+        BM25 ranks every record that matches any term, so a common word ("the", "is") makes
+        it rank most of the table. Terms are taken rarest first while the records they match
+        stay within ``MATCH_BUDGET`` (the rarest always); a common word adds little to BM25
+        anyway. When even the rarest matches more than that, the words say little, and the
+        newest matching records come first (``True``). A term's records are counted up to
+        ``MATCH_BUDGET + 1`` (so counting is bounded too), and the count is remembered until
+        the table grows by a tenth.
+        """
+        terms = list(dict.fromkeys(given))
+        if not terms:
+            return [], False
+        (total,) = db.execute("SELECT max(rowid) FROM memory_records").fetchone()
+        total = int(total or 0)
+        counts: list[tuple[int, str]] = []
+        for term in terms:
+            cached = self._df.get(term)
+            if cached is None or abs(total - cached[1]) > max(cached[1] // 10, 100):
+                (count,) = db.execute(
+                    "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? "
+                    "LIMIT ?)",
+                    ('"' + term.replace('"', '""') + '"', MATCH_BUDGET + 1),
+                ).fetchone()
+                cached = (int(count), total)
+                if len(self._df) > 50_000:
+                    self._df.clear()
+                self._df[term] = cached
+            counts.append((cached[0], term))
+        counts.sort()
+        kept: list[str] = []
+        matched = 0
+        for count, term in counts:
+            if kept and matched + count > MATCH_BUDGET:
+                break
+            kept.append(term)  # a word the index does not know as one (``a_b``): a phrase
+            matched += count
+        return kept, counts[0][0] > MATCH_BUDGET
+
+    def _vector_inputs(
+        self, db: sqlite3.Connection, query: MemoryQuery, model: str, dims: int, now: float
+    ) -> tuple[VectorMatrix, list[int] | None] | None:
+        """The namespace's vectors, and the rows the query's filters allow (``None``: all)."""
+        matrix = self._matrix(db, query.namespace, model, dims)
         if matrix is None:
-            return []
+            return None
         allowed: list[int] | None = None
         if query.kinds or query.metadata or query.after or query.before:
             where, params = _filters(query, now, "")
             rows = db.execute(f"SELECT rowid FROM memory_records WHERE {where}", params)
             allowed = [rowid for (rowid,) in rows]
-        take = pool * (4 if query.metadata else 1)
-        chosen = nearest_rows(matrix, probe, now, query.min_similarity, take, allowed)
-        if not chosen:
-            return []
+        return matrix, allowed
+
+    def _by_rowid(
+        self, db: sqlite3.Connection, chosen: list[int], query: MemoryQuery, now: float, pool: int
+    ) -> list[MemoryRecord]:
+        """The records of ``chosen`` rows, in that order, that pass the query's filters."""
         marks = ",".join("?" * len(chosen))
         rows = db.execute(
             f"SELECT {_COLUMNS} FROM memory_records WHERE rowid IN ({marks})", chosen
