@@ -266,11 +266,18 @@ class AgentRun(Generic[OutputT]):
 
     # -- the loop ------------------------------------------------------------------------
 
-    async def _begin(self) -> Stop | None:
-        """Before the first turn: recall from memory, then route and plan."""
+    async def _begin(self) -> tuple[Stop | None, list[Event]]:
+        """Before the first turn: recall from memory, then route and plan.
+
+        The recall is committed before any model reads it; its batch is returned to be
+        handed over with the stage's.
+        """
+        recalled: list[Event] = []
         if self._rememberer is not None:
             await self._rememberer.recall()
-        return None if self._thinker is None else await self._thinker.begin()
+            recalled = await self._journal.commit()
+        stop = None if self._thinker is None else await self._thinker.begin()
+        return stop, recalled
 
     async def _drive(self) -> AsyncGenerator[list[Event]]:  # noqa: C901 - the loop, top to bottom
         task = asyncio.current_task()
@@ -312,7 +319,9 @@ class AgentRun(Generic[OutputT]):
                 if batch := await journal.commit():
                     yield batch
                 if stop is None and ctx.state.finished is None and self._begins:
-                    stop = await self._begin()  # recall, route, plan: once per run
+                    stop, recalled = await self._begin()  # recall, route, plan: once per run
+                    if recalled:
+                        yield recalled
                     if batch := await journal.commit():
                         yield batch
                 decided = approving.decided

@@ -144,7 +144,7 @@ async def test_delete_counts_what_existed_and_namespaces_follow(make: Make) -> N
     assert await memory.namespaces() == ["ns", "zeta"]
     assert await memory.delete("ns", ["a", "a", "nope"]) == 1
     assert await memory.namespaces() == ["zeta"]
-    assert await memory.search(MemoryQuery(namespace="ns", text="a")) is not None
+    assert (await memory.search(MemoryQuery(namespace="ns", text="a"))).hits == ()
 
 
 async def test_expired_records_are_neither_found_nor_kept(make: Make) -> None:
@@ -188,6 +188,31 @@ async def test_a_capped_namespace_drops_the_least_important_then_the_oldest(make
     assert [r.id for r in await memory.get("ns", ["vip", "newer", "low"])] == ["vip", "newer"]
 
 
+async def test_expired_records_do_not_count_against_a_cap(make: Make) -> None:
+    memory = await make(caps={"ns": 2})
+    gone = NOW - timedelta(seconds=1)
+    await memory.upsert(
+        [
+            rec("old but important", id="old1", importance=0.9, expires=gone),
+            rec("also old and important", id="old2", importance=0.9, expires=gone),
+            rec("fresh", id="fresh", importance=0.1),
+        ]
+    )
+    assert [r.id for r in await memory.get("ns", ["fresh"])] == ["fresh"]
+
+
+async def test_a_word_common_in_other_namespaces_still_finds_this_ones(make: Make) -> None:
+    memory = await make()
+    await memory.upsert([rec(f"common filler {i}", namespace="crowd") for i in range(3200)])
+    await memory.upsert(
+        [rec("a common thread", id="mine1"), rec("common ground", id="mine2", kind="episodic")]
+    )
+    found = await memory.search(MemoryQuery(namespace="ns", text="common", limit=5))
+    assert {r.id for r in found.records} == {"mine1", "mine2"}
+    episodic = MemoryQuery(namespace="ns", text="common", kinds=("episodic",))
+    assert [r.id for r in (await memory.search(episodic)).records] == ["mine2"]
+
+
 async def test_keyword_search_ranks_by_the_query_words_within_a_namespace(make: Make) -> None:
     memory = await make()
     await memory.upsert(
@@ -221,12 +246,13 @@ async def test_without_an_embedder_search_falls_back_to_keywords_and_says_so(mak
 
 async def test_query_words_with_quotes_and_operators_are_only_words(make: Make) -> None:
     memory = await make()
-    await memory.put(rec('say "NOT" AND OR near(x) * here', id="odd"))
-    for text in ['"NOT"', "AND OR", "near(x)", "*", 'a"b']:
+    await memory.put(rec('say "NOTE" AND OR near(x) * zebra', id="odd"))
+    cases = {'"NOTE"': ["odd"], "near(x)": ["odd"], "zebra*": ["odd"], "*": [], 'a"b': []}
+    for text, expected in cases.items():  # no syntax error from the index: only words
         found = await memory.search(MemoryQuery(namespace="ns", text=text, mode="keyword"))
-        assert found.mode == "keyword"  # no syntax error from the index
-    found = await memory.search(MemoryQuery(namespace="ns", text="NOT near", mode="keyword"))
-    assert [r.id for r in found.records] == ["odd"]
+        assert [r.id for r in found.records] == expected, text
+    stop_words = await memory.search(MemoryQuery(namespace="ns", text="AND OR", mode="keyword"))
+    assert {r.id for r in stop_words.records} <= {"odd"}  # PostgreSQL's english drops them
 
 
 async def test_filters_narrow_every_search_mode(make: Make) -> None:
@@ -340,6 +366,8 @@ async def test_search_limits_and_orders_deterministically(make: Make) -> None:
         ({"embedding": ()}, "embedding"),
         ({"embedding": (float("nan"),)}, "embedding"),
         ({"created": datetime(2026, 1, 1)}, "timezone"),
+        ({"metadata": {"tags": {1, 2}}}, "JSON"),
+        ({"metadata": {"x": float("inf")}}, "JSON"),
     ],
 )
 def test_a_bad_record_is_refused_with_what_to_fix(fields: dict[str, object], message: str) -> None:
@@ -409,7 +437,7 @@ async def test_a_sqlite_memory_persists_and_sees_other_connections_writes(tmp_pa
     finally:
         await one.close()
         await two.close()
-    again = SqliteMemory(path)
+    again = SqliteMemory(path, embedder=embedder)
     try:
         assert [r.id for r in await again.get("ns", ["song"])] == ["song"]
     finally:

@@ -124,7 +124,8 @@ class _Describer(EventHandler[str]):
         return f"[blue]routed[/] {event.route}: {short(event.reason, 100)}"
 
     def on_memory_recalled(self, event: MemoryRecalled) -> str:
-        return f"recalled {len(event.records)} memories for {short(event.query, 60)!r}"
+        line = f"recalled {len(event.records)} memories from {event.namespace} ({event.mode})"
+        return line if event.warning is None else f"{line}: {short(event.warning, 100)}"
 
     def on_memory_written(self, event: MemoryWritten) -> str:
         return f"remembered in {event.namespace}: {short(event.text, 80)}"

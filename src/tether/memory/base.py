@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from abc import ABC, abstractmethod
@@ -92,6 +93,10 @@ class MemoryRecord:
             not self.embedding or not all(math.isfinite(x) for x in self.embedding)
         ):
             raise InvalidEntry("a record's embedding must be a non-empty list of finite numbers")
+        try:
+            json.dumps(self.metadata, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidEntry(f"a memory record's metadata must be JSON: {exc}") from None
         for name in ("created", "expires"):
             when = getattr(self, name)
             if when is not None and when.tzinfo is None:

@@ -106,15 +106,20 @@ class InProcessMemory(Memory):
             expired = [i for i, r in space.items() if r.expired(at)]
             for i in expired:
                 del space[i]
-            gone += len(expired) + self._cap(namespace)
+            gone += len(expired) + self._cap(namespace, at)
         return gone
 
-    def _cap(self, namespace: str) -> int:
+    def _cap(self, namespace: str, now: datetime | None = None) -> int:
+        """Enforce the namespace's cap on its live records (the expired go first, uncounted)."""
         cap = self.caps.get(namespace)
         space = self._records.get(namespace, {})
         if cap is None or len(space) <= cap:
             return 0
+        at = now or datetime.now(UTC)
+        expired = [i for i, r in space.items() if r.expired(at)]
+        for i in expired:
+            del space[i]
         dropped = evictions(space.values(), cap)
         for i in dropped:
             del space[i]
-        return len(dropped)
+        return len(expired) + len(dropped)

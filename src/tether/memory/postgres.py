@@ -86,6 +86,18 @@ class PostgresMemory(Memory):
                 f"cannot connect to the memory's PostgreSQL ({_first_line(exc)}): check that "
                 "the server runs and that the connection string is right"
             ) from None
+        try:
+            await self._create(conn)
+        except psycopg.Error as exc:
+            await conn.close()
+            raise StoreUnavailable(
+                f"cannot create the memory's tables {self.table} in PostgreSQL "
+                f"({_first_line(exc)}): check that this user may create tables there"
+            ) from None
+        self._conn = conn
+        return conn
+
+    async def _create(self, conn: psycopg.AsyncConnection[Any]) -> None:
         t = self.table
         async with conn.transaction():
             await _exec(conn, "SELECT pg_advisory_xact_lock(hashtext(%s))", (t,))
@@ -110,8 +122,6 @@ class PostgresMemory(Memory):
                 f"CREATE TABLE IF NOT EXISTS {t}_versions ("
                 "namespace TEXT PRIMARY KEY, version BIGINT NOT NULL)",
             )
-        self._conn = conn
-        return conn
 
     async def _do(self, doing: str, work: Any) -> Any:
         import psycopg
@@ -173,7 +183,7 @@ class PostgresMemory(Memory):
                         ),
                     )
                 for namespace in sorted({r.namespace for r in ready}):
-                    await self._cap(conn, namespace)
+                    await self._cap(conn, namespace, now)
                     await self._bump(conn, namespace)
             return [r.id for r in ready]
 
@@ -260,7 +270,7 @@ class PostgresMemory(Memory):
                 touched = {n for (n,) in await cursor.fetchall()}
                 gone = cursor.rowcount
                 for namespace in self.caps:
-                    dropped = await self._cap(conn, namespace)
+                    dropped = await self._cap(conn, namespace, at)
                     if dropped:
                         touched.add(namespace)
                     gone += dropped
@@ -280,10 +290,18 @@ class PostgresMemory(Memory):
             (namespace,),
         )
 
-    async def _cap(self, conn: psycopg.AsyncConnection[Any], namespace: str) -> int:
+    async def _cap(self, conn: psycopg.AsyncConnection[Any], namespace: str, now: float) -> int:
+        """Enforce the namespace's cap on its live records (the expired go first, uncounted)."""
         cap = self.caps.get(namespace)
         if cap is None:
             return 0
+        cursor = await _exec(
+            conn,
+            f"DELETE FROM {self.table} WHERE namespace = %s AND expires IS NOT NULL "
+            "AND expires <= %s",
+            (namespace, now),
+        )
+        expired = cursor.rowcount
         cursor = await _exec(
             conn,
             f"SELECT id, importance, created FROM {self.table} WHERE namespace = %s",
@@ -291,7 +309,7 @@ class PostgresMemory(Memory):
         )
         rows = await cursor.fetchall()
         if len(rows) <= cap:
-            return 0
+            return expired
         stubs = [
             MemoryRecord(
                 namespace=namespace,
@@ -308,7 +326,7 @@ class PostgresMemory(Memory):
             f"DELETE FROM {self.table} WHERE namespace = %s AND id = ANY(%s)",
             (namespace, dropped),
         )
-        return len(dropped)
+        return expired + len(dropped)
 
     async def _keyword(
         self, conn: psycopg.AsyncConnection[Any], query: MemoryQuery, now: float, pool: int
@@ -346,7 +364,9 @@ class PostgresMemory(Memory):
             cursor = await _exec(conn, f"SELECT rid FROM {self.table} WHERE {where}", params)
             allowed = [rid for (rid,) in await cursor.fetchall()]
         take = pool * (4 if query.metadata else 1)
-        chosen = nearest_rows(matrix, probe, now, query.min_similarity, take, allowed)
+        chosen = await asyncio.to_thread(  # not on the event loop: tens of ms at 100k
+            nearest_rows, matrix, probe, now, query.min_similarity, take, allowed
+        )
         if not chosen:
             return []
         cursor = await _exec(
@@ -375,7 +395,7 @@ class PostgresMemory(Memory):
             "embedding_model = %s AND dims = %s",
             (namespace, model, dims),
         )
-        matrix = VectorMatrix.of(await cursor.fetchall(), dims)
+        matrix = await asyncio.to_thread(VectorMatrix.of, await cursor.fetchall(), dims)
         if matrix is None:
             self._matrices.pop(key, None)
             return None

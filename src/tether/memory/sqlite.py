@@ -4,8 +4,9 @@ The records live in ``memory_records`` with an FTS5 index beside it, so the memo
 share the file of a ``SqliteStore`` (the run store's tables are others) or have its own.
 
 Vectors are stored as float32 blobs. Nearest-vector search is exact: each namespace's
-vectors are held as one normalized numpy matrix (rebuilt when the file changes, by this
-process or another: ``PRAGMA data_version``), and a query is one matrix product. Why not
+vectors are held as one normalized numpy matrix, rebuilt when the namespace changed (every
+write counts one in ``memory_versions``, whichever process made it), and a query is one
+matrix product. Why not
 the ``sqlite-vec`` extension: loading an extension needs ``sqlite3`` built with
 ``enable_load_extension``, which many Pythons (pyenv's default build, this project's CI) are
 not; and its vec0 scan is exact too, so numpy gives the same answers on every Python.
@@ -69,6 +70,10 @@ CREATE INDEX IF NOT EXISTS memory_records_expires ON memory_records (expires);
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5(
     text, content='memory_records', content_rowid='rowid', tokenize='unicode61'
 );
+CREATE TABLE IF NOT EXISTS memory_versions (
+    namespace TEXT PRIMARY KEY,
+    version INTEGER NOT NULL
+);
 CREATE TRIGGER IF NOT EXISTS memory_records_ai AFTER INSERT ON memory_records BEGIN
     INSERT INTO memory_fts (rowid, text) VALUES (new.rowid, new.text);
 END;
@@ -80,6 +85,9 @@ CREATE TRIGGER IF NOT EXISTS memory_records_au AFTER UPDATE OF text ON memory_re
     INSERT INTO memory_fts (rowid, text) VALUES (new.rowid, new.text);
 END;
 """
+
+_NEWEST_SCAN = 20_000
+"""How many matches of only common words a search pages through for its namespace."""
 
 MATCH_BUDGET = 3000
 """About how many matching records a keyword search ranks at most (see ``_terms``)."""
@@ -113,7 +121,6 @@ class SqliteMemory(Memory):
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-memory")
         self._db: sqlite3.Connection | None = None
         self._matrices: dict[tuple[str, str, int], tuple[int, VectorMatrix]] = {}
-        self._version = 0  # this connection's writes (data_version counts the others')
         self._df: dict[str, tuple[int, int]] = {}  # term -> (records it is in, rows then)
         self._closed = False
 
@@ -131,6 +138,10 @@ class SqliteMemory(Memory):
                 if db.in_transaction:
                     db.rollback()
                 raise _error(exc, self.path, doing) from None
+            except BaseException:  # never leave the file locked, or half a write visible
+                if db.in_transaction:
+                    db.rollback()
+                raise
 
         return await asyncio.get_running_loop().run_in_executor(self._thread, call)
 
@@ -150,9 +161,13 @@ class SqliteMemory(Memory):
                 timeout=self._busy_timeout,
                 check_same_thread=False,
             )
+        except sqlite3.Error as exc:
+            raise _error(exc, self.path, "opening it") from None
+        try:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
+            db.close()
             raise _error(exc, self.path, "opening it") from None
         self._db = db
         return db
@@ -212,10 +227,10 @@ class SqliteMemory(Memory):
                         now,
                     ),
                 )
-            for namespace in {r.namespace for r in ready}:
-                self._cap(db, namespace)
+            for namespace in sorted({r.namespace for r in ready}):
+                self._cap(db, namespace, now)
+                _bump(db, namespace)
             db.execute("COMMIT")
-            self._version += 1
             return [r.id for r in ready]
 
         return await self._run(write, "storing memory records")
@@ -256,8 +271,8 @@ class SqliteMemory(Memory):
                     f"DELETE FROM memory_records WHERE namespace = ? AND id IN ({marks})",
                     (namespace, *chunk),
                 ).rowcount
+            _bump(db, namespace)
             db.execute("COMMIT")
-            self._version += 1
             return gone
 
         return await self._run(remove, "deleting memory records")
@@ -320,28 +335,46 @@ class SqliteMemory(Memory):
 
         def sweep(db: sqlite3.Connection) -> int:
             db.execute("BEGIN IMMEDIATE")
+            touched = {
+                n
+                for (n,) in db.execute(
+                    "SELECT DISTINCT namespace FROM memory_records WHERE expires IS NOT NULL "
+                    "AND expires <= ?",
+                    (at,),
+                )
+            }
             gone = db.execute(
                 "DELETE FROM memory_records WHERE expires IS NOT NULL AND expires <= ?", (at,)
             ).rowcount
             for namespace in self.caps:
-                gone += self._cap(db, namespace)
+                dropped = self._cap(db, namespace, at)
+                if dropped:
+                    touched.add(namespace)
+                gone += dropped
+            for namespace in sorted(touched):
+                _bump(db, namespace)
             db.execute("COMMIT")
-            self._version += 1
             return gone
 
         return await self._run(sweep, "forgetting expired memory records")
 
     # -- on the file's thread ---------------------------------------------------------------
 
-    def _cap(self, db: sqlite3.Connection, namespace: str) -> int:
+    def _cap(self, db: sqlite3.Connection, namespace: str, now: float) -> int:
+        """Enforce the namespace's cap on its live records (the expired go first, uncounted)."""
         cap = self.caps.get(namespace)
         if cap is None:
             return 0
+        expired = db.execute(
+            "DELETE FROM memory_records WHERE namespace = ? AND expires IS NOT NULL AND "
+            "expires <= ?",
+            (namespace, now),
+        ).rowcount
         (count,) = db.execute(
             "SELECT count(*) FROM memory_records WHERE namespace = ?", (namespace,)
         ).fetchone()
         if count <= cap:
-            return 0
+            return expired
         rows = db.execute(
             "SELECT id, importance, created FROM memory_records WHERE namespace = ?",
             (namespace,),
@@ -361,7 +394,7 @@ class SqliteMemory(Memory):
             "DELETE FROM memory_records WHERE namespace = ? AND id = ?",
             [(namespace, i) for i in dropped],
         )
-        return len(dropped)
+        return expired + len(dropped)
 
     def _keyword(
         self, db: sqlite3.Connection, query: MemoryQuery, now: float, pool: int
@@ -372,16 +405,8 @@ class SqliteMemory(Memory):
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         where, params = _filters(query, now, "r.")
         take = pool * 4 if query.metadata else pool
-        if recent:  # the index walks its matches newest first and stops early
-            newest = [
-                rowid
-                for (rowid,) in db.execute(
-                    "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
-                    "ORDER BY rowid DESC LIMIT ?",
-                    (match, take * 8),
-                )
-            ]
-            return self._by_rowid(db, newest, query, now, pool) if newest else []
+        if recent:
+            return self._newest(db, match, query, now, pool)
         rows = db.execute(
             f"SELECT {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))} "
             "FROM memory_fts JOIN memory_records r ON r.rowid = memory_fts.rowid "
@@ -403,7 +428,7 @@ class SqliteMemory(Memory):
         ``MATCH_BUDGET + 1`` (so counting is bounded too), and the count is remembered until
         the table grows by a tenth.
         """
-        terms = list(dict.fromkeys(given))
+        terms = list(dict.fromkeys(given))[:64]
         if not terms:
             return [], False
         (total,) = db.execute("SELECT max(rowid) FROM memory_records").fetchone()
@@ -432,6 +457,33 @@ class SqliteMemory(Memory):
             matched += count
         return kept, counts[0][0] > MATCH_BUDGET
 
+    def _newest(
+        self, db: sqlite3.Connection, match: str, query: MemoryQuery, now: float, pool: int
+    ) -> list[MemoryRecord]:
+        """The newest matching records of the query's namespace that pass its filters.
+
+        The index walks its matches newest first, a page at a time, each page filtered by
+        the namespace and the rest; it stops at ``pool`` records or ``_NEWEST_SCAN`` matches.
+        """
+        found: list[MemoryRecord] = []
+        below: int | None = None
+        scanned = 0
+        while len(found) < pool and scanned < _NEWEST_SCAN:
+            page = [
+                rowid
+                for (rowid,) in db.execute(
+                    "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? AND rowid < ? "
+                    "ORDER BY rowid DESC LIMIT 500",
+                    (match, below if below is not None else 2**62),
+                )
+            ]
+            if not page:
+                break
+            scanned += len(page)
+            below = page[-1]
+            found.extend(self._by_rowid(db, page, query, now, pool - len(found)))
+        return found
+
     def _vector_inputs(
         self, db: sqlite3.Connection, query: MemoryQuery, model: str, dims: int, now: float
     ) -> tuple[VectorMatrix, list[int] | None] | None:
@@ -450,11 +502,14 @@ class SqliteMemory(Memory):
         self, db: sqlite3.Connection, chosen: list[int], query: MemoryQuery, now: float, pool: int
     ) -> list[MemoryRecord]:
         """The records of ``chosen`` rows, in that order, that pass the query's filters."""
-        marks = ",".join("?" * len(chosen))
-        rows = db.execute(
-            f"SELECT {_COLUMNS} FROM memory_records WHERE rowid IN ({marks})", chosen
-        ).fetchall()
-        by_rowid = {row[0]: _record(row) for row in rows}
+        by_rowid: dict[int, MemoryRecord] = {}
+        for start in range(0, len(chosen), 500):
+            chunk = chosen[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM memory_records WHERE rowid IN ({marks})", chunk
+            )
+            by_rowid.update((row[0], _record(row)) for row in rows)
         at = datetime.fromtimestamp(now, UTC)
         ordered = [by_rowid[i] for i in chosen if i in by_rowid]
         return [r for r in ordered if query.admits(r, at)][:pool]
@@ -462,8 +517,10 @@ class SqliteMemory(Memory):
     def _matrix(
         self, db: sqlite3.Connection, namespace: str, model: str, dims: int
     ) -> VectorMatrix | None:
-        (others,) = db.execute("PRAGMA data_version").fetchone()
-        version = (int(others) << 32) + self._version
+        row = db.execute(
+            "SELECT version FROM memory_versions WHERE namespace = ?", (namespace,)
+        ).fetchone()
+        version = 0 if row is None else int(row[0])
         key = (namespace, model, dims)
         cached = self._matrices.get(key)
         if cached is not None and cached[0] == version:
@@ -483,6 +540,15 @@ class SqliteMemory(Memory):
         return matrix
 
 
+def _bump(db: sqlite3.Connection, namespace: str) -> None:
+    """Count a write to ``namespace`` (every process's vector matrix of it is then stale)."""
+    db.execute(
+        "INSERT INTO memory_versions (namespace, version) VALUES (?, 1) "
+        "ON CONFLICT (namespace) DO UPDATE SET version = version + 1",
+        (namespace,),
+    )
+
+
 def _filters(query: MemoryQuery, now: float, prefix: str) -> tuple[str, list[Any]]:
     """A WHERE clause for the query's filters (metadata: scalars only; all re-checked)."""
     where = [f"{prefix}namespace = ?", f"({prefix}expires IS NULL OR {prefix}expires > ?)"]
@@ -497,7 +563,7 @@ def _filters(query: MemoryQuery, now: float, prefix: str) -> tuple[str, list[Any
         where.append(f"{prefix}created < ?")
         params.append(query.before.timestamp())
     for key, value in query.metadata.items():
-        if isinstance(value, bool | int | float | str):
+        if isinstance(value, bool | int | float | str) and not any(c in key for c in '"\\'):
             path = '$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
             where.append(f"json_extract({prefix}metadata, ?) = ?")
             params.extend([path, int(value) if isinstance(value, bool) else value])

@@ -37,29 +37,30 @@ class Rememberer(Generic[OutputT]):
         ctx, st = self._ctx, self._ctx.state
         if st.steps > 0 or st.recalled is not None or self.settings.recall_limit == 0:
             return
+        goal = st.goal  # as the log holds it: redacted, and there on a resumed run too
         query = MemoryQuery(
             namespace=self.namespace,
-            text=ctx.goal,
+            text=goal,
             limit=self.settings.recall_limit,
             mode=self.settings.recall_mode,
         )
         try:
             found = await self.settings.memory.search(query)
-        except (TetherError, OSError) as exc:
+        except Exception as exc:  # memory never fails a run: the log says what went wrong
             ctx.add(
                 MemoryRecalled,
                 namespace=self.namespace,
-                query=ctx.goal,
+                query=goal,
                 records=(),
                 mode=query.mode,
-                warning=f"memory search failed, the run goes on without it: {exc}",
+                warning=f"memory search failed, the run goes on without it: {_why(exc)}",
             )
             return
         ids, texts = self._within_budget(found)
         ctx.add(
             MemoryRecalled,
             namespace=self.namespace,
-            query=ctx.goal,
+            query=goal,
             records=ids,
             texts=texts,
             mode=found.mode,
@@ -71,20 +72,37 @@ class Rememberer(Generic[OutputT]):
         ids: list[str] = []
         texts: list[str] = []
         for record in found.records:
-            cost = estimate_tokens(len(record.text) + 3)
+            text = self._ctx.journal.redacted(record.text)  # what the log, and a replay, holds
+            if not isinstance(text, str):
+                continue
+            cost = estimate_tokens(len(text) + 3)
             if cost > budget:
                 break
             budget -= cost
             ids.append(record.id)
-            texts.append(record.text)
+            texts.append(text)
         return tuple(ids), tuple(texts)
 
     def outcome_record(self, answer: str) -> MemoryRecord | None:
-        """The record a finished run writes (after redaction and the write policy)."""
+        """The record a finished run writes (after redaction and the write policy).
+
+        ``None`` when there is nothing to write, or when building it failed (the reason is
+        an outcome warning: memory never fails a run).
+        """
+        try:
+            return self._outcome_record(answer)
+        except Exception as exc:
+            self._ctx.journal.warnings.append(
+                f"memory: nothing was written for this run: {_why(exc)}"
+            )
+            return None
+
+    def _outcome_record(self, answer: str) -> MemoryRecord | None:
         ctx = self._ctx
         if not self.settings.write_outcome or not answer.strip():
             return None
-        text = ctx.journal.redacted(f"Task: {ctx.goal.strip()}\nAnswer: {answer.strip()}")
+        goal = ctx.state.goal.strip()
+        text = ctx.journal.redacted(f"Task: {goal}\nAnswer: {answer.strip()}")
         if not isinstance(text, str) or not text.strip():
             return None
         record = MemoryRecord(
@@ -121,8 +139,15 @@ class Rememberer(Generic[OutputT]):
         """Store a record whose ``memory_written`` is committed; a failure is a warning."""
         try:
             await self.settings.memory.upsert([record])
-        except (TetherError, OSError) as exc:
+        except Exception as exc:  # memory never fails a run: the outcome says what went wrong
             self._ctx.journal.warnings.append(
                 f"memory: the record {record.id} of {record.namespace} (memory_written) could "
-                f"not be stored: {exc}"
+                f"not be stored: {_why(exc)}"
             )
+
+
+def _why(exc: BaseException) -> str:
+    """An exception in words: tether's own say what to do; others are named by their type."""
+    if isinstance(exc, TetherError | OSError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
