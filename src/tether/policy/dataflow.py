@@ -39,6 +39,7 @@ from tether.content import content_text
 from tether.events import (
     ApprovalGiven,
     Event,
+    MemoryRecalled,
     RunStarted,
     ToolCallFinished,
     UserReplied,
@@ -248,6 +249,8 @@ def _text_of(event: Event) -> str:
             return f"{event.goal}\n{event.instructions}"
         case UserReplied():
             return event.text
+        case MemoryRecalled():
+            return "\n".join(event.texts)
         case ApprovalGiven():
             return orjson.dumps(event.arguments).decode()
         case ToolCallFinished():

@@ -24,6 +24,7 @@ from tether.events import (
     ApprovalGiven,
     Decision,
     Event,
+    MemoryRecalled,
     PolicyDecided,
     RunStarted,
     ToolCallFinished,
@@ -514,23 +515,33 @@ class RulePolicy(Policy):
                     facts.calls.setdefault(event.tool, []).append(event.at)
                 case ApprovalGiven() if not event.approved:
                     self._release(facts, run.run_id, event.call_id)  # denied: it never ran
-                case ApprovalGiven() if event.arguments is not None:
-                    facts.sources.add(index, event.seq, "arguments a human gave", trusted=True)
                 case PolicyDecided() if event.decision == "deny":
                     self._release(facts, run.run_id, event.call_id)  # e.g. edited, then denied
-                case ToolCallFinished() if not event.synthetic:
-                    untrusted = self._untrusted_result(event, run.tools.get(event.tool))
-                    if untrusted:
-                        facts.tainted[event.tool] = None
-                    facts.sources.add(index, event.seq, event.tool, trusted=not untrusted)
-                case RunStarted():
-                    facts.sources.add(index, event.seq, "the goal and instructions", trusted=True)
-                case UserReplied():
-                    facts.sources.add(index, event.seq, "the user's reply", trusted=True)
                 case _:
-                    pass
+                    self._source(facts, event, index, run)
         facts.seen = len(events)
         facts.last_hash = events[-1].hash
+
+    def _source(self, facts: _Facts, event: Event, index: int, run: PolicyContext) -> None:
+        """Record what the model read from ``event``, and whether that is trusted."""
+        match event:
+            case ApprovalGiven() if event.arguments is not None:
+                facts.sources.add(index, event.seq, "arguments a human gave", trusted=True)
+            case ToolCallFinished() if not event.synthetic:
+                untrusted = self._untrusted_result(event, run.tools.get(event.tool))
+                if untrusted:
+                    facts.tainted[event.tool] = None
+                facts.sources.add(index, event.seq, event.tool, trusted=not untrusted)
+            case RunStarted():
+                facts.sources.add(index, event.seq, "the goal and instructions", trusted=True)
+            case UserReplied():
+                facts.sources.add(index, event.seq, "the user's reply", trusted=True)
+            case MemoryRecalled() if event.texts:
+                # earlier runs wrote it, and they may have read anything: never trusted
+                facts.tainted["recalled memory"] = None
+                facts.sources.add(index, event.seq, "recalled memory", trusted=False)
+            case _:
+                pass
 
 
 _OWN: dict[Decision, PolicyDecision] = {
