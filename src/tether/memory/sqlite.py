@@ -403,7 +403,7 @@ class SqliteMemory(Memory):
         if not terms:
             return []
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        where, params = _filters(query, now, "r.")
+        where, params = _filters(query, now, "+r.")
         take = pool * 4 if query.metadata else pool
         if recent:
             return self._newest(db, match, query, now, pool)
@@ -468,6 +468,7 @@ class SqliteMemory(Memory):
         found: list[MemoryRecord] = []
         below: int | None = None
         scanned = 0
+        where, params = _filters(query, now, "+")
         while len(found) < pool and scanned < _NEWEST_SCAN:
             page = [
                 rowid
@@ -481,7 +482,17 @@ class SqliteMemory(Memory):
                 break
             scanned += len(page)
             below = page[-1]
-            found.extend(self._by_rowid(db, page, query, now, pool - len(found)))
+            marks = ",".join("?" * len(page))
+            passing = {  # "+": look the page's rows up, never scan the namespace's index
+                rowid
+                for (rowid,) in db.execute(
+                    f"SELECT rowid FROM memory_records WHERE rowid IN ({marks}) AND {where}",
+                    (*page, *params),
+                )
+            }
+            chosen = [rowid for rowid in page if rowid in passing][: pool - len(found)]
+            if chosen:
+                found.extend(self._by_rowid(db, chosen, query, now, pool - len(found)))
         return found
 
     def _vector_inputs(
