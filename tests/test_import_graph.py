@@ -71,6 +71,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.memory.ranking",
             "tether.memory.config",
             "tether.memory.vectors",
+            "tether.memory.rows",
             "tether.sinks",
             "tether.thinking",
         ),

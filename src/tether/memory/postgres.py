@@ -13,15 +13,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from array import array
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, LiteralString, cast
 
 from tether.errors import ConfigError, MissingExtraError, StoreError, StoreUnavailable
-from tether.memory.base import Memory, MemoryKind, MemoryQuery, MemoryRecord, MemorySearch
+from tether.memory.base import Memory, MemoryQuery, MemoryRecord, MemorySearch
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import caps_of, embedded, evictions, fuse, mode_of, words
+from tether.memory.rows import COLUMNS, record_from_row, row_values, upsert_sql
 from tether.memory.vectors import VectorMatrix, nearest_rows
 
 if TYPE_CHECKING:
@@ -31,10 +31,7 @@ __all__ = ["PostgresMemory"]
 
 _TABLE = re.compile(r"[a-z_][a-z0-9_]{0,50}")
 
-_COLUMNS = (
-    "rid, namespace, id, text, kind, metadata, embedding, embedding_model, created, expires, "
-    "importance, run_id, event_seq"
-)
+_COLUMNS = "rid, " + COLUMNS
 
 
 class PostgresMemory(Memory):
@@ -151,37 +148,9 @@ class PostgresMemory(Memory):
 
         async def write(conn: psycopg.AsyncConnection[Any]) -> list[str]:
             async with conn.transaction():
+                statement = upsert_sql(t, "%s", metadata_cast="::jsonb")
                 for r in ready:
-                    vector = None if r.embedding is None else array("f", r.embedding).tobytes()
-                    await _exec(
-                        conn,
-                        f"INSERT INTO {t} (namespace, id, text, kind, metadata, embedding, "
-                        "embedding_model, dims, created, expires, importance, run_id, "
-                        "event_seq) VALUES (%s,%s,%s,%s,%s::jsonb,%s,%s,%s,%s,%s,%s,%s,%s) "
-                        "ON CONFLICT (namespace, id) DO UPDATE SET text=EXCLUDED.text, "
-                        "kind=EXCLUDED.kind, metadata=EXCLUDED.metadata, "
-                        "embedding=EXCLUDED.embedding, embedding_model=EXCLUDED.embedding_model, "
-                        "dims=EXCLUDED.dims, expires=EXCLUDED.expires, "
-                        "importance=EXCLUDED.importance, run_id=EXCLUDED.run_id, "
-                        f"event_seq=EXCLUDED.event_seq, created=CASE WHEN {t}.expires IS NOT "
-                        f"NULL AND {t}.expires <= %s THEN EXCLUDED.created ELSE {t}.created END",
-                        (
-                            r.namespace,
-                            r.id,
-                            r.text,
-                            r.kind,
-                            json.dumps(r.metadata),
-                            vector,
-                            r.embedding_model if vector is not None else None,
-                            len(r.embedding) if r.embedding is not None else None,
-                            r.created.timestamp() if r.created is not None else now,
-                            r.expires.timestamp() if r.expires is not None else None,
-                            r.importance,
-                            r.run_id,
-                            r.event_seq,
-                            now,
-                        ),
-                    )
+                    await _exec(conn, statement, row_values(r, now))
                 for namespace in sorted({r.namespace for r in ready}):
                     await self._cap(conn, namespace, now)
                     await self._bump(conn, namespace)
@@ -201,7 +170,7 @@ class PostgresMemory(Memory):
                 "AND (expires IS NULL OR expires > %s)",
                 (namespace, wanted, now),
             )
-            found = {r.id: r for r in map(_record, await cursor.fetchall())}
+            found = {r.id: r for r in map(record_from_row, await cursor.fetchall())}
             return [found[i] for i in wanted if i in found]
 
         return await self._do("reading memory records", read)
@@ -343,7 +312,7 @@ class PostgresMemory(Memory):
             (*terms, *params, pool * 4 if query.metadata else pool),
         )
         at = datetime.fromtimestamp(now, UTC)
-        found = [_record(row) for row in await cursor.fetchall()]
+        found = [record_from_row(row) for row in await cursor.fetchall()]
         return [r for r in found if query.admits(r, at)][:pool]
 
     async def _nearest(
@@ -372,7 +341,7 @@ class PostgresMemory(Memory):
         cursor = await _exec(
             conn, f"SELECT {_COLUMNS} FROM {self.table} WHERE rid = ANY(%s)", (chosen,)
         )
-        by_rid = {row[0]: _record(row) for row in await cursor.fetchall()}
+        by_rid = {row[0]: record_from_row(row) for row in await cursor.fetchall()}
         at = datetime.fromtimestamp(now, UTC)
         ordered = [by_rid[i] for i in chosen if i in by_rid]
         return [r for r in ordered if query.admits(r, at)][:pool]
@@ -422,39 +391,6 @@ def _filters(query: MemoryQuery, now: float) -> tuple[str, list[Any]]:
         where.append("metadata @> %s::jsonb")
         params.append(json.dumps(query.metadata))
     return " AND ".join(where), params
-
-
-def _record(row: Sequence[Any]) -> MemoryRecord:
-    (
-        _,
-        namespace,
-        id_,
-        text,
-        kind,
-        metadata,
-        blob,
-        model,
-        created,
-        expires,
-        importance,
-        run_id,
-        event_seq,
-    ) = row
-    kind_: MemoryKind = kind
-    return MemoryRecord(
-        namespace=namespace,
-        text=text,
-        id=id_,
-        kind=kind_,
-        metadata=metadata,
-        embedding=None if blob is None else tuple(array("f", bytes(blob))),
-        embedding_model=model,
-        created=datetime.fromtimestamp(created, UTC),
-        expires=None if expires is None else datetime.fromtimestamp(expires, UTC),
-        importance=importance,
-        run_id=run_id,
-        event_seq=event_seq,
-    )
 
 
 async def _exec(

@@ -15,9 +15,7 @@ not; and its vec0 scan is exact too, so numpy gives the same answers on every Py
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
-from array import array
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -33,13 +31,13 @@ from tether.errors import (
 )
 from tether.memory.base import (
     Memory,
-    MemoryKind,
     MemoryQuery,
     MemoryRecord,
     MemorySearch,
 )
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import caps_of, embedded, evictions, fuse, mode_of, words
+from tether.memory.rows import COLUMNS, record_from_row, row_values, upsert_sql
 from tether.memory.vectors import VectorMatrix, nearest_rows
 
 __all__ = ["SqliteMemory"]
@@ -92,10 +90,7 @@ _NEWEST_SCAN = 20_000
 MATCH_BUDGET = 3000
 """About how many matching records a keyword search ranks at most (see ``_terms``)."""
 
-_COLUMNS = (
-    "rowid, namespace, id, text, kind, metadata, embedding, embedding_model, created, "
-    "expires, importance, run_id, event_seq"
-)
+_COLUMNS = "rowid, " + COLUMNS
 
 
 class SqliteMemory(Memory):
@@ -195,38 +190,9 @@ class SqliteMemory(Memory):
 
         def write(db: sqlite3.Connection) -> list[str]:
             db.execute("BEGIN IMMEDIATE")
+            statement = upsert_sql("memory_records", "?")
             for r in ready:
-                vector = None if r.embedding is None else array("f", r.embedding).tobytes()
-                created = r.created.timestamp() if r.created is not None else now
-                db.execute(
-                    "INSERT INTO memory_records (namespace, id, text, kind, metadata, "
-                    "embedding, embedding_model, dims, created, expires, importance, run_id, "
-                    "event_seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                    "ON CONFLICT (namespace, id) DO UPDATE SET text=excluded.text, "
-                    "kind=excluded.kind, metadata=excluded.metadata, "
-                    "embedding=excluded.embedding, embedding_model=excluded.embedding_model, "
-                    "dims=excluded.dims, expires=excluded.expires, "
-                    "importance=excluded.importance, run_id=excluded.run_id, "
-                    "event_seq=excluded.event_seq, created=CASE WHEN "
-                    "memory_records.expires IS NOT NULL AND memory_records.expires <= ? "
-                    "THEN excluded.created ELSE memory_records.created END",
-                    (
-                        r.namespace,
-                        r.id,
-                        r.text,
-                        r.kind,
-                        json.dumps(r.metadata, separators=(",", ":"), sort_keys=True),
-                        vector,
-                        r.embedding_model if vector is not None else None,
-                        len(r.embedding) if r.embedding is not None else None,
-                        created,
-                        r.expires.timestamp() if r.expires is not None else None,
-                        r.importance,
-                        r.run_id,
-                        r.event_seq,
-                        now,
-                    ),
-                )
+                db.execute(statement, row_values(r, now))
             for namespace in sorted({r.namespace for r in ready}):
                 self._cap(db, namespace, now)
                 _bump(db, namespace)
@@ -251,7 +217,7 @@ class SqliteMemory(Memory):
                     (namespace, *chunk, now),
                 )
                 for row in rows:
-                    record = _record(row)
+                    record = record_from_row(row)
                     found[record.id] = record
             return [found[i] for i in wanted if i in found]
 
@@ -413,7 +379,7 @@ class SqliteMemory(Memory):
             f"WHERE memory_fts MATCH ? AND {where} ORDER BY bm25(memory_fts) LIMIT ?",
             (match, *params, take),
         )
-        found = [_record(row) for row in rows]
+        found = [record_from_row(row) for row in rows]
         at = datetime.fromtimestamp(now, UTC)
         return [r for r in found if query.admits(r, at)][:pool]
 
@@ -520,7 +486,7 @@ class SqliteMemory(Memory):
             rows = db.execute(
                 f"SELECT {_COLUMNS} FROM memory_records WHERE rowid IN ({marks})", chunk
             )
-            by_rowid.update((row[0], _record(row)) for row in rows)
+            by_rowid.update((row[0], record_from_row(row)) for row in rows)
         at = datetime.fromtimestamp(now, UTC)
         ordered = [by_rowid[i] for i in chosen if i in by_rowid]
         return [r for r in ordered if query.admits(r, at)][:pool]
@@ -579,40 +545,6 @@ def _filters(query: MemoryQuery, now: float, prefix: str) -> tuple[str, list[Any
             where.append(f"json_extract({prefix}metadata, ?) = ?")
             params.extend([path, int(value) if isinstance(value, bool) else value])
     return " AND ".join(where), params
-
-
-def _record(row: Sequence[Any]) -> MemoryRecord:
-    (
-        _,
-        namespace,
-        id_,
-        text,
-        kind,
-        metadata,
-        blob,
-        model,
-        created,
-        expires,
-        importance,
-        run_id,
-        event_seq,
-    ) = row
-    embedding = None if blob is None else tuple(array("f", blob))
-    kind_: MemoryKind = kind
-    return MemoryRecord(
-        namespace=namespace,
-        text=text,
-        id=id_,
-        kind=kind_,
-        metadata=json.loads(metadata),
-        embedding=embedding,
-        embedding_model=model,
-        created=datetime.fromtimestamp(created, UTC),
-        expires=None if expires is None else datetime.fromtimestamp(expires, UTC),
-        importance=importance,
-        run_id=run_id,
-        event_seq=event_seq,
-    )
 
 
 def _error(exc: sqlite3.Error, path: Path, doing: str) -> StoreError:
