@@ -6,7 +6,9 @@ text), each with a 384-dimensional unit vector (the size of all-MiniLM-L6-v2's).
 carry their vectors, and queries are embedded by an embedder that returns a stored record's
 vector plus noise, so the timing includes the embedder's call but not a model. Queries are
 3-6 words of a random record (known-item search: common words and rare ones, as a user's
-words are). SQLite runs in a temporary file.
+words are). SQLite runs in a temporary file; PostgreSQL is the server at
+``$TETHER_BENCH_POSTGRES`` (default: 127.0.0.1:5432, database ``test``; ``--no-postgres``
+skips it).
 
 Retrieval quality: SQuAD v1.1 dev as a retrieval set (its 2,067 paragraphs stored in a
 SQLite memory with the embedded embedder, ``MiniLMEmbedder``; a seeded sample of its
@@ -40,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/qadata.py
 from tether.memory import Embedder, InProcessMemory, Memory, MemoryQuery, MemoryRecord, SqliteMemory
 
 DIMS = 384
+POSTGRES = os.environ.get("TETHER_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+"""The PostgreSQL server measured (each size in a table of its own, dropped after)."""
 VOCABULARY = 20_000
 BATCH = 1_000
 
@@ -123,11 +127,16 @@ async def latencies(memory: Memory, asked: list[str], mode: str) -> dict[str, fl
 async def measure(backend: str, size: int, directory: Path, searches: int) -> dict[str, object]:
     texts, vectors = corpus(size)
     embedder = NoisyEmbedder(vectors)
-    memory: Memory = (
-        InProcessMemory(embedder=embedder)
-        if backend == "inprocess"
-        else SqliteMemory(directory / f"memory-{size}.db", embedder=embedder)
-    )
+    table = f"tether_bench_{os.getpid()}_{size}"
+    memory: Memory
+    if backend == "inprocess":
+        memory = InProcessMemory(embedder=embedder)
+    elif backend == "postgres":
+        from tether.memory import PostgresMemory
+
+        memory = PostgresMemory(POSTGRES, table=table, embedder=embedder)
+    else:
+        memory = SqliteMemory(directory / f"memory-{size}.db", embedder=embedder)
     try:
         put_per_s = await fill(memory, texts, vectors)
         asked = queries(texts, searches)
@@ -137,6 +146,16 @@ async def measure(backend: str, size: int, directory: Path, searches: int) -> di
         return out
     finally:
         await memory.close()
+        if backend == "postgres":
+            import psycopg
+            from psycopg.sql import SQL, Identifier
+
+            async with await psycopg.AsyncConnection.connect(POSTGRES, autocommit=True) as conn:
+                await conn.execute(
+                    SQL("DROP TABLE IF EXISTS {}, {}").format(
+                        Identifier(table), Identifier(f"{table}_versions")
+                    )
+                )
 
 
 async def quality(directory: Path, questions_n: int, seed: int = 5) -> dict[str, object]:
@@ -182,7 +201,7 @@ async def quality(directory: Path, questions_n: int, seed: int = 5) -> dict[str,
 
 
 async def main(
-    sizes: list[int], searches: int, inprocess_max: int, questions: int
+    sizes: list[int], searches: int, inprocess_max: int, questions: int, postgres: bool
 ) -> dict[str, object]:
     results: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as directory:
@@ -193,6 +212,10 @@ async def main(
             if size <= inprocess_max:
                 results[f"inprocess_{size}"] = await measure(
                     "inprocess", size, Path(directory), searches
+                )
+            if postgres:
+                results[f"postgres_{size}"] = await measure(
+                    "postgres", size, Path(directory), searches
                 )
     return results
 
@@ -207,9 +230,12 @@ if __name__ == "__main__":
     parser.add_argument(
         "--questions", type=int, default=1000, help="SQuAD questions for quality (0: none)"
     )
+    parser.add_argument("--no-postgres", action="store_true", help=f"skip PostgreSQL ({POSTGRES})")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    found = asyncio.run(main(sizes, args.searches, args.inprocess_max, args.questions))
+    found = asyncio.run(
+        main(sizes, args.searches, args.inprocess_max, args.questions, not args.no_postgres)
+    )
     largest = found.get("sqlite_100000")
     line = {
         "bench": "memory",

@@ -33,6 +33,9 @@ _TABLE = re.compile(r"[a-z_][a-z0-9_]{0,50}")
 
 _COLUMNS = "rid, " + COLUMNS
 
+MATCH_BUDGET = 3000
+"""About how many matching records a keyword search ranks at most (see ``_terms``)."""
+
 
 class PostgresMemory(Memory):
     """Long-term memory in a PostgreSQL database, shared by every process that opens it.
@@ -300,20 +303,56 @@ class PostgresMemory(Memory):
     async def _keyword(
         self, conn: psycopg.AsyncConnection[Any], query: MemoryQuery, now: float, pool: int
     ) -> list[MemoryRecord]:
-        terms = list(dict.fromkeys(words(query.text)))[:64]
+        terms, recent = await self._terms(conn, words(query.text))
         if not terms:
             return []
         tsquery = " || ".join(["plainto_tsquery('english', %s)"] * len(terms))
         where, params = _filters(query, now)
+        order = "rid DESC" if recent else "ts_rank_cd(tsv, q.q) DESC, rid"
         cursor = await _exec(
             conn,
             f"WITH q AS (SELECT ({tsquery}) AS q) SELECT {_COLUMNS} FROM {self.table}, q "
-            f"WHERE tsv @@ q.q AND {where} ORDER BY ts_rank_cd(tsv, q.q) DESC, rid LIMIT %s",
+            f"WHERE tsv @@ q.q AND {where} ORDER BY {order} LIMIT %s",
             (*terms, *params, pool * 4 if query.metadata else pool),
         )
         at = datetime.fromtimestamp(now, UTC)
         found = [record_from_row(row) for row in await cursor.fetchall()]
         return [r for r in found if query.admits(r, at)][:pool]
+
+    async def _terms(
+        self, conn: psycopg.AsyncConnection[Any], given: list[str]
+    ) -> tuple[list[str], bool]:
+        """The query's terms worth ranking by, rarest first within ``MATCH_BUDGET`` matches.
+
+        As ``SqliteMemory._terms``: ``ts_rank_cd`` ranks every record that matches any term,
+        so common words are dropped while a rarer one is left; when even the rarest matches
+        more than the budget, the newest matches come first (``True``). A term's matches are
+        counted up to ``MATCH_BUDGET + 1`` through the GIN index.
+        """
+        terms = list(dict.fromkeys(given))[:64]
+        counts: list[tuple[int, str]] = []
+        for term in terms:
+            cursor = await _exec(
+                conn,
+                f"SELECT count(*) FROM (SELECT 1 FROM {self.table} "
+                "WHERE tsv @@ plainto_tsquery('english', %s) LIMIT %s) AS m",
+                (term, MATCH_BUDGET + 1),
+            )
+            row = await cursor.fetchone()
+            count = 0 if row is None else int(row[0])
+            if count:  # 0: a stop word, or no record has it
+                counts.append((count, term))
+        if not counts:
+            return [], False
+        counts.sort()
+        kept: list[str] = []
+        matched = 0
+        for count, term in counts:
+            if kept and matched + count > MATCH_BUDGET:
+                break
+            kept.append(term)
+            matched += count
+        return kept, counts[0][0] > MATCH_BUDGET
 
     async def _nearest(
         self,
