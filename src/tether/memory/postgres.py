@@ -20,7 +20,16 @@ from typing import TYPE_CHECKING, Any, LiteralString, cast
 from tether.errors import ConfigError, MissingExtraError, StoreError, StoreUnavailable
 from tether.memory.base import Memory, MemoryQuery, MemoryRecord, MemorySearch
 from tether.memory.embedder import Embedder
-from tether.memory.ranking import caps_of, embedded, evictions, fuse, mode_of, words
+from tether.memory.ranking import (
+    MATCH_BUDGET,
+    budgeted,
+    caps_of,
+    embedded,
+    evictions,
+    fuse,
+    mode_of,
+    words,
+)
 from tether.memory.rows import COLUMNS, record_from_row, row_values, upsert_sql
 from tether.memory.vectors import VectorMatrix, nearest_rows
 
@@ -32,9 +41,6 @@ __all__ = ["PostgresMemory"]
 _TABLE = re.compile(r"[a-z_][a-z0-9_]{0,50}")
 
 _COLUMNS = "rid, " + COLUMNS
-
-MATCH_BUDGET = 3000
-"""About how many matching records a keyword search ranks at most (see ``_terms``)."""
 
 
 class PostgresMemory(Memory):
@@ -342,17 +348,7 @@ class PostgresMemory(Memory):
             count = 0 if row is None else int(row[0])
             if count:  # 0: a stop word, or no record has it
                 counts.append((count, term))
-        if not counts:
-            return [], False
-        counts.sort()
-        kept: list[str] = []
-        matched = 0
-        for count, term in counts:
-            if kept and matched + count > MATCH_BUDGET:
-                break
-            kept.append(term)
-            matched += count
-        return kept, counts[0][0] > MATCH_BUDGET
+        return budgeted(counts)
 
     async def _nearest(
         self,

@@ -18,8 +18,10 @@ from tether.memory.base import MemoryHit, MemoryQuery, MemoryRecord, SearchMode,
 from tether.memory.embedder import Embedder
 
 __all__ = [
+    "MATCH_BUDGET",
     "RRF_K",
     "bm25_ranking",
+    "budgeted",
     "caps_of",
     "cosine",
     "embedded",
@@ -35,6 +37,33 @@ RRF_K = 5
 rankings, a smaller one lets a record first in one ranking beat one that is tenth in both.
 Chosen on 600 SQuAD dev questions held out from ``bench/memory.py``'s (recall@5: keyword
 90.3, k=60 92.5, k=10 94.8, k=5 95.5, k=1 95.5)."""
+
+MATCH_BUDGET = 3000
+"""About how many matching records a keyword search ranks at most (see ``budgeted``)."""
+
+
+def budgeted(counts: list[tuple[int, str]]) -> tuple[list[str], bool]:
+    """The terms a keyword search ranks by, from ``(records it matches, term)`` pairs.
+
+    BM25 ranks every record that matches any term, so a common word ("the", "is") makes it
+    rank most of the table. Terms are taken rarest first while the records they match stay
+    within ``MATCH_BUDGET`` (the rarest always); a common word adds little to BM25 anyway.
+    The flag is whether even the rarest matches more than that: the words say little, and
+    a backend gives the newest matches first. A backend counts each term's records up to
+    ``MATCH_BUDGET + 1`` only, so counting is bounded too.
+    """
+    if not counts:
+        return [], False
+    ordered = sorted(counts)
+    kept: list[str] = []
+    matched = 0
+    for count, term in ordered:
+        if kept and matched + count > MATCH_BUDGET:
+            break
+        kept.append(term)
+        matched += count
+    return kept, ordered[0][0] > MATCH_BUDGET
+
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 

@@ -36,7 +36,16 @@ from tether.memory.base import (
     MemorySearch,
 )
 from tether.memory.embedder import Embedder
-from tether.memory.ranking import caps_of, embedded, evictions, fuse, mode_of, words
+from tether.memory.ranking import (
+    MATCH_BUDGET,
+    budgeted,
+    caps_of,
+    embedded,
+    evictions,
+    fuse,
+    mode_of,
+    words,
+)
 from tether.memory.rows import COLUMNS, record_from_row, row_values, upsert_sql
 from tether.memory.vectors import VectorMatrix, nearest_rows
 
@@ -87,8 +96,6 @@ END;
 _NEWEST_SCAN = 20_000
 """How many matches of only common words a search pages through for its namespace."""
 
-MATCH_BUDGET = 3000
-"""About how many matching records a keyword search ranks at most (see ``_terms``)."""
 
 _COLUMNS = "rowid, " + COLUMNS
 
@@ -413,15 +420,7 @@ class SqliteMemory(Memory):
                     self._df.clear()
                 self._df[term] = cached
             counts.append((cached[0], term))
-        counts.sort()
-        kept: list[str] = []
-        matched = 0
-        for count, term in counts:
-            if kept and matched + count > MATCH_BUDGET:
-                break
-            kept.append(term)  # a word the index does not know as one (``a_b``): a phrase
-            matched += count
-        return kept, counts[0][0] > MATCH_BUDGET
+        return budgeted(counts)
 
     def _newest(
         self, db: sqlite3.Connection, match: str, query: MemoryQuery, now: float, pool: int
