@@ -119,7 +119,13 @@ class InProcessMemory(Memory):
         expired = [i for i, r in space.items() if r.expired(at)]
         for i in expired:
             del space[i]
-        dropped = evictions(space.values(), cap)
+        dropped = evictions(
+            (
+                (r.id, r.importance, r.created.timestamp() if r.created else 0.0)
+                for r in space.values()
+            ),
+            cap,
+        )
         for i in dropped:
             del space[i]
         return len(expired) + len(dropped)

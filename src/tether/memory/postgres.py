@@ -288,17 +288,7 @@ class PostgresMemory(Memory):
         rows = await cursor.fetchall()
         if len(rows) <= cap:
             return expired
-        stubs = [
-            MemoryRecord(
-                namespace=namespace,
-                text="-",
-                id=i,
-                importance=importance,
-                created=datetime.fromtimestamp(created, UTC),
-            )
-            for i, importance, created in rows
-        ]
-        dropped = evictions(stubs, cap)
+        dropped = evictions(rows, cap)
         await _exec(
             conn,
             f"DELETE FROM {self.table} WHERE namespace = %s AND id = ANY(%s)",

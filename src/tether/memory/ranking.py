@@ -148,13 +148,13 @@ def caps_of(caps: Mapping[str, int] | None) -> dict[str, int]:
     return out
 
 
-def evictions(records: Iterable[MemoryRecord], cap: int) -> list[str]:
-    """The ids a namespace over its cap drops: least important first, then oldest."""
-    kept = sorted(
-        records,
-        key=lambda r: (-r.importance, -(r.created.timestamp() if r.created else 0.0), r.id),
-    )
-    return [r.id for r in kept[cap:]]
+def evictions(rows: Iterable[tuple[str, float, float]], cap: int) -> list[str]:
+    """The ids a namespace over its cap drops: least important first, then oldest.
+
+    ``rows`` are ``(id, importance, created as a timestamp)``, as the SQL backends store them.
+    """
+    kept = sorted(rows, key=lambda r: (-r[1], -r[2], r[0]))
+    return [r[0] for r in kept[cap:]]
 
 
 async def embedded(

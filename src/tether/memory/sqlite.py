@@ -352,17 +352,7 @@ class SqliteMemory(Memory):
             "SELECT id, importance, created FROM memory_records WHERE namespace = ?",
             (namespace,),
         ).fetchall()
-        stubs = [
-            MemoryRecord(
-                namespace=namespace,
-                text="-",
-                id=i,
-                importance=importance,
-                created=datetime.fromtimestamp(created, UTC),
-            )
-            for i, importance, created in rows
-        ]
-        dropped = evictions(stubs, cap)
+        dropped = evictions(rows, cap)
         db.executemany(
             "DELETE FROM memory_records WHERE namespace = ? AND id = ?",
             [(namespace, i) for i in dropped],
