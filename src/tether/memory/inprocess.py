@@ -14,8 +14,8 @@ from tether.memory.ranking import (
     embedded,
     evictions,
     fuse,
-    mode_of,
 )
+from tether.memory.ranking import probe as probe_of
 
 __all__ = ["InProcessMemory"]
 
@@ -70,15 +70,13 @@ class InProcessMemory(Memory):
     async def search(self, query: MemoryQuery) -> MemorySearch:
         """Rank by BM25 and by cosine, fused (see ``Memory.search``)."""
         now = datetime.now(UTC)
-        mode, warning = mode_of(query, self.embedder)
-        pool = max(query.limit * 4, 20)
+        mode, warning, probe, model, pool = await probe_of(query, self.embedder)
         candidates = [r for r in self._records.get(query.namespace, {}).values()]
         candidates = [r for r in candidates if query.admits(r, now)]
         keyword = bm25_ranking(query.text, candidates)[:pool] if mode != "vector" else []
         vector: list[MemoryRecord] = []
-        if mode != "keyword" and self.embedder is not None:
-            (probe,) = await self.embedder.embed([query.text])
-            name = self.embedder.name
+        if probe is not None:
+            name = model
             scored = [
                 (cosine(probe, r.embedding), r)
                 for r in candidates

@@ -27,9 +27,9 @@ from tether.memory.ranking import (
     embedded,
     evictions,
     fuse,
-    mode_of,
     words,
 )
+from tether.memory.ranking import probe as probe_of
 from tether.memory.rows import COLUMNS, record_from_row, row_values, upsert_sql
 from tether.memory.vectors import VectorMatrix, nearest_rows
 
@@ -202,13 +202,7 @@ class PostgresMemory(Memory):
 
     async def search(self, query: MemoryQuery) -> MemorySearch:
         """Rank by ``ts_rank_cd`` and by cosine, fused (see ``Memory.search``)."""
-        mode, warning = mode_of(query, self.embedder)
-        probe: list[float] | None = None
-        model = ""
-        if mode != "keyword" and self.embedder is not None:
-            (probe,) = await self.embedder.embed([query.text])
-            model = self.embedder.name
-        pool = max(query.limit * 4, 20)
+        mode, warning, probe, model, pool = await probe_of(query, self.embedder)
         now = datetime.now(UTC).timestamp()
 
         async def find(conn: psycopg.AsyncConnection[Any]) -> MemorySearch:

@@ -12,6 +12,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from tether.errors import InvalidEntry
 from tether.memory.base import MemoryHit, MemoryQuery, MemoryRecord, SearchMode, replaced
@@ -20,6 +21,7 @@ from tether.memory.embedder import Embedder
 __all__ = [
     "MATCH_BUDGET",
     "RRF_K",
+    "Probe",
     "bm25_ranking",
     "budgeted",
     "caps_of",
@@ -185,3 +187,29 @@ def mode_of(query: MemoryQuery, embedder: Embedder | None) -> tuple[SearchMode, 
         f"this memory has no embedder, so the {query.mode} search for {query.text[:60]!r} "
         "matched keywords only; pass embedder= to the memory for semantic search"
     )
+
+
+class Probe(NamedTuple):
+    """What a search needs before it asks a backend: what it can do, and the query's vector."""
+
+    mode: SearchMode
+    """What the search does (``mode_of``)."""
+    warning: str | None
+    """Why it does less than was asked."""
+    vector: list[float] | None
+    """The query's vector (``None``: no vector search)."""
+    model: str
+    """The embedder that made it ("" without one)."""
+    pool: int
+    """How many candidates each ranking gives the fusion."""
+
+
+async def probe(query: MemoryQuery, embedder: Embedder | None) -> Probe:
+    """Decide a search's mode and embed its query (once, whatever the backend)."""
+    mode, warning = mode_of(query, embedder)
+    vector: list[float] | None = None
+    model = ""
+    if mode != "keyword" and embedder is not None:
+        (vector,) = await embedder.embed([query.text])
+        model = embedder.name
+    return Probe(mode, warning, vector, model, max(query.limit * 4, 20))
