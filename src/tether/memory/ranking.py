@@ -31,6 +31,7 @@ __all__ = [
     "fuse",
     "mode_of",
     "normalized",
+    "probe",
     "words",
 ]
 
