@@ -8,7 +8,10 @@ vector plus noise, so the timing includes the embedder's call but not a model. Q
 3-6 words of a random record (known-item search: common words and rare ones, as a user's
 words are). SQLite runs in a temporary file; PostgreSQL is the server at
 ``$TETHER_BENCH_POSTGRES`` (default: 127.0.0.1:5432, database ``test``; ``--no-postgres``
-skips it).
+skips it); Redis the server at ``$TETHER_BENCH_REDIS`` (default: 127.0.0.1:6379, database 0,
+keys under a fresh prefix; ``--no-redis`` skips it). ``after_write`` is a write of one record
+followed by a hybrid search, as a session that remembers and recalls turn by turn does: the
+backends that keep a namespace's vectors (or, Redis, its records) decoded read them again.
 
 Retrieval quality: SQuAD v1.1 dev as a retrieval set (its 2,067 paragraphs stored in a
 SQLite memory with the embedded embedder, ``MiniLMEmbedder``; a seeded sample of its
@@ -34,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/qadata.py
 from tether.memory import Embedder, InProcessMemory, Memory, MemoryQuery, MemoryRecord, SqliteMemory
 
 DIMS = 384
+REDIS = os.environ.get("TETHER_BENCH_REDIS", "redis://127.0.0.1:6379/0")
 POSTGRES = os.environ.get("TETHER_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 """The PostgreSQL server measured (each size in a table of its own, dropped after)."""
 VOCABULARY = 20_000
@@ -117,20 +122,47 @@ async def latencies(memory: Memory, asked: list[str], mode: str) -> dict[str, fl
         start = time.perf_counter()
         await memory.search(MemoryQuery(namespace="bench", text=text, mode=mode))  # pyright: ignore[reportArgumentType]
         times.append((time.perf_counter() - start) * 1000)
-    times.sort()
+    return percentiles(times)
+
+
+def percentiles(times: list[float]) -> dict[str, float]:
+    times = sorted(times)
     return {
         "p50": round(statistics.median(times), 2),
-        "p95": round(times[int(len(times) * 0.95) - 1], 2),
+        "p95": round(times[max(0, int(len(times) * 0.95) - 1)], 2),
     }
+
+
+async def after_write(memory: Memory, asked: list[str], vectors: np.ndarray) -> dict[str, float]:
+    """A one-record write, then a hybrid search: the turn-by-turn pattern of a session."""
+    times: list[float] = []
+    for i, text in enumerate(asked[:20]):
+        record = MemoryRecord(
+            namespace="bench",
+            text=f"{text} again",
+            id=f"w{i}",
+            embedding=tuple(map(float, vectors[i])),
+            embedding_model="bench-384",
+        )
+        start = time.perf_counter()
+        await memory.put(record)
+        await memory.search(MemoryQuery(namespace="bench", text=text))
+        times.append((time.perf_counter() - start) * 1000)
+    return percentiles(times)
 
 
 async def measure(backend: str, size: int, directory: Path, searches: int) -> dict[str, object]:
     texts, vectors = corpus(size)
     embedder = NoisyEmbedder(vectors)
     table = f"tether_bench_{os.getpid()}_{size}"
+    prefix = f"tether-bench:{os.getpid()}:{size}"
     memory: Memory
     if backend == "inprocess":
         memory = InProcessMemory(embedder=embedder)
+    elif backend == "redis":
+        from tether.memory import RedisMemory
+
+        memory = RedisMemory(REDIS, prefix=prefix, embedder=embedder)
     elif backend == "postgres":
         from tether.memory import PostgresMemory
 
@@ -143,9 +175,12 @@ async def measure(backend: str, size: int, directory: Path, searches: int) -> di
         out: dict[str, object] = {"put_per_s": round(put_per_s)}
         for mode in ("hybrid", "keyword", "vector"):
             out[mode] = await latencies(memory, asked, mode)
+        out["after_write"] = await after_write(memory, asked, vectors)
         return out
     finally:
         await memory.close()
+        if backend == "redis":
+            await drop_redis(prefix)
         if backend == "postgres":
             import psycopg
             from psycopg.sql import SQL, Identifier
@@ -156,6 +191,18 @@ async def measure(backend: str, size: int, directory: Path, searches: int) -> di
                         Identifier(table), Identifier(f"{table}_versions")
                     )
                 )
+
+
+async def drop_redis(prefix: str) -> None:
+    import redis.asyncio
+
+    client: Any = redis.asyncio.Redis.from_url(REDIS)  # pyright: ignore[reportUnknownMemberType]
+    try:
+        keys: list[Any] = [k async for k in client.scan_iter(match=f"{prefix}:*", count=5000)]
+        for at in range(0, len(keys), 5000):
+            await client.delete(*keys[at : at + 5000])
+    finally:
+        await client.aclose()
 
 
 async def quality(directory: Path, questions_n: int, seed: int = 5) -> dict[str, object]:
@@ -201,7 +248,12 @@ async def quality(directory: Path, questions_n: int, seed: int = 5) -> dict[str,
 
 
 async def main(
-    sizes: list[int], searches: int, inprocess_max: int, questions: int, postgres: bool
+    sizes: list[int],
+    searches: int,
+    inprocess_max: int,
+    questions: int,
+    postgres: bool,
+    redis_max: int,
 ) -> dict[str, object]:
     results: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as directory:
@@ -217,6 +269,8 @@ async def main(
                 results[f"postgres_{size}"] = await measure(
                     "postgres", size, Path(directory), searches
                 )
+            if size <= redis_max:
+                results[f"redis_{size}"] = await measure("redis", size, Path(directory), searches)
     return results
 
 
@@ -231,10 +285,23 @@ if __name__ == "__main__":
         "--questions", type=int, default=1000, help="SQuAD questions for quality (0: none)"
     )
     parser.add_argument("--no-postgres", action="store_true", help=f"skip PostgreSQL ({POSTGRES})")
+    parser.add_argument(
+        "--redis-max",
+        type=int,
+        default=100_000,
+        help=f"largest size run on Redis ({REDIS}); 0: none",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     found = asyncio.run(
-        main(sizes, args.searches, args.inprocess_max, args.questions, not args.no_postgres)
+        main(
+            sizes,
+            args.searches,
+            args.inprocess_max,
+            args.questions,
+            not args.no_postgres,
+            args.redis_max,
+        )
     )
     largest = found.get("sqlite_100000")
     line = {

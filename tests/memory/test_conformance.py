@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.sql import SQL, Composed, Identifier
 
+from tests.memory.servers import REDIS_URL, drop_redis, redis_answers
 from tether.errors import InvalidEntry
 from tether.memory import (
     Embedder,
@@ -24,6 +25,7 @@ from tether.memory import (
     record_id,
 )
 from tether.memory.postgres import PostgresMemory
+from tether.memory.redis import RedisMemory
 from tether.testing import HashEmbedder
 
 Make = Callable[..., Awaitable[Memory]]
@@ -52,11 +54,14 @@ async def _postgres_answers() -> str | None:
     return None
 
 
-@pytest.fixture(params=["inprocess", "sqlite", "postgres"])
+@pytest.fixture(params=["inprocess", "sqlite", "postgres", "redis"])
 async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Make]:
     made: list[Memory] = []
     tables: list[str] = []
+    prefixes: list[str] = []
     if request.param == "postgres" and (why := await _postgres_answers()) is not None:
+        pytest.skip(why)
+    if request.param == "redis" and (why := await redis_answers()) is not None:
         pytest.skip(why)
 
     async def build(
@@ -67,6 +72,9 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
             memory = InProcessMemory(embedder=embedder, caps=caps)
         elif request.param == "sqlite":
             memory = SqliteMemory(tmp_path / f"memory{len(made)}.db", embedder=embedder, caps=caps)
+        elif request.param == "redis":
+            prefixes.append(f"tether-test:{uuid.uuid4().hex[:12]}")
+            memory = RedisMemory(REDIS_URL, prefix=prefixes[-1], embedder=embedder, caps=caps)
         else:
             tables.append(f"tether_mem_{uuid.uuid4().hex[:12]}")
             memory = PostgresMemory(PG_URL, table=tables[-1], embedder=embedder, caps=caps)
@@ -76,6 +84,8 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
     yield build
     for memory in made:
         await memory.close()
+    for prefix in prefixes:
+        await drop_redis(prefix)
     if tables:
         import psycopg
 

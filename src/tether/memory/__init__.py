@@ -1,8 +1,9 @@
 """Long-term memory: the port, its backends and embedders.
 
 ``InProcessMemory`` (tests, small runs), ``SqliteMemory`` (a file; FTS5 keywords and
-vectors) and ``PostgresMemory`` (shared by workers; ``tsvector`` keywords and vectors) are
-backends of the ``Memory`` port; every one passes one conformance suite.
+vectors), ``PostgresMemory`` (shared by workers; ``tsvector`` keywords and vectors) and
+``RedisMemory`` (short-term memory shared by processes, expiring when idle) are backends of
+the ``Memory`` port; every one passes one conformance suite.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from tether.memory.minilm import MiniLMEmbedder
     from tether.memory.openai import OpenAIEmbedder
     from tether.memory.postgres import PostgresMemory
+    from tether.memory.redis import RedisMemory
     from tether.memory.sqlite import SqliteMemory
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "MiniLMEmbedder",
     "OpenAIEmbedder",
     "PostgresMemory",
+    "RedisMemory",
     "SearchMode",
     "SqliteMemory",
     "record_id",
@@ -53,6 +56,7 @@ _LAZY = {
     "MiniLMEmbedder": "tether.memory.minilm",
     "OpenAIEmbedder": "tether.memory.openai",
     "PostgresMemory": "tether.memory.postgres",
+    "RedisMemory": "tether.memory.redis",
     "SqliteMemory": "tether.memory.sqlite",
 }
 """Loaded when first used: ``import tether`` pays for no backend."""

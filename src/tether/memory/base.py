@@ -168,13 +168,25 @@ class MemoryQuery:
 
     def admits(self, record: MemoryRecord, now: datetime) -> bool:
         """Whether ``record`` passes this query's filters (and has not expired)."""
-        if record.namespace != self.namespace or record.expired(now):
+        return record.namespace == self.namespace and self.passes(
+            record.kind, record.metadata, record.created, record.expires, now
+        )
+
+    def passes(
+        self,
+        kind: str,
+        metadata: JsonObject,
+        created: datetime | None,
+        expires: datetime | None,
+        now: datetime,
+    ) -> bool:
+        """Whether a record of this namespace with these fields passes the filters at ``now``."""
+        if expires is not None and expires <= now:
             return False
-        if self.kinds and record.kind not in self.kinds:
+        if self.kinds and kind not in self.kinds:
             return False
-        if any(record.metadata.get(k, _MISSING) != v for k, v in self.metadata.items()):
+        if any(metadata.get(k, _MISSING) != v for k, v in self.metadata.items()):
             return False
-        created = record.created
         if self.after is not None and (created is None or created < self.after):
             return False
         return not (self.before is not None and (created is None or created >= self.before))

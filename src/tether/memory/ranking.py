@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from tether.errors import InvalidEntry
@@ -21,6 +21,7 @@ from tether.memory.embedder import Embedder
 __all__ = [
     "MATCH_BUDGET",
     "RRF_K",
+    "KeywordIndex",
     "Probe",
     "bm25_ranking",
     "budgeted",
@@ -76,33 +77,59 @@ def words(text: str) -> list[str]:
     return [w.casefold() for w in _WORD.findall(text)]
 
 
-def bm25_ranking(
-    query: str, records: Sequence[MemoryRecord], *, k1: float = 1.2, b: float = 0.75
-) -> list[MemoryRecord]:
+class KeywordIndex:
+    """BM25 over a fixed list of texts, with an inverted index: a query reads its words' postings.
+
+    Built once for texts that do not change (a namespace as of one version) and asked many
+    times; ``bm25_ranking`` builds one for a single question.
+    """
+
+    __slots__ = ("average", "lengths", "postings")
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.postings: dict[str, list[tuple[int, int]]] = {}
+        self.lengths: list[int] = []
+        for i, text in enumerate(texts):
+            counts = Counter(words(text))
+            self.lengths.append(sum(counts.values()))
+            for term, tf in counts.items():
+                self.postings.setdefault(term, []).append((i, tf))
+        self.average = (sum(self.lengths) / len(self.lengths) if self.lengths else 0.0) or 1.0
+
+    def rank(
+        self,
+        query: str,
+        allowed: Container[int] | None = None,
+        *,
+        k1: float = 1.2,
+        b: float = 0.75,
+    ) -> list[int]:
+        """The positions of the texts that share a word with ``query``, best score first.
+
+        ``allowed``: only these positions (a query's filters). Ties go to the earlier text.
+        """
+        total = len(self.lengths)
+        scores: dict[int, float] = {}
+        for term in set(words(query)):
+            posting = self.postings.get(term)
+            if not posting:
+                continue
+            idf = math.log(1 + (total - len(posting) + 0.5) / (len(posting) + 0.5))
+            for i, tf in posting:
+                if allowed is None or i in allowed:
+                    norm = k1 * (1 - b + b * self.lengths[i] / self.average)
+                    scores[i] = scores.get(i, 0.0) + idf * tf * (k1 + 1) / (tf + norm)
+        return sorted((i for i, s in scores.items() if s > 0), key=lambda i: (-scores[i], i))
+
+
+def bm25_ranking(query: str, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
     """``records`` that share a word with ``query``, best BM25 score first.
 
     For the in-process backend; SQLite and PostgreSQL rank in the database.
     """
-    terms = set(words(query))
-    if not terms or not records:
+    if not records or not words(query):
         return []
-    docs = [Counter(words(r.text)) for r in records]
-    avg = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
-    frequency = Counter(t for d in docs for t in terms if t in d)
-    scored: list[tuple[float, int]] = []
-    for i, doc in enumerate(docs):
-        length = sum(doc.values())
-        score = 0.0
-        for term in terms:
-            tf = doc.get(term, 0)
-            if tf:
-                n = frequency[term]
-                idf = math.log(1 + (len(docs) - n + 0.5) / (n + 0.5))
-                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avg))
-        if score > 0:
-            scored.append((score, i))
-    scored.sort(key=lambda s: (-s[0], s[1]))
-    return [records[i] for _, i in scored]
+    return [records[i] for i in KeywordIndex([r.text for r in records]).rank(query)]
 
 
 def normalized(vector: Sequence[float]) -> tuple[float, ...]:
