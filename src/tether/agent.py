@@ -21,7 +21,8 @@ from tether.jsontypes import JsonObject
 from tether.limits import Limits
 from tether.loop import AgentRun, ToolRunner, run_tool
 from tether.memory.base import Memory
-from tether.memory.config import Remember
+from tether.memory.config import MEMORY_TOOLS, Remember
+from tether.memory.tools import memory_tools
 from tether.models.base import Model, ModelSettings
 from tether.models.registry import resolve_model
 from tether.outcome import RunOutcome
@@ -193,6 +194,14 @@ class Agent(Generic[OutputT]):
     def __post_init__(self) -> None:
         remember = _remember(self.memory)
         registry = ToolRegistry(t if isinstance(t, Tool) else function_tool(t) for t in self.tools)
+        if remember is not None and remember.tools:
+            for name in MEMORY_TOOLS:
+                if name in registry:
+                    raise ConfigError(
+                        f"{name!r} is the memory tool of Remember(tools=True); rename your tool"
+                    )
+            for tool in memory_tools():
+                registry.add(tool)
         output = OutputSpec[OutputT].for_type(self.output_type)
         ask = ask_user_definition() if self.can_ask_user else None
         for reserved in ("finish_task", "ask_user"):

@@ -203,6 +203,8 @@ class AgentRun(Generic[OutputT]):
         memory = ctx.spec.memory
         self._rememberer = None if memory is None else Rememberer(ctx, memory)
         self._endings.rememberer = self._rememberer
+        if self._rememberer is not None and memory is not None and memory.tools:
+            self._tools.memory = self._rememberer.access
         thinking = ctx.spec.thinking
         self._thinker = None if thinking is None else Thinker(ctx, self._step, thinking)
         if self._thinker is not None and thinking is not None and thinking.reflector is not None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Literal
 
 from tether._internal.frozen import frozen
 from tether.eventbase import EventBase
+from tether.latefields import LATE
 
 __all__ = ["ContextCompacted", "MemoryRecalled", "MemoryWritten"]
 
@@ -29,6 +31,9 @@ class MemoryRecalled(EventBase):
     """What the search did: hybrid, keyword or vector (no embedder: keyword)."""
     warning: str | None = None
     """Why the search did less than was asked, or failed, in words."""
+    call_id: str | None = field(default=None, metadata=LATE)
+    """The ``recall`` call that searched (``None``: the run's own recall, which enters the
+    model's view after its instructions; a call's recall is that call's result)."""
 
 
 @frozen
@@ -45,6 +50,8 @@ class MemoryWritten(EventBase):
     """The text stored (after the run's redaction: it never holds what the log redacted)."""
     memory_kind: str = "episodic"
     """semantic, episodic or procedural (``tether.memory.MemoryKind``)."""
+    call_id: str | None = field(default=None, metadata=LATE)
+    """The ``remember`` call that wrote it (``None``: the run wrote it at its end)."""
 
 
 @frozen

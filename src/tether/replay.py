@@ -34,9 +34,10 @@ from tether.memory.base import (
     MemorySearch,
     SearchMode,
 )
-from tether.memory.config import Remember
+from tether.memory.config import MEMORY_TOOLS, Remember
 from tether.messages import ToolCall
 from tether.models.replay import ReplayModel
+from tether.run.toolexec import run_tool
 from tether.stores.memory import MemoryStore
 from tether.thinking import Plan, PlanCache, Thinking
 from tether.tools.base import Tool, ToolContext
@@ -133,9 +134,14 @@ def first_divergence(
 
 
 class _RecordedTools:
-    """Serves recorded tool results instead of running tools."""
+    """Serves recorded tool results instead of running tools.
 
-    def __init__(self, events: Sequence[Event]) -> None:
+    The memory tools (``Remember(tools=True)``) run for real, on the recorded memory: what
+    they recall is the recording's, and what they record (``memory_*``) is made again.
+    """
+
+    def __init__(self, events: Sequence[Event], live: frozenset[str] = frozenset()) -> None:
+        self._live = live
         self._results = {
             e.call_id: e for e in events if isinstance(e, ToolCallFinished) and not e.synthetic
         }
@@ -151,6 +157,8 @@ class _RecordedTools:
         timeout: float | None,
     ) -> tuple[ToolResult, str | None]:
         recorded = self._results.get(call.id)
+        if call.name in self._live and recorded is not None and recorded.tool == call.name:
+            return await run_tool(tool, call, ctx, arguments, timeout)
         if recorded is None or recorded.tool != call.name:
             message = f"the replay ran {call.name!r} (call {call.id!r}); the recording did not"
             self.divergence = self.divergence or message
@@ -261,7 +269,9 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
             if remember is None
             else dataclasses.replace(remember, memory=recorded_memory),
         )
-    tools = _RecordedTools(events)
+    remembering = agent.memory if isinstance(agent.memory, Remember) else None
+    live = frozenset(MEMORY_TOOLS if remembering is not None and remembering.tools else ())
+    tools = _RecordedTools(events, live)
     run = agent.stream(
         started.goal,
         context=started.context,

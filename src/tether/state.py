@@ -374,6 +374,8 @@ class StateBuilder(EventHandler[None]):
 
     def on_memory_recalled(self, event: MemoryRecalled) -> None:
         """What was recalled, as the model reads it after its instructions."""
+        if event.call_id is not None:
+            return  # a ``recall`` call's: that call's result, not the view
         self.recalled = event
         self.memory_view = recalled_view(event.texts)
 

@@ -11,7 +11,12 @@ from tether.errors import ConfigError
 from tether.jsontypes import JsonObject
 from tether.memory.base import Memory, MemoryRecord, SearchMode
 
-__all__ = ["Remember", "WritePolicy", "recalled_view"]
+__all__ = ["MEMORY_TOOLS", "RECALL", "REMEMBER", "Remember", "WritePolicy", "recalled_view"]
+
+REMEMBER = "remember"
+RECALL = "recall"
+MEMORY_TOOLS = (REMEMBER, RECALL)
+"""The memory tools' names (``tether.memory.tools``; ``Remember(tools=True)`` reserves them)."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:@/-]")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
@@ -50,6 +55,9 @@ class Remember:
     """How long written records live (``None``: until deleted or evicted by a cap)."""
     policy: WritePolicy | None = None
     """What may be remembered (``None``: everything the run's redaction lets through)."""
+    tools: bool = False
+    """Give the model ``remember`` and ``recall`` tools, for models that manage their own
+    memory (``tether.memory.tools``); what they store passes the same redaction and policy."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.memory, Memory):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
@@ -75,6 +83,8 @@ class Remember:
             raise ConfigError("Remember(policy=...) takes a function of a MemoryRecord")
         if self.ttl is not None and self.ttl <= timedelta(0):
             raise ConfigError("Remember(ttl=...) must be a positive timedelta")
+        if not isinstance(self.tools, bool):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+            raise ConfigError(f"Remember(tools=...) is True or False, not {self.tools!r}")
 
     def namespace_for(self, agent: str) -> str:
         """The namespace a run of the agent named ``agent`` reads and writes."""
@@ -88,6 +98,7 @@ class Remember:
             "recall_tokens": self.recall_tokens,
             "recall_mode": self.recall_mode,
             "write_outcome": self.write_outcome,
+            **({"tools": True} if self.tools else {}),  # only when set: older digests hold
         }
 
 

@@ -47,6 +47,7 @@ class Planned:
     awaiting_approval: bool = False
     stop_reason: str | None = None
     stop: Stop | None = None  # the run ends after this turn (a last rejected answer)
+    notes: list[tuple[type[Any], dict[str, Any]]] | None = None  # a memory tool's events
 
     def __init__(self, call: ToolCall) -> None:
         self.call = call

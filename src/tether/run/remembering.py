@@ -9,17 +9,22 @@ or write that fails becomes a warning (in the event, or in the outcome).
 
 from __future__ import annotations
 
-from typing import Generic
+from typing import Any, Generic
 
+from tether.content import ToolResult
 from tether.errors import TetherError
-from tether.memory.base import MemoryQuery, MemoryRecord, MemorySearch
-from tether.memory.config import Remember
+from tether.eventbase import EventBase
+from tether.memory.base import KINDS, MemoryKind, MemoryQuery, MemoryRecord, MemorySearch
+from tether.memory.config import Remember, recalled_view
 from tether.memoryevents import MemoryRecalled, MemoryWritten
 from tether.models.tokens import estimate_tokens
 from tether.run.base import OutputT
 from tether.run.context import RunContext
 
-__all__ = ["Rememberer"]
+__all__ = ["CallMemory", "Notes", "Rememberer"]
+
+Notes = list[tuple[type[EventBase], dict[str, Any]]]
+"""Events a call's memory use leaves, recorded right before the call's result."""
 
 
 class Rememberer(Generic[OutputT]):
@@ -113,17 +118,115 @@ class Rememberer(Generic[OutputT]):
             run_id=ctx.run_id,
             event_seq=ctx.journal.seq,
         )
+        return self.admitted(record)
+
+    def admitted(self, record: MemoryRecord) -> MemoryRecord | None:
+        """``record`` as it may be stored: with the TTL, through the write policy.
+
+        ``None``: the policy keeps nothing of it, or what it changed is not clean.
+        """
         if self.settings.ttl is not None:
             record = record.with_ttl(self.settings.ttl)
         policy = self.settings.policy
-        if policy is not None:
-            kept = policy(record)
-            if kept is None:
-                return None
-            # what the policy changed passes the redaction again: it never adds a secret
-            again = ctx.journal.redacted(kept.text)
-            record = kept if again == kept.text else None
-        return record
+        if policy is None:
+            return record
+        kept = policy(record)
+        if kept is None:
+            return None
+        # what the policy changed passes the redaction again: it never adds a secret
+        return kept if self._ctx.journal.redacted(kept.text) == kept.text else None
+
+    async def call_remember(
+        self, call_id: str, notes: Notes, text: str, kind: str, importance: float
+    ) -> ToolResult:
+        """A ``remember`` call: ``text`` (redacted, through the write policy) is stored."""
+        ctx = self._ctx
+        clean = ctx.journal.redacted(text.strip())
+        if kind not in KINDS:
+            return ToolResult.error(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+        memory_kind: MemoryKind = kind  # pyright: ignore[reportAssignmentType] - checked above
+        try:
+            record = self.admitted(
+                MemoryRecord(
+                    namespace=self.namespace,
+                    text=clean,
+                    kind=memory_kind,
+                    importance=importance,
+                    metadata={"agent": ctx.spec.name, "source": "remember"},
+                    run_id=ctx.run_id,
+                    event_seq=ctx.journal.seq,
+                )
+            )
+        except Exception as exc:  # a bad record, or the write policy failed
+            return ToolResult.error(f"nothing was remembered: {_why(exc)}")
+        if record is None:
+            return ToolResult.text(
+                "Not remembered: this memory's write policy does not keep it.",
+                structured={"remembered": False},
+            )
+        try:
+            await self.settings.memory.upsert([record])
+        except Exception as exc:  # memory never fails a run: the model hears why
+            return ToolResult.error(f"memory could not store it: {_why(exc)}")
+        notes.append(
+            (
+                MemoryWritten,
+                {
+                    "namespace": record.namespace,
+                    "record_id": record.id,
+                    "text": record.text,
+                    "memory_kind": record.kind,
+                    "call_id": call_id,
+                },
+            )
+        )
+        note = " (parts were redacted first)" if clean != text.strip() else ""
+        return ToolResult.text(
+            f"Remembered{note}.",
+            structured={"remembered": True, "id": record.id, "redacted": bool(note)},
+        )
+
+    async def call_recall(self, call_id: str, notes: Notes, query: str, limit: int) -> ToolResult:
+        """A ``recall`` call: what the namespace holds about ``query``, within the budget."""
+        searched = self._ctx.journal.redacted(query.strip())
+        settings = self.settings
+        fields: dict[str, Any] = {
+            "namespace": self.namespace,
+            "query": searched,
+            "call_id": call_id,
+        }
+        try:
+            found = await settings.memory.search(
+                MemoryQuery(
+                    namespace=self.namespace,
+                    text=searched,
+                    limit=limit,
+                    mode=settings.recall_mode,
+                )
+            )
+        except Exception as exc:  # memory never fails a run: the model hears why
+            warning = f"memory search failed: {_why(exc)}"
+            notes.append((MemoryRecalled, {**fields, "records": (), "warning": warning}))
+            return ToolResult.error(f"{warning}; go on without it")
+        ids, texts = self._within_budget(found)
+        notes.append(
+            (
+                MemoryRecalled,
+                {
+                    **fields,
+                    "records": ids,
+                    "texts": texts,
+                    "mode": found.mode,
+                    "warning": found.warning,
+                },
+            )
+        )
+        view = recalled_view(texts) or "Nothing in memory matches that."
+        return ToolResult.text(view, untrusted=True)
+
+    def access(self, call_id: str, notes: Notes) -> CallMemory:
+        """The memory as the call ``call_id`` uses it (its events go to ``notes``)."""
+        return CallMemory(self, call_id, notes)
 
     def written(self, record: MemoryRecord) -> None:
         """Record that ``record`` is written (before it is stored)."""
@@ -144,6 +247,30 @@ class Rememberer(Generic[OutputT]):
                 f"memory: the record {record.id} of {record.namespace} (memory_written) could "
                 f"not be stored: {_why(exc)}"
             )
+
+
+class CallMemory:
+    """The run's memory as one call of ``remember`` or ``recall`` uses it.
+
+    What it does becomes ``memory_written`` / ``memory_recalled`` with the call's id, recorded
+    right before the call's result (the call itself, with its arguments, was recorded before
+    it ran). A failure is the call's error result, never the run's.
+    """
+
+    __slots__ = ("_owner", "call_id", "notes")
+
+    def __init__(self, owner: Rememberer[Any], call_id: str, notes: Notes) -> None:
+        self._owner = owner
+        self.call_id = call_id
+        self.notes = notes
+
+    async def remember(self, text: str, *, kind: str, importance: float) -> ToolResult:
+        """Store ``text`` (see ``Rememberer.call_remember``)."""
+        return await self._owner.call_remember(self.call_id, self.notes, text, kind, importance)
+
+    async def recall(self, query: str, *, limit: int) -> ToolResult:
+        """Search for ``query`` (see ``Rememberer.call_recall``)."""
+        return await self._owner.call_recall(self.call_id, self.notes, query, limit)
 
 
 def _why(exc: BaseException) -> str:

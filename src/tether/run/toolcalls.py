@@ -22,6 +22,7 @@ from tether.events import (
     ToolCallUnknown,
 )
 from tether.jsontypes import JsonObject
+from tether.memory.config import MEMORY_TOOLS
 from tether.messages import ASK_USER, FINISH_TASK
 from tether.models.base import (
     ModelResponse,
@@ -34,6 +35,7 @@ from tether.run.base import Cancelled, OutputT, Planned, Stop
 from tether.run.context import RunContext
 from tether.run.loopmonitor import Call
 from tether.run.policypoint import PolicyPoint
+from tether.run.remembering import Notes
 from tether.run.toolexec import (
     ABANDONED,
     INTERRUPTED,
@@ -46,7 +48,7 @@ from tether.run.toolexec import (
     timed_out,
     tool_error,
 )
-from tether.tools.base import Tool, ToolContext
+from tether.tools.base import MemoryAccess, Tool, ToolContext
 
 __all__ = ["ToolStage"]
 
@@ -68,6 +70,7 @@ class ToolStage(Generic[OutputT]):
         "_spec",
         "_state",
         "check_answer",
+        "memory",
         "policy",
         "runnable",
     )
@@ -87,6 +90,8 @@ class ToolStage(Generic[OutputT]):
         """How many calls of the turn just planned will run (more than one: in parallel)."""
         self.check_answer: Callable[[Planned], Awaitable[None]] | None = None
         """Checks ``finish_task``'s answer before it is taken (the reflector), if on."""
+        self.memory: Callable[[str, Notes], MemoryAccess] | None = None
+        """The run's memory for a call of the memory tools (``Remember(tools=True)``)."""
 
     def plan(self, response: ModelResponse) -> list[Planned]:  # noqa: C901 - a flat decision table
         """Record intent and decide, for every call of the turn, what happens to it."""
@@ -317,8 +322,14 @@ class ToolStage(Generic[OutputT]):
             remaining = max(0.0, deadline - t0)
             if timeout is None or remaining < timeout:
                 timeout = remaining
+        memory = None
+        if self.memory is not None and tool.name in MEMORY_TOOLS:
+            item.notes = []
+            memory = self.memory(item.call.id, item.notes)
         ctx = (
-            ToolContext(run_id=self._ctx.run_id, call_id=item.call.id, tool=tool.name)
+            ToolContext(
+                run_id=self._ctx.run_id, call_id=item.call.id, tool=tool.name, memory=memory
+            )
             if tool.takes_context or self._ctx.tool_runner is not run_tool
             else _NO_CONTEXT
         )
@@ -427,6 +438,10 @@ class ToolStage(Generic[OutputT]):
         synthetic: bool = False,
     ) -> None:
         """Record a call's result (an abandoned call with effects: ``tool_call_unknown``)."""
+        if item.notes:  # what a memory tool did, right before its result
+            for kind, fields in item.notes:
+                self._add(kind, **fields)
+            item.notes = None
         if error_type == ABANDONED:  # it may still run: unknown, unless it changes nothing
             tool = item.tool
             if tool is None or not tool.annotations.is_read_only:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
 import orjson
 
@@ -22,6 +22,7 @@ from tether.errors import ConfigError, ModelRetry
 
 __all__ = [
     "ArgumentsValidator",
+    "MemoryAccess",
     "Tool",
     "ToolAnnotations",
     "ToolContext",
@@ -142,6 +143,22 @@ class ToolDefinition:
     them by their risk, while the developer's own tools run."""
 
 
+class MemoryAccess(Protocol):
+    """The run's long-term memory as one call may use it (``ToolContext.memory``).
+
+    What goes in passes the run's redaction and the memory's write policy, and what comes
+    out is recorded: each is a ``memory_written`` or ``memory_recalled`` of this call.
+    """
+
+    async def remember(self, text: str, *, kind: str, importance: float) -> ToolResult:
+        """Store ``text``; the result says what was done (``remembered``, the record's ``id``)."""
+        ...
+
+    async def recall(self, query: str, *, limit: int) -> ToolResult:
+        """What memory holds about ``query``, fenced as information (untrusted output)."""
+        ...
+
+
 @frozen
 class ToolContext:
     """What a tool may know about the call it serves (declare a parameter of this type)."""
@@ -152,6 +169,8 @@ class ToolContext:
     """The call's id."""
     tool: str
     """The tool's name."""
+    memory: MemoryAccess | None = None
+    """The run's long-term memory, when the agent has one (``Remember``)."""
 
     @property
     def idempotency_key(self) -> str:
