@@ -24,7 +24,7 @@ from tether.events import Event
 from tether.hooks import Hooks
 from tether.limits import Limits, PhaseLimits
 from tether.loop import AgentRun
-from tether.memory.config import Remember
+from tether.memory.config import Remember, SessionHistory
 from tether.messages import ToolCall
 from tether.models.base import Model, ModelRequest, ModelResponse, ModelSettings
 from tether.outcome import RunOutcome, RunStatus
@@ -74,6 +74,7 @@ __all__ = [
     "RunOutcome",
     "RunState",
     "RunStatus",
+    "SessionHistory",
     "StoreError",
     "TetherError",
     "TextBlock",

@@ -21,7 +21,7 @@ from tether.jsontypes import JsonObject
 from tether.limits import Limits
 from tether.loop import AgentRun, ToolRunner, run_tool
 from tether.memory.base import Memory
-from tether.memory.config import MEMORY_TOOLS, Remember
+from tether.memory.config import MEMORY_TOOLS, Remember, SessionHistory, check_session
 from tether.memory.tools import memory_tools
 from tether.models.base import Model, ModelSettings
 from tether.models.registry import resolve_model
@@ -37,6 +37,7 @@ from tether.run.textstream import CallCallback, TextCallback
 from tether.sinks import EventSink
 from tether.spec import AgentSpec
 from tether.stores.base import RunStore
+from tether.stores.kv import KeyValueStore
 from tether.thinking.config import Thinking
 from tether.tools.base import Tool
 from tether.tools.function import function_tool
@@ -93,6 +94,21 @@ def _context(context: Mapping[str, Any] | None) -> JsonObject | None:
 
 
 OutputT = TypeVar("OutputT", default=str)
+
+
+def _session_store(session: str, store: RunStore | None) -> None:
+    """Check that a run can join ``session``: a valid id, and a store to keep its turns."""
+    check_session(session)
+    if store is None:
+        raise UserError(
+            "a session needs a run store to keep its turns: Agent(store=SqliteStore(path)), "
+            "or run(..., store=...)"
+        )
+    if not isinstance(store, KeyValueStore):
+        raise UserError(
+            f"a session keeps its turns in the run store's key-value table, which "
+            f"{type(store).__name__} has not: use SqliteStore or MemoryStore"
+        )
 
 
 def _remember(given: object) -> Remember | None:
@@ -154,6 +170,9 @@ class Agent(Generic[OutputT]):
     """The gate every tool call passes; ``None`` is the safe default ``RulePolicy()``:
     read-only closed-world tools run, destructive, open-world and unannotated ones are
     denied, and after untrusted output side effects wait for approval."""
+    session_history: SessionHistory = field(default_factory=SessionHistory)
+    """How much of a session's earlier conversation a run in one reads
+    (``run(goal, session=...)``): the newest turns, within a number and a token budget."""
     memory: Memory | Remember | None = None
     """Long-term memory (``tether.memory``): a run recalls what it holds about the goal
     into the model's view, and a finished run writes its goal and answer there. A
@@ -193,6 +212,8 @@ class Agent(Generic[OutputT]):
 
     def __post_init__(self) -> None:
         remember = _remember(self.memory)
+        if not isinstance(self.session_history, SessionHistory):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+            raise ConfigError("session_history takes a SessionHistory(turns=..., tokens=...)")
         registry = ToolRegistry(t if isinstance(t, Tool) else function_tool(t) for t in self.tools)
         if remember is not None and remember.tools:
             for name in MEMORY_TOOLS:
@@ -232,6 +253,16 @@ class Agent(Generic[OutputT]):
                     **({} if warn_at == (0.8,) else {"budget_warnings": warn_at}),
                     **({} if thinking is None else {"thinking": thinking.describe()}),
                     **({} if remember is None else {"memory": remember.describe()}),
+                    **(
+                        {}
+                        if self.session_history == SessionHistory()
+                        else {
+                            "session_history": {
+                                "turns": self.session_history.turns,
+                                "tokens": self.session_history.tokens,
+                            }
+                        }
+                    ),
                 }
             )
         ).hexdigest()
@@ -255,6 +286,7 @@ class Agent(Generic[OutputT]):
             prompt=prompt,
             thinking=thinking,
             memory=remember,
+            session_history=self.session_history,
         )
         object.__setattr__(self, "spec", spec)
 
@@ -286,6 +318,7 @@ class Agent(Generic[OutputT]):
         clock: Clock | None = None,
         tool_runner: ToolRunner = run_tool,
         store: RunStore | None = None,
+        session: str | None = None,
     ) -> AgentRun[OutputT]:
         """Start a run; iterate the result for its events, then read ``.outcome``.
 
@@ -314,9 +347,15 @@ class Agent(Generic[OutputT]):
             clock: The clock (tests pass a fake one for deterministic logs).
             tool_runner: Runs validated tool calls (replay swaps in recorded results).
             store: Commit to this store instead of the agent's.
+            session: Continue this conversation (any id of yours: a chat, a user): the
+                session's earlier turns come before the goal, and this run's goal and
+                answer become its newest turn when it finishes. Needs a run store (its
+                key-value table keeps the turns).
         """
         if not goal.strip():
             raise UserError("the goal must be a non-empty string")
+        if session is not None:
+            _session_store(session, store or self.store)
         given = _context(context)
         rid = run_id or new_run_id()
         chosen = resolve_model(model) if model is not None else self.resolved_model()
@@ -342,6 +381,7 @@ class Agent(Generic[OutputT]):
             store=store or self.store,
             existing=run_id is not None,
             max_recoveries=self.max_recoveries,
+            session=session,
         )
 
     def resume_stream(
@@ -425,6 +465,7 @@ class Agent(Generic[OutputT]):
         clock: Clock | None = None,
         tool_runner: ToolRunner = run_tool,
         store: RunStore | None = None,
+        session: str | None = None,
     ) -> RunOutcome[OutputT]:
         """Run to the end and return the outcome (consumes ``stream``)."""
         run = self.stream(
@@ -441,6 +482,7 @@ class Agent(Generic[OutputT]):
             clock=clock,
             tool_runner=tool_runner,
             store=store,
+            session=session,
         )
         await run.consume()
         return run.outcome

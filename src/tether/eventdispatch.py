@@ -36,6 +36,7 @@ from tether.events import (
     RunFinished,
     RunResumed,
     RunStarted,
+    SessionContinued,
     ToolCallFinished,
     ToolCallRequested,
     ToolCallUnknown,
@@ -67,6 +68,10 @@ class EventHandler(ABC, Generic[R]):
     @abstractmethod
     def on_run_started(self, event: RunStarted) -> R:
         """Handle ``run_started``."""
+
+    @abstractmethod
+    def on_session_continued(self, event: SessionContinued) -> R:
+        """Handle ``session_continued``."""
 
     @abstractmethod
     def on_plan_made(self, event: PlanMade) -> R:

@@ -25,7 +25,12 @@ from tether.eventbase import GENESIS_HASH, EventBase
 from tether.jsontypes import JsonObject, JsonValue
 from tether.latefields import LATE, late_fields
 from tether.limits import Limits, PhaseLimits
-from tether.memoryevents import ContextCompacted, MemoryRecalled, MemoryWritten
+from tether.memoryevents import (
+    ContextCompacted,
+    MemoryRecalled,
+    MemoryWritten,
+    SessionContinued,
+)
 from tether.messages import ToolCall
 from tether.phases import Phase
 from tether.status import ErrorInfo, RunStatus
@@ -60,6 +65,7 @@ __all__ = [
     "RunFinished",
     "RunResumed",
     "RunStarted",
+    "SessionContinued",
     "ToolCallFinished",
     "ToolCallRequested",
     "ToolCallUnknown",
@@ -466,6 +472,7 @@ class RunFinished(EventBase):
 
 Event: TypeAlias = (
     RunStarted
+    | SessionContinued
     | PlanMade
     | PlanRevised
     | Routed
@@ -495,6 +502,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.__dataclass_fields__["kind"].default: cls  # pyright: ignore[reportUnknownMemberType]
     for cls in (
         RunStarted,
+        SessionContinued,
         PlanMade,
         PlanRevised,
         Routed,

@@ -42,12 +42,14 @@ from tether.run.loopmonitor import monitor
 from tether.run.modelstep import ModelStep
 from tether.run.recovery import Recovery
 from tether.run.remembering import Rememberer
+from tether.run.sessions import Sessions
 from tether.run.textstream import CallCallback, TextCallback
 from tether.run.thinker import Thinker
 from tether.run.toolcalls import ToolStage
 from tether.run.toolexec import run_tool, tool_error
 from tether.sinks import EventSink
 from tether.stores.base import RunStore, default_owner
+from tether.stores.kv import KeyValueStore
 
 if TYPE_CHECKING:
     from tether.spec import AgentSpec
@@ -114,6 +116,7 @@ class AgentRun(Generic[OutputT]):
         store: RunStore | None = None,
         existing: bool = False,
         max_recoveries: int = 3,
+        session: str | None = None,
     ) -> AgentRun[_O]:
         """A new run of ``spec`` on ``goal``.
 
@@ -138,6 +141,7 @@ class AgentRun(Generic[OutputT]):
                 store=store,
                 existing=existing,
                 max_recoveries=max_recoveries,
+                session=session,
             )
         )
 
@@ -203,13 +207,20 @@ class AgentRun(Generic[OutputT]):
         memory = ctx.spec.memory
         self._rememberer = None if memory is None else Rememberer(ctx, memory)
         self._endings.rememberer = self._rememberer
+        store = ctx.store
+        self._sessions = (
+            Sessions(ctx, store, ctx.session) if isinstance(store, KeyValueStore) else None
+        )
+        self._endings.sessions = self._sessions
         if self._rememberer is not None and memory is not None and memory.tools:
             self._tools.memory = self._rememberer.access
         thinking = ctx.spec.thinking
         self._thinker = None if thinking is None else Thinker(ctx, self._step, thinking)
         if self._thinker is not None and thinking is not None and thinking.reflector is not None:
             self._tools.check_answer = self._thinker.check
-        self._begins = self._thinker is not None or self._rememberer is not None
+        self._begins = (
+            self._thinker is not None or self._rememberer is not None or ctx.session is not None
+        )
         """Whether anything happens before the first turn (memory, thinking)."""
         self._gen = self._drive()
 
@@ -269,14 +280,17 @@ class AgentRun(Generic[OutputT]):
     # -- the loop ------------------------------------------------------------------------
 
     async def _begin(self) -> tuple[Stop | None, list[Event]]:
-        """Before the first turn: recall from memory, then route and plan.
+        """Before the first turn: the session's earlier turns, recall, then route and plan.
 
         The recall is committed before any model reads it; its batch is returned to be
         handed over with the stage's.
         """
         recalled: list[Event] = []
+        if self._sessions is not None:
+            await self._sessions.begin()
         if self._rememberer is not None:
             await self._rememberer.recall()
+        if self._sessions is not None or self._rememberer is not None:
             recalled = await self._journal.commit()
         stop = None if self._thinker is None else await self._thinker.begin()
         return stop, recalled

@@ -1,4 +1,4 @@
-"""The events of long-term memory and of the context's compaction."""
+"""The events of long-term memory, of sessions, and of the context's compaction."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tether._internal.frozen import frozen
 from tether.eventbase import EventBase
 from tether.latefields import LATE
 
-__all__ = ["ContextCompacted", "MemoryRecalled", "MemoryWritten"]
+__all__ = ["ContextCompacted", "MemoryRecalled", "MemoryWritten", "SessionContinued"]
 
 
 @frozen
@@ -52,6 +52,31 @@ class MemoryWritten(EventBase):
     """semantic, episodic or procedural (``tether.memory.MemoryKind``)."""
     call_id: str | None = field(default=None, metadata=LATE)
     """The ``remember`` call that wrote it (``None``: the run wrote it at its end)."""
+
+
+@frozen
+class SessionContinued(EventBase):
+    """The run continues a conversation: the session's earlier turns enter the model's view.
+
+    Each turn is an earlier run of the session: what the user asked and what it answered,
+    as those runs' logs hold them. A resumed or replayed run reads them here.
+    """
+
+    kind: Literal["session_continued"] = "session_continued"
+    """Discriminator."""
+    session: str
+    """The session's id."""
+    run_ids: tuple[str, ...] = ()
+    """The earlier turns' runs, oldest first."""
+    goals: tuple[str, ...] = ()
+    """What the user asked in each."""
+    answers: tuple[str, ...] = ()
+    """What each answered."""
+    complete: bool = True
+    """Whether every earlier turn is here (``False``: the oldest were left out, over the
+    session's turn or token bound)."""
+    warning: str | None = None
+    """Why the earlier turns could not be read, in words (the run goes on without them)."""
 
 
 @frozen

@@ -13,6 +13,7 @@ _PHASES: dict[str, Phase] = {
     "run_started": "start",
     "run_resumed": "start",
     "user_replied": "start",
+    "session_continued": "start",
     "plan_made": "plan",
     "plan_revised": "plan",
     "routed": "plan",

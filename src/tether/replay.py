@@ -24,6 +24,7 @@ from tether.events import (
     MemoryRecalled,
     PlanMade,
     RunStarted,
+    SessionContinued,
     ToolCallFinished,
 )
 from tether.memory.base import (
@@ -37,6 +38,7 @@ from tether.memory.base import (
 from tether.memory.config import MEMORY_TOOLS, Remember
 from tether.messages import ToolCall
 from tether.models.replay import ReplayModel
+from tether.run.sessions import NAMESPACE as SESSIONS
 from tether.run.toolexec import run_tool
 from tether.stores.memory import MemoryStore
 from tether.thinking import Plan, PlanCache, Thinking
@@ -172,6 +174,24 @@ class _RecordedTools:
         return result, recorded.error_type
 
 
+async def _recorded_session(events: Sequence[Event], store: MemoryStore) -> str | None:
+    """The session the recording continued, its earlier turns put in ``store`` as they were.
+
+    A recording that left its oldest turns out gets one more, older turn too large to keep,
+    so that the replay leaves it out the same way.
+    """
+    continued = next((e for e in events if isinstance(e, SessionContinued)), None)
+    if continued is None:
+        return None
+    turns = list(zip(continued.run_ids, continued.goals, continued.answers, strict=False))
+    if not continued.complete:
+        turns.insert(0, ("left-out", "", "x" * 10**7))
+    for age, (run_id, goal, answer) in enumerate(reversed(turns)):  # newest first
+        key = f"{continued.session}/{age:017d}:{run_id}"
+        await store.kv_set(SESSIONS, key, {"run_id": run_id, "goal": goal, "answer": answer})
+    return continued.session
+
+
 class _RecordedPlans(PlanCache):
     """The recording's plan-cache hits, served in order; nothing is written.
 
@@ -272,6 +292,8 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
     remembering = agent.memory if isinstance(agent.memory, Remember) else None
     live = frozenset(MEMORY_TOOLS if remembering is not None and remembering.tools else ())
     tools = _RecordedTools(events, live)
+    store = MemoryStore()  # the replay's own: nothing of it reaches the agent's store
+    session = await _recorded_session(events, store)
     run = agent.stream(
         started.goal,
         context=started.context,
@@ -280,6 +302,8 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
         parent_run_id=started.parent_run_id,
         agent_ref=started.agent_ref,
         tool_runner=tools,
+        store=store,
+        session=session,
     )
     await run.consume()
     replayed = run.outcome.events

@@ -14,7 +14,7 @@ from typing_extensions import TypeVar
 from tether._internal.frozen import frozen
 from tether.jsontypes import JsonObject
 from tether.limits import Limits
-from tether.memory.config import Remember
+from tether.memory.config import Remember, SessionHistory
 from tether.models.base import ModelSettings
 from tether.policy.base import Policy
 from tether.policy.redaction import Redactor
@@ -72,6 +72,8 @@ class AgentSpec(Generic[OutputT]):
     """The thinking stages in use (``None``: none, the plain loop)."""
     memory: Remember | None = None
     """How the run uses long-term memory (``None``: it does not)."""
+    session_history: SessionHistory = SessionHistory()
+    """How much of a session's earlier conversation a run in one reads."""
 
     @property
     def can_ask_user(self) -> bool:

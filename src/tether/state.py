@@ -37,6 +37,7 @@ from tether.events import (
     RunFinished,
     RunResumed,
     RunStarted,
+    SessionContinued,
     ToolCallFinished,
     ToolCallRequested,
     ToolCallUnknown,
@@ -163,6 +164,10 @@ class StateBuilder(EventHandler[None]):
     """The plan in force (``tether.thinking``)."""
     plan_view: str = ""
     """The plan as the acting model reads it after its instructions ("" without one)."""
+    session: SessionContinued | None = None
+    """The conversation the run continues (``None``: it is in no session)."""
+    earlier: int = 0
+    """How many messages, from the first, are the session's earlier turns."""
     recalled: MemoryRecalled | None = None
     """What long-term memory gave the run at its start (``None``: not searched)."""
     memory_view: str = ""
@@ -371,6 +376,15 @@ class StateBuilder(EventHandler[None]):
     def on_routed(self, event: Routed) -> None:
         """The router's decision."""
         self.routed = event
+
+    def on_session_continued(self, event: SessionContinued) -> None:
+        """The session's earlier turns, as the conversation before the goal."""
+        self.session = event
+        earlier: list[Message] = []
+        for goal, answer in zip(event.goals, event.answers, strict=False):
+            earlier += [UserMessage(text=goal), AssistantMessage(text=answer)]
+        self.messages[0:0] = earlier  # before the goal, the run's first message
+        self.earlier = len(earlier)
 
     def on_memory_recalled(self, event: MemoryRecalled) -> None:
         """What was recalled, as the model reads it after its instructions."""

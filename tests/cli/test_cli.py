@@ -23,6 +23,7 @@ from tether.events import (
     PolicyDecided,
     RunFinished,
     RunStarted,
+    SessionContinued,
     ToolCallFinished,
 )
 
@@ -349,6 +350,22 @@ def test_run_with_a_scripted_model_finishes_and_logs(tmp_path: Path) -> None:
     [calculated] = [e for e in events if isinstance(e, ToolCallFinished) and e.tool == "calculate"]
     assert content_text(calculated.content) == "4"
     assert finished_event(events).output == "4"
+
+
+def test_run_continues_a_session_and_show_says_so(tmp_path: Path) -> None:
+    script = write_script(tmp_path, CALCULATE_THEN_FINISH)
+    given = ["run", "What is 2+2?", "--model", f"scripted:{script}", "--session", "chat-7"]
+    assert invoke(*given).exit_code == 0
+    assert invoke(*given).exit_code == 0
+    logs = sorted(default_logs(tmp_path))
+    second = [e for e in read_jsonl(logs[-1]) if isinstance(e, SessionContinued)]
+    assert [(e.session, e.goals, e.answers) for e in second] == [
+        ("chat-7", ("What is 2+2?",), ("4",))
+    ]
+    assert "session chat-7: 1 earlier turn" in flat(invoke("show", str(logs[-1])).stdout)
+    refused = invoke(*given, "--no-store")
+    assert refused.exit_code == 2
+    assert "--session keeps its turns in the run store" in flat(refused.stderr)
 
 
 def test_run_takes_context_as_json_or_from_a_file(tmp_path: Path) -> None:

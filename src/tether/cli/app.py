@@ -122,6 +122,13 @@ def _run(
             "as the log is).",
         ),
     ] = False,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            help="Continue this conversation (any id: a chat, a user): the model reads the "
+            "session's earlier goals and answers first, and this run becomes its newest turn.",
+        ),
+    ] = None,
 ) -> None:
     """Run an agent on a goal, with a live status line; exit 0 only if it finished.
 
@@ -159,6 +166,8 @@ def _run(
             agent = replace(agent, policy=RulePolicy.from_toml(policy))
         if run_id is not None and store is None:
             raise UserError("--run-id needs the run store: drop --no-store")
+        if session is not None and store is None:
+            raise UserError("--session keeps its turns in the run store: drop --no-store")
         lines = Lines() if stream_text else None
         stream = agent.stream(
             goal,
@@ -167,6 +176,7 @@ def _run(
             on_call=None if lines is None else lines.call,
             agent_ref=agent_ref,
             run_id=run_id,
+            session=session,
         )
         try:
             outcome = asyncio.run(drive(stream, verbose=verbose, max_steps=limits.max_steps))

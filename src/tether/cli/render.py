@@ -27,6 +27,7 @@ from tether.events import (
     RunFinished,
     RunResumed,
     RunStarted,
+    SessionContinued,
     ToolCallFinished,
     ToolCallRequested,
     ToolCallUnknown,
@@ -122,6 +123,12 @@ class _Describer(EventHandler[str]):
 
     def on_routed(self, event: Routed) -> str:
         return f"[blue]routed[/] {event.route}: {short(event.reason, 100)}"
+
+    def on_session_continued(self, event: SessionContinued) -> str:
+        turns = len(event.run_ids)
+        line = f"session {event.session}: {turns} earlier turn{'s' * (turns != 1)}"
+        line += "" if event.complete else " (the oldest left out)"
+        return line if event.warning is None else f"{line}: {short(event.warning, 100)}"
 
     def on_memory_recalled(self, event: MemoryRecalled) -> str:
         line = f"recalled {len(event.records)} memories from {event.namespace} ({event.mode})"

@@ -7,11 +7,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from tether.errors import ConfigError
+from tether.errors import ConfigError, UserError
 from tether.jsontypes import JsonObject
 from tether.memory.base import Memory, MemoryRecord, SearchMode
 
-__all__ = ["MEMORY_TOOLS", "RECALL", "REMEMBER", "Remember", "WritePolicy", "recalled_view"]
+__all__ = [
+    "MEMORY_TOOLS",
+    "RECALL",
+    "REMEMBER",
+    "Remember",
+    "SessionHistory",
+    "WritePolicy",
+    "check_session",
+    "recalled_view",
+]
 
 REMEMBER = "remember"
 RECALL = "recall"
@@ -118,3 +127,34 @@ def recalled_view(texts: tuple[str, ...]) -> str:
         return ""
     lines = "\n".join(f"- {' '.join(_FENCE.sub('[memory]', t).split())}" for t in texts)
     return f"{_HEADER}\n<memory>\n{lines}\n</memory>"
+
+
+_SESSION = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionHistory:
+    """How much of a session's conversation a run reads (``Agent(session_history=...)``)."""
+
+    turns: int = 20
+    """At most this many earlier turns (the newest)."""
+    tokens: int = 4000
+    """At most about this many tokens of them (the oldest are left out first)."""
+
+    def __post_init__(self) -> None:
+        for name in ("turns", "tokens"):
+            value: object = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10**6:
+                raise ConfigError(
+                    f"SessionHistory({name}=...) takes a whole number 0 to 1000000, not {value!r}"
+                )
+
+
+def check_session(session: str) -> str:
+    """``session`` if it is a valid session id, else a ``UserError`` that says what is."""
+    if not isinstance(session, str) or not _SESSION.fullmatch(session):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+        raise UserError(
+            f"session {session!r} is not a valid session id: use 1-128 letters, digits "
+            "and _ . : @ -"
+        )
+    return session

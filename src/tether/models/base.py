@@ -69,6 +69,9 @@ class ModelRequest:
     purpose: Purpose | None = None
     """What a thinking stage asks for (``plan``, ``reflect``, ``route``: ``tether.thinking``);
     ``None`` for the agent's own turns. Not part of what the model is asked either."""
+    earlier: int = 0
+    """How many of ``messages``, from the first, are a session's earlier turns (the run's
+    own conversation follows them). Test doubles count the run's turns after them."""
 
 
 @frozen

@@ -221,6 +221,7 @@ class PromptedToolsModel(Model):
             tool_choice="none",
             settings=request.settings,
             run_id=request.run_id,
+            earlier=request.earlier,
         )
 
 

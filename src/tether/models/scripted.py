@@ -132,7 +132,9 @@ class ScriptedModel(Model):
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Play the run's next step."""
         self.requests.append(request)
-        turns = sum(1 for m in request.messages if isinstance(m, AssistantMessage))
+        turns = sum(
+            1 for m in request.messages[request.earlier :] if isinstance(m, AssistantMessage)
+        )
         known = self._runs.get(request.run_id) if request.run_id else None
         if request.purpose is not None and known is not None:
             # a thinking stage's request shows its own view of the history: it is the next

@@ -27,6 +27,7 @@ from tether.events import (
     MemoryRecalled,
     PolicyDecided,
     RunStarted,
+    SessionContinued,
     ToolCallFinished,
     ToolCallRequested,
     UserReplied,
@@ -540,6 +541,17 @@ class RulePolicy(Policy):
                 # earlier runs wrote it, and they may have read anything: never trusted
                 facts.tainted["recalled memory"] = None
                 facts.sources.add(index, event.seq, "recalled memory", trusted=False)
+            case SessionContinued() if event.run_ids:
+                # the user's earlier words are the user's; the earlier answers are models'
+                # words, and those runs may have read anything: never trusted
+                goals, answers = "\n".join(event.goals), "\n".join(event.answers)
+                facts.sources.add(
+                    lambda: goals, event.seq, "the user's earlier turns", trusted=True
+                )
+                facts.tainted["earlier answers in the session"] = None
+                facts.sources.add(
+                    lambda: answers, event.seq, "earlier answers in the session", trusted=False
+                )
             case _:
                 pass
 

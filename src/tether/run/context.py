@@ -70,6 +70,7 @@ class RunContext(Generic[OutputT]):
         "phased",
         "resume",
         "run_id",
+        "session",
         "spec",
         "state",
         "store",
@@ -104,8 +105,11 @@ class RunContext(Generic[OutputT]):
         answer: str | None = None,
         approvals: Sequence[Approval] = (),
         max_recoveries: int = 3,
+        session: str | None = None,
     ) -> None:
         self.run_id = run_id
+        self.session = session
+        """The session a new run joins (a resumed run's is in its log)."""
         self.goal = goal
         self.goal_context = goal_context
         """Structured context given with the goal (recorded in ``run_started``)."""

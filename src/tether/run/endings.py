@@ -31,6 +31,7 @@ from tether.run.base import Cancelled, OutputT, Stop, error_info
 from tether.run.context import RunContext
 from tether.run.modelstep import ModelStep
 from tether.run.remembering import Rememberer
+from tether.run.sessions import Sessions
 from tether.usage import Usage
 
 __all__ = ["Endings"]
@@ -41,12 +42,13 @@ _log = logging.getLogger("tether")
 class Endings(Generic[OutputT]):
     """Writing a run's end (a limit first asks the model step for a best-effort answer)."""
 
-    __slots__ = ("_ctx", "_step", "rememberer")
+    __slots__ = ("_ctx", "_step", "rememberer", "sessions")
 
     def __init__(self, ctx: RunContext[OutputT], step: ModelStep[OutputT]) -> None:
         self._ctx = ctx
         self._step = step
         self.rememberer: Rememberer[OutputT] | None = None
+        self.sessions: Sessions[OutputT] | None = None
         """Writes what a finished run learned to long-term memory (``None``: no memory)."""
 
     def close_pending(
@@ -92,6 +94,8 @@ class Endings(Generic[OutputT]):
         if stop.status == "finished" and self.rememberer is not None and answer is not None:
             async for batch in self._remember(self.rememberer, answer):
                 yield batch
+        if stop.status == "finished" and self.sessions is not None and answer is not None:
+            await self.sessions.end(answer)
         self._ctx.add(
             RunFinished,
             status=stop.status,

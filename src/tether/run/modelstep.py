@@ -137,6 +137,7 @@ class ModelStep(Generic[OutputT]):
             tool_choice="none" if final else tool_choice,
             settings=settings,
             run_id=self._ctx.run_id,
+            earlier=st.earlier,
         )
 
     def instructions(self, *, plan: bool = True) -> str:

@@ -21,7 +21,7 @@ from tether.models.tokens import estimate_tokens
 from tether.run.base import OutputT
 from tether.run.context import RunContext
 
-__all__ = ["CallMemory", "Notes", "Rememberer"]
+__all__ = ["CallMemory", "Notes", "Rememberer", "why"]
 
 Notes = list[tuple[type[EventBase], dict[str, Any]]]
 """Events a call's memory use leaves, recorded right before the call's result."""
@@ -58,7 +58,7 @@ class Rememberer(Generic[OutputT]):
                 query=goal,
                 records=(),
                 mode=query.mode,
-                warning=f"memory search failed, the run goes on without it: {_why(exc)}",
+                warning=f"memory search failed, the run goes on without it: {why(exc)}",
             )
             return
         ids, texts = self._within_budget(found)
@@ -98,7 +98,7 @@ class Rememberer(Generic[OutputT]):
             return self._outcome_record(answer)
         except Exception as exc:
             self._ctx.journal.warnings.append(
-                f"memory: nothing was written for this run: {_why(exc)}"
+                f"memory: nothing was written for this run: {why(exc)}"
             )
             return None
 
@@ -158,7 +158,7 @@ class Rememberer(Generic[OutputT]):
                 )
             )
         except Exception as exc:  # a bad record, or the write policy failed
-            return ToolResult.error(f"nothing was remembered: {_why(exc)}")
+            return ToolResult.error(f"nothing was remembered: {why(exc)}")
         if record is None:
             return ToolResult.text(
                 "Not remembered: this memory's write policy does not keep it.",
@@ -167,7 +167,7 @@ class Rememberer(Generic[OutputT]):
         try:
             await self.settings.memory.upsert([record])
         except Exception as exc:  # memory never fails a run: the model hears why
-            return ToolResult.error(f"memory could not store it: {_why(exc)}")
+            return ToolResult.error(f"memory could not store it: {why(exc)}")
         notes.append(
             (
                 MemoryWritten,
@@ -205,7 +205,7 @@ class Rememberer(Generic[OutputT]):
                 )
             )
         except Exception as exc:  # memory never fails a run: the model hears why
-            warning = f"memory search failed: {_why(exc)}"
+            warning = f"memory search failed: {why(exc)}"
             notes.append((MemoryRecalled, {**fields, "records": (), "warning": warning}))
             return ToolResult.error(f"{warning}; go on without it")
         ids, texts = self._within_budget(found)
@@ -245,7 +245,7 @@ class Rememberer(Generic[OutputT]):
         except Exception as exc:  # memory never fails a run: the outcome says what went wrong
             self._ctx.journal.warnings.append(
                 f"memory: the record {record.id} of {record.namespace} (memory_written) could "
-                f"not be stored: {_why(exc)}"
+                f"not be stored: {why(exc)}"
             )
 
 
@@ -273,7 +273,7 @@ class CallMemory:
         return await self._owner.call_recall(self.call_id, self.notes, query, limit)
 
 
-def _why(exc: BaseException) -> str:
+def why(exc: BaseException) -> str:
     """An exception in words: tether's own say what to do; others are named by their type."""
     if isinstance(exc, TetherError | OSError):
         return str(exc)
