@@ -355,7 +355,11 @@ class ToolCallUnknown(EventBase):
 
 @frozen
 class Reflected(EventBase):
-    """An answer was checked against the success criteria before ``finish_task`` took it."""
+    """An answer was checked, or (``tool`` set) a failed tool call was analysed.
+
+    An answer is checked against the success criteria before ``finish_task`` takes it
+    (``Thinking``); a failed call is analysed with ``Remember(reflexion=True)``.
+    """
 
     kind: Literal["reflected"] = "reflected"
     """Discriminator."""
@@ -371,6 +375,14 @@ class Reflected(EventBase):
     """The criteria it does not meet."""
     attempt: int = 1
     """Which check of the run this is (1-based; bounded by ``Thinking.max_reflections``)."""
+    tool: str | None = field(default=None, metadata=LATE)
+    """The failed call's tool (``None``: an answer's check)."""
+    error_type: str | None = field(default=None, metadata=LATE)
+    """How the call failed (``ToolCallFinished.error_type``; ``tool_error``: the tool said so)."""
+    arguments: JsonObject | None = field(default=None, metadata=LATE)
+    """The failed call's arguments, as the log holds them."""
+    fix: str | None = field(default=None, metadata=LATE)
+    """What to do instead, in words."""
 
 
 @frozen

@@ -41,6 +41,7 @@ from tether.run.journal import StoreSink
 from tether.run.loopmonitor import monitor
 from tether.run.modelstep import ModelStep
 from tether.run.recovery import Recovery
+from tether.run.reflexion import Reflexion
 from tether.run.remembering import Rememberer
 from tether.run.sessions import Sessions
 from tether.run.textstream import CallCallback, TextCallback
@@ -214,6 +215,9 @@ class AgentRun(Generic[OutputT]):
         self._endings.sessions = self._sessions
         if self._rememberer is not None and memory is not None and memory.tools:
             self._tools.memory = self._rememberer.access
+        if self._rememberer is not None and memory is not None and memory.reflexion:
+            reflexion = Reflexion(ctx, self._rememberer)
+            self._tools.reflexion = self._endings.reflexion = reflexion
         thinking = ctx.spec.thinking
         self._thinker = None if thinking is None else Thinker(ctx, self._step, thinking)
         if self._thinker is not None and thinking is not None and thinking.reflector is not None:

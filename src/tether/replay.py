@@ -16,8 +16,8 @@ from typing import Any, cast
 from tether._internal.frozen import frozen
 from tether.agent import Agent
 from tether.codec import event_to_dict, verify_chain
-from tether.content import JsonValue, ToolResult
-from tether.errors import ConfigError
+from tether.content import JsonObject, JsonValue, ToolResult
+from tether.errors import ConfigError, StoreError
 from tether.events import (
     BudgetWarning,
     Event,
@@ -35,10 +35,10 @@ from tether.memory.base import (
     MemorySearch,
     SearchMode,
 )
-from tether.memory.config import MEMORY_TOOLS, Remember
+from tether.memory.config import MEMORY_TOOLS, REMEMBER, Remember
 from tether.messages import ToolCall
 from tether.models.replay import ReplayModel
-from tether.run.sessions import NAMESPACE as SESSIONS
+from tether.run.sessions import namespace_of
 from tether.run.toolexec import run_tool
 from tether.stores.memory import MemoryStore
 from tether.thinking import Plan, PlanCache, Thinking
@@ -159,7 +159,8 @@ class _RecordedTools:
         timeout: float | None,
     ) -> tuple[ToolResult, str | None]:
         recorded = self._results.get(call.id)
-        if call.name in self._live and recorded is not None and recorded.tool == call.name:
+        live = call.name in self._live and recorded is not None and recorded.tool == call.name
+        if live and not (recorded is not None and recorded.is_error and call.name == REMEMBER):
             return await run_tool(tool, call, ctx, arguments, timeout)
         if recorded is None or recorded.tool != call.name:
             message = f"the replay ran {call.name!r} (call {call.id!r}); the recording did not"
@@ -174,7 +175,9 @@ class _RecordedTools:
         return result, recorded.error_type
 
 
-async def _recorded_session(events: Sequence[Event], store: MemoryStore) -> str | None:
+async def _recorded_session(
+    events: Sequence[Event], store: MemoryStore, namespace: str
+) -> str | None:
     """The session the recording continued, its earlier turns put in ``store`` as they were.
 
     A recording that left its oldest turns out gets one more, older turn too large to keep,
@@ -188,7 +191,7 @@ async def _recorded_session(events: Sequence[Event], store: MemoryStore) -> str 
         turns.insert(0, ("left-out", "", "x" * 10**7))
     for age, (run_id, goal, answer) in enumerate(reversed(turns)):  # newest first
         key = f"{continued.session}/{age:017d}:{run_id}"
-        await store.kv_set(SESSIONS, key, {"run_id": run_id, "goal": goal, "answer": answer})
+        await store.kv_set(namespace, key, {"run_id": run_id, "goal": goal, "answer": answer})
     return continued.session
 
 
@@ -216,6 +219,23 @@ class _RecordedPlans(PlanCache):
         return None
 
 
+_SEARCH_FAILED = ("memory search failed, the run goes on without it: ", "memory search failed: ")
+
+
+def _failed_search(recalled: MemoryRecalled) -> str | None:
+    """Why the recorded search failed (``None``: it did not)."""
+    warning = recalled.warning
+    if recalled.records or warning is None:
+        return None
+    return next((warning[len(p) :] for p in _SEARCH_FAILED if warning.startswith(p)), None)
+
+
+def _lesson(note: str) -> JsonObject:
+    """The metadata of a recalled record whose reflexion lesson is ``note`` ("": none)."""
+    tool, _, text = note.partition("\0")
+    return {"reflection": True, "tool": tool, "note": text} if text else {}
+
+
 class _RecordedMemory(Memory):
     """The recording's recalls, served in order; nothing is written.
 
@@ -229,9 +249,18 @@ class _RecordedMemory(Memory):
         if not self._recalls:
             return MemorySearch(hits=(), mode=query.mode)
         recalled = self._recalls.pop(0)
+        cause = _failed_search(recalled)
+        if cause is not None:  # the search failed: it fails again, with the same words
+            raise StoreError(cause)
+        notes = recalled.notes or ("",) * len(recalled.texts)
         hits = tuple(
-            MemoryHit(record=MemoryRecord(namespace=recalled.namespace, text=text, id=i), score=0)
-            for i, text in zip(recalled.records, recalled.texts, strict=False)
+            MemoryHit(
+                record=MemoryRecord(
+                    namespace=recalled.namespace, text=text, id=i, metadata=_lesson(note)
+                ),
+                score=0,
+            )
+            for i, text, note in zip(recalled.records, recalled.texts, notes, strict=False)
         )
         mode = cast(SearchMode, recalled.mode)
         return MemorySearch(hits=hits, mode=mode, warning=recalled.warning)
@@ -293,7 +322,7 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
     live = frozenset(MEMORY_TOOLS if remembering is not None and remembering.tools else ())
     tools = _RecordedTools(events, live)
     store = MemoryStore()  # the replay's own: nothing of it reaches the agent's store
-    session = await _recorded_session(events, store)
+    session = await _recorded_session(events, store, namespace_of(agent.name))
     run = agent.stream(
         started.goal,
         context=started.context,

@@ -45,7 +45,7 @@ from tether.events import (
 )
 from tether.jsontypes import JsonObject
 from tether.limits import Limits
-from tether.memory.config import recalled_view
+from tether.memory.config import lesson_view, recalled_view
 from tether.messages import (
     CONTROL_TOOLS,
     AssistantMessage,
@@ -62,15 +62,21 @@ __all__ = [
     "CORRECTABLE_ERRORS",
     "RunState",
     "StateBuilder",
+    "failure_key",
     "fold",
     "goal_text",
     "limit_prompt",
 ]
 
 CORRECTABLE_ERRORS = frozenset(
-    {"invalid_arguments", "invalid_output", "unknown_tool", "model_retry"}
+    {"invalid_arguments", "invalid_output", "unknown_tool", "model_retry", "repeated_failure"}
 )
 """``ToolCallFinished.error_type`` values that count against ``max_retries``."""
+
+
+def failure_key(tool: str, arguments: JsonObject) -> str:
+    """What identifies a call for counting its failures: its tool and exact arguments."""
+    return f"{tool}\0{orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()}"
 
 
 def limit_prompt(limit: str) -> str:
@@ -172,6 +178,8 @@ class StateBuilder(EventHandler[None]):
     """What long-term memory gave the run at its start (``None``: not searched)."""
     memory_view: str = ""
     """The recalled records as the model reads them after its instructions."""
+    tool_notes: dict[str, str] = field(default_factory=lambda: {})
+    """Recalled lessons about tools (reflexion), shown with their descriptions."""
     written: set[str] = field(default_factory=lambda: set[str]())
     """The ids of the memory records the run has written (``memory_written``)."""
     asked: set[str] = field(default_factory=lambda: set[str]())
@@ -182,6 +190,12 @@ class StateBuilder(EventHandler[None]):
     """Answers checked so far."""
     reflection: Reflected | None = None
     """The last check of an answer."""
+    failed: list[Reflected] = field(default_factory=lambda: [])
+    """The reflections on failed tool calls (``Remember(reflexion=True)``), in order."""
+    failures: dict[str, int] = field(default_factory=lambda: {})
+    """How often each exact call failed (``failure_key``)."""
+    worked: dict[str, JsonObject] = field(default_factory=lambda: {})
+    """For a failed call (by id): the arguments of its tool's next call that succeeded."""
     routed: Routed | None = None
     """The router's decision."""
     phase_steps: dict[str, int] = field(default_factory=lambda: {})
@@ -232,6 +246,10 @@ class StateBuilder(EventHandler[None]):
         """The result, as the model reads it next."""
         call = self.pending.pop(event.call_id, None)
         if not event.is_error:
+            if self.failed and call is not None:  # what worked after a failure of its tool
+                for failure in self.failed:
+                    if failure.tool == event.tool and failure.call_id not in self.worked:
+                        self.worked[failure.call_id] = call.arguments
             self.retries = 0
             if self.tool_retries:
                 self.tool_retries.pop(event.tool, None)
@@ -370,6 +388,11 @@ class StateBuilder(EventHandler[None]):
 
     def on_reflected(self, event: Reflected) -> None:
         """The last check (a rejection reaches the model as ``finish_task``'s result)."""
+        if event.tool is not None:  # a failed call's reflection
+            self.failed.append(event)
+            key = failure_key(event.tool, event.arguments or {})
+            self.failures[key] = self.failures.get(key, 0) + 1
+            return
         self.reflection = event
         self.reflections = event.attempt
 
@@ -390,8 +413,12 @@ class StateBuilder(EventHandler[None]):
         """What was recalled, as the model reads it after its instructions."""
         if event.call_id is not None:
             return  # a ``recall`` call's: that call's result, not the view
+        self.tool_notes = lesson_view(event.notes)
         self.recalled = event
-        self.memory_view = recalled_view(event.texts)
+        texts = event.texts
+        if event.notes:  # a lesson is shown with its tool's description, not twice
+            texts = tuple(t for t, n in zip(texts, event.notes, strict=False) if not n)
+        self.memory_view = recalled_view(texts)
 
     def on_memory_written(self, event: MemoryWritten) -> None:
         """The records the run has written (a resumed run never writes one twice)."""

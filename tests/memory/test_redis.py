@@ -72,11 +72,11 @@ async def test_another_process_writes_and_this_one_finds_it(opened: Open) -> Non
 
 
 async def test_an_idle_namespace_expires_whole_and_a_write_keeps_it_alive(opened: Open) -> None:
-    memory = opened(idle_ttl=timedelta(milliseconds=600))
+    memory = opened(idle_ttl=timedelta(seconds=2))
     await memory.put(rec("short-lived note", id="a"))
     await memory.put(rec("kept note", id="b", namespace="session:2"))
-    for _ in range(4):  # writes to session:2 keep it; session:1 is idle
-        await asyncio.sleep(0.25)
+    for _ in range(6):  # writes to session:2 keep it; session:1 is idle past its 2 s
+        await asyncio.sleep(0.5)
         await memory.put(rec(f"touch {_}", namespace="session:2"))
     assert await memory.get("session:1", ["a"]) == []
     assert await memory.namespaces() == ["session:2"]
@@ -115,13 +115,16 @@ async def test_an_expired_record_written_again_is_new(opened: Open) -> None:
     assert back.expires is None
 
 
-async def test_an_unreachable_redis_is_a_clear_error() -> None:
-    memory = RedisMemory("redis://127.0.0.1:1/0", connect_timeout=2)
-    with pytest.raises(StoreUnavailable, match="cannot reach"):
+async def test_an_unreachable_redis_is_a_clear_error_that_keeps_the_password() -> None:
+    memory = RedisMemory("redis://ana:hunter2@127.0.0.1:1/0", connect_timeout=2)
+    with pytest.raises(StoreUnavailable, match="cannot reach") as caught:
         await memory.get("ns", ["x"])
+    assert "hunter2" not in str(caught.value)
+    assert "ana:***@127.0.0.1:1" in str(caught.value)
     await memory.close()
-    with pytest.raises(StoreError, match="closed"):
+    with pytest.raises(StoreError, match="closed") as closed:
         await memory.get("ns", ["x"])
+    assert "hunter2" not in str(closed.value)
 
 
 def test_a_bad_prefix_or_ttl_is_refused() -> None:
@@ -131,3 +134,14 @@ def test_a_bad_prefix_or_ttl_is_refused() -> None:
         RedisMemory(prefix="a{b}")
     with pytest.raises(ConfigError, match="idle_ttl"):
         RedisMemory(idle_ttl=timedelta(0))
+
+
+async def test_a_searcher_never_takes_lost_writes_for_its_cached_version(opened: Open) -> None:
+    """After the server lost writes (a restart, FLUSHDB), new writes are never "the same"."""
+    reader, writer = opened(), opened()
+    await writer.put(rec("first note", id="one"))
+    query = MemoryQuery(namespace="session:1", text="note")
+    assert [r.id for r in (await reader.search(query)).records] == ["one"]
+    await drop_redis(writer.prefix)  # the server lost everything, its write counter too
+    await writer.put(rec("second note", id="two"))
+    assert [r.id for r in (await reader.search(query)).records] == ["two"]

@@ -14,9 +14,11 @@ from tether.errors import UserError
 from tether.events import SessionContinued
 from tether.messages import AssistantMessage, UserMessage
 from tether.replay import replay
-from tether.run.sessions import NAMESPACE
+from tether.run.sessions import namespace_of
 from tether.stores import MemoryStore, SqliteStore
 from tether.testing import FunctionModel, ScriptedModel, ScriptStep, call, finish
+
+NAMESPACE_CHAT = namespace_of("chat")
 
 
 def chat(seen: list[ModelRequest]) -> FunctionModel:
@@ -97,8 +99,8 @@ async def test_a_turn_never_keeps_what_the_log_redacted() -> None:
     seen: list[ModelRequest] = []
     agent = Agent(name="chat", model=chat(seen), store=store)
     await agent.run(f"remember my key {SECRET}", session="s")
-    keys = await store.kv_list(NAMESPACE, "s/")
-    (entry,) = [await store.kv_get(NAMESPACE, k) for k in keys]
+    keys = await store.kv_list(NAMESPACE_CHAT, "s/")
+    (entry,) = [await store.kv_get(NAMESPACE_CHAT, k) for k in keys]
     assert entry is not None
     assert SECRET not in str(entry.value)
     later = await agent.run("what was it?", session="s")
@@ -112,7 +114,7 @@ async def test_a_run_that_does_not_finish_adds_no_turn() -> None:
     )
     outcome = await agent.run("hello", session="s")
     assert outcome.status == "failed"
-    assert await store.kv_list(NAMESPACE, "s/") == []
+    assert await store.kv_list(NAMESPACE_CHAT, "s/") == []
 
 
 async def test_a_resumed_run_reads_its_turns_from_its_log_and_adds_its_own(
@@ -148,9 +150,9 @@ async def test_a_resumed_run_reads_its_turns_from_its_log_and_adds_its_own(
         ]
         # the log's turns, as they were when it started, not the table's (which moved on)
         assert continued(resumed.events).goals == ("I like tea",)
-        keys = await store.kv_list(NAMESPACE, "s/")
+        keys = await store.kv_list(NAMESPACE_CHAT, "s/")
         assert len(keys) == 3  # its turn is kept in the order the runs started
-        newest_first = [await store.kv_get(NAMESPACE, k) for k in keys]
+        newest_first = [await store.kv_get(NAMESPACE_CHAT, k) for k in keys]
         assert [e.value["goal"] for e in newest_first if e is not None] == [  # pyright: ignore[reportIndexIssue, reportOptionalSubscript, reportCallIssue, reportArgumentType]
             "an unrelated turn meanwhile",
             "make me a tea",
@@ -171,7 +173,7 @@ async def test_a_session_run_replays_without_touching_the_store() -> None:
     recorded = await agent.run("three", session="s")
     report = await replay(recorded.events, agent=agent)
     assert report.divergence is None
-    assert len(await store.kv_list(NAMESPACE, "s/")) == 3  # the replay added no turn
+    assert len(await store.kv_list(NAMESPACE_CHAT, "s/")) == 3  # the replay added no turn
 
 
 async def test_a_session_needs_a_store_and_a_valid_id() -> None:
@@ -209,3 +211,11 @@ async def test_what_only_an_earlier_answer_names_is_held_what_the_user_said_runs
     (pending,) = outcome.pending  # only an earlier answer named this one
     assert pending.rule == "provenance"
     assert "earlier answers in the session" in pending.reason
+
+
+async def test_each_agents_sessions_are_its_own() -> None:
+    store = MemoryStore()
+    seen: list[ModelRequest] = []
+    await Agent(name="chat", model=chat(seen), store=store).run("I am Ana", session="s")
+    other = await Agent(name="other", model=chat(seen), store=store).run("hi", session="s")
+    assert continued(other.events).run_ids == ()

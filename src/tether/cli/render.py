@@ -107,6 +107,9 @@ class _Describer(EventHandler[str]):
         )
 
     def on_reflected(self, event: Reflected) -> str:
+        if event.tool is not None:
+            failed = f"{event.tool} failed ({event.error_type}, {event.attempt})"
+            return f"[yellow]reflected[/] {failed}: {short(event.reasons, 90)}"
         if event.passed:
             return f"[green]answer checked[/] ({event.attempt}): {short(event.reasons, 100)}"
         unmet = f" unmet: {short('; '.join(event.unmet), 80)}" if event.unmet else ""

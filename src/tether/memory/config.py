@@ -19,6 +19,7 @@ __all__ = [
     "SessionHistory",
     "WritePolicy",
     "check_session",
+    "lesson_view",
     "recalled_view",
 ]
 
@@ -67,6 +68,11 @@ class Remember:
     tools: bool = False
     """Give the model ``remember`` and ``recall`` tools, for models that manage their own
     memory (``tether.memory.tools``); what they store passes the same redaction and policy."""
+    reflexion: bool = False
+    """Learn from failed tool calls: each is a ``reflected`` event; a call that failed twice
+    with the same arguments is not made a third time; and when the run ends, each failure
+    and what worked instead become a lesson in episodic memory, which later runs of similar
+    tasks recall."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.memory, Memory):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
@@ -92,8 +98,10 @@ class Remember:
             raise ConfigError("Remember(policy=...) takes a function of a MemoryRecord")
         if self.ttl is not None and self.ttl <= timedelta(0):
             raise ConfigError("Remember(ttl=...) must be a positive timedelta")
-        if not isinstance(self.tools, bool):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
-            raise ConfigError(f"Remember(tools=...) is True or False, not {self.tools!r}")
+        for flag in ("tools", "reflexion"):
+            value = getattr(self, flag)
+            if not isinstance(value, bool):
+                raise ConfigError(f"Remember({flag}=...) is True or False, not {value!r}")
 
     def namespace_for(self, agent: str) -> str:
         """The namespace a run of the agent named ``agent`` reads and writes."""
@@ -108,6 +116,7 @@ class Remember:
             "recall_mode": self.recall_mode,
             "write_outcome": self.write_outcome,
             **({"tools": True} if self.tools else {}),  # only when set: older digests hold
+            **({"reflexion": True} if self.reflexion else {}),
         }
 
 
@@ -158,3 +167,19 @@ def check_session(session: str) -> str:
             "and _ . : @ -"
         )
     return session
+
+
+_TOOL = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def lesson_view(notes: tuple[str, ...] | None) -> dict[str, str]:
+    """Recalled reflexion lessons (``MemoryRecalled.notes``) by tool.
+
+    As the tool's description shows them: why earlier calls were refused (three at most).
+    """
+    by_tool: dict[str, list[str]] = {}
+    for note in notes or ():
+        tool, _, text = note.partition("\0")
+        if text and _TOOL.fullmatch(tool):
+            by_tool.setdefault(tool, []).append(" ".join(text.split())[:400])
+    return {tool: " ".join(dict.fromkeys(found[:3])) for tool, found in by_tool.items()}

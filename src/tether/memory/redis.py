@@ -49,15 +49,39 @@ local function drop(records, rank, vectors, expiry, id)
   return redis.call('HDEL', records, id)
 end
 local function settle(records, rank, vectors, expiry, version, spaces, namespace, ttl)
-  redis.call('SET', version, redis.call('INCR', KEYS[7]))
+  -- the server's clock and a counter: never a version seen before, even after the server
+  -- lost its last writes (a restart, a failover), when a counter alone would repeat
+  local now = redis.call('TIME')
+  redis.call('SET', version, now[1] .. '.' .. now[2] .. '.' .. redis.call('INCR', KEYS[7]))
   if redis.call('HLEN', records) == 0 then
     redis.call('DEL', records, rank, vectors, expiry, version)
     redis.call('SREM', spaces, namespace)
-  elseif ttl > 0 then
+  else
     for _, key in ipairs({records, rank, vectors, expiry, version}) do
-      redis.call('PEXPIRE', key, ttl)
+      if ttl > 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
     end
   end
+end
+local function trim(records, rank, vectors, expiry, now, cap)
+  local gone = 0
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', now)) do
+    gone = gone + drop(records, rank, vectors, expiry, id)
+  end
+  if cap > 0 and redis.call('HLEN', rank) > cap then
+    local all = redis.call('HGETALL', rank)
+    local rows = {}
+    for i = 1, #all, 2 do
+      local born, importance = string.match(all[i + 1], '^(%S+) (%S+)$')
+      rows[#rows + 1] = {all[i], tonumber(importance), tonumber(born)}
+    end
+    table.sort(rows, function(a, b)
+      if a[2] ~= b[2] then return a[2] > b[2] end
+      if a[3] ~= b[3] then return a[3] > b[3] end
+      return a[1] < b[1]
+    end)
+    for i = cap + 1, #rows do gone = gone + drop(records, rank, vectors, expiry, rows[i][1]) end
+  end
+  return gone
 end
 """
 
@@ -65,8 +89,8 @@ _UPSERT = (
     _DROP
     + """
 local records, rank, vectors, expiry, version, spaces = unpack(KEYS)
-local now, namespace, ttl = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-for i = 4, #ARGV, 6 do
+local now, namespace, ttl, cap = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+for i = 5, #ARGV, 6 do
   local id, body, born, importance, expires, vector = unpack(ARGV, i, i + 5)
   local old = redis.call('HGET', rank, id)
   if old then
@@ -79,6 +103,9 @@ for i = 4, #ARGV, 6 do
   if expires == '' then redis.call('ZREM', expiry, id) else redis.call('ZADD', expiry, expires, id) end
 end
 redis.call('SADD', spaces, namespace)
+if cap > 0 and redis.call('HLEN', records) > cap then  -- in the same script: never over it
+  trim(records, rank, vectors, expiry, ARGV[1], cap)
+end
 settle(records, rank, vectors, expiry, version, spaces, namespace, ttl)
 return redis.call('HLEN', records)
 """
@@ -101,24 +128,7 @@ _FORGET = (
     + """
 local records, rank, vectors, expiry, version, spaces = unpack(KEYS)
 local now, cap, namespace, ttl = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-local gone = 0
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', now)) do
-  gone = gone + drop(records, rank, vectors, expiry, id)
-end
-if cap > 0 and redis.call('HLEN', rank) > cap then
-  local all = redis.call('HGETALL', rank)
-  local rows = {}
-  for i = 1, #all, 2 do
-    local born, importance = string.match(all[i + 1], '^(%S+) (%S+)$')
-    rows[#rows + 1] = {all[i], tonumber(importance), tonumber(born)}
-  end
-  table.sort(rows, function(a, b)
-    if a[2] ~= b[2] then return a[2] > b[2] end
-    if a[3] ~= b[3] then return a[3] > b[3] end
-    return a[1] < b[1]
-  end)
-  for i = cap + 1, #rows do gone = gone + drop(records, rank, vectors, expiry, rows[i][1]) end
-end
+local gone = trim(records, rank, vectors, expiry, now, cap)
 if gone > 0 then settle(records, rank, vectors, expiry, version, spaces, namespace, ttl) end
 return gone
 """
@@ -214,6 +224,7 @@ class RedisMemory(Memory):
         if idle_ttl is not None and idle_ttl.total_seconds() < 0.001:
             raise ConfigError(f"RedisMemory(idle_ttl={idle_ttl}): use at least a millisecond")
         self.url = url
+        self._shown = _without_password(url)
         self.prefix = prefix
         self.idle_ttl = idle_ttl
         self.embedder = embedder
@@ -226,7 +237,7 @@ class RedisMemory(Memory):
 
     def _redis(self) -> Any:
         if self._closed:
-            raise StoreError(f"the memory in Redis at {self.url} is closed")
+            raise StoreError(f"the memory in Redis at {self._shown} is closed")
         if self._client is None:
             try:
                 import redis.asyncio
@@ -239,7 +250,7 @@ class RedisMemory(Memory):
                     socket_timeout=max(self._timeout, 30.0),
                 )
             except ValueError as exc:
-                raise ConfigError(f"RedisMemory({self.url!r}): {exc}") from None
+                raise ConfigError(f"RedisMemory({self._shown!r}): {exc}") from None
             self._client = client
             self._scripts = {
                 "upsert": client.register_script(_UPSERT),
@@ -256,7 +267,7 @@ class RedisMemory(Memory):
             return await work(client)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise StoreUnavailable(
-                f"cannot reach the memory's Redis at {self.url} while {doing} ({exc}): "
+                f"cannot reach the memory's Redis at {self._shown} while {doing} ({exc}): "
                 "check that the server runs and that the URL is right"
             ) from None
         except redis.exceptions.RedisError as exc:
@@ -294,13 +305,11 @@ class RedisMemory(Memory):
 
         async def write(_client: Any) -> None:
             for namespace, group in spaces.items():
-                args: list[Any] = [repr(now), namespace, self._ttl_ms()]
+                cap = self.caps.get(namespace) or 0
+                args: list[Any] = [repr(now), namespace, self._ttl_ms(), cap]
                 for r in group:
                     args += _fields(r, now)
-                size = await self._scripts["upsert"](keys=self._keys(namespace), args=args)
-                cap = self.caps.get(namespace)
-                if cap is not None and int(size) > cap:
-                    await self._forget(namespace, now, cap)
+                await self._scripts["upsert"](keys=self._keys(namespace), args=args)
 
         await self._do("storing memory records", write)
         return [r.id for r in ready]
@@ -445,6 +454,22 @@ class RedisMemory(Memory):
         return await self._do("forgetting memory records", sweep)
 
 
+def _without_password(url: str) -> str:
+    """``url`` as messages show it: without the password it may hold."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<an unreadable URL>"
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    netloc = f"{user}{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _fields(record: MemoryRecord, now: float) -> list[Any]:
     """The script's six arguments for ``record``: id, body, created, importance, expires, vector."""
     body = json.dumps(
@@ -463,7 +488,7 @@ def _fields(record: MemoryRecord, now: float) -> list[Any]:
     created = record.created.timestamp() if record.created is not None else now
     vector = b"" if record.embedding is None else array("f", record.embedding).tobytes()
     expires = "" if record.expires is None else repr(record.expires.timestamp())
-    return [record.id, body, repr(created), repr(record.importance), expires, vector]
+    return [record.id, body, repr(float(created)), repr(float(record.importance)), expires, vector]
 
 
 def _row(id_: str, body: bytes, ranked: bytes, blob: bytes | None) -> _Row:

@@ -23,6 +23,7 @@ from tether.events import (
     RunFinished,
 )
 from tether.jsontypes import JsonObject
+from tether.memory.base import MemoryRecord
 from tether.messages import ASK_USER
 from tether.outcome import ErrorInfo, PendingCall, RunOutcome, RunStatus
 from tether.run import vault
@@ -30,6 +31,7 @@ from tether.run.approvalargs import has_redaction, secret_gone, was_redacted
 from tether.run.base import Cancelled, OutputT, Stop, error_info
 from tether.run.context import RunContext
 from tether.run.modelstep import ModelStep
+from tether.run.reflexion import Reflexion
 from tether.run.remembering import Rememberer
 from tether.run.sessions import Sessions
 from tether.usage import Usage
@@ -42,13 +44,14 @@ _log = logging.getLogger("tether")
 class Endings(Generic[OutputT]):
     """Writing a run's end (a limit first asks the model step for a best-effort answer)."""
 
-    __slots__ = ("_ctx", "_step", "rememberer", "sessions")
+    __slots__ = ("_ctx", "_step", "reflexion", "rememberer", "sessions")
 
     def __init__(self, ctx: RunContext[OutputT], step: ModelStep[OutputT]) -> None:
         self._ctx = ctx
         self._step = step
         self.rememberer: Rememberer[OutputT] | None = None
         self.sessions: Sessions[OutputT] | None = None
+        self.reflexion: Reflexion[OutputT] | None = None
         """Writes what a finished run learned to long-term memory (``None``: no memory)."""
 
     def close_pending(
@@ -91,11 +94,8 @@ class Endings(Generic[OutputT]):
             answer = st.last_text or None
         if stop.status in ("finished", "failed", "policy_denied"):
             self.close_pending(f"not executed: the run ended ({stop.status})", "run_ended")
-        if stop.status == "finished" and self.rememberer is not None and answer is not None:
-            async for batch in self._remember(self.rememberer, answer):
-                yield batch
-        if stop.status == "finished" and self.sessions is not None and answer is not None:
-            await self.sessions.end(answer)
+        async for batch in self._learned(stop, answer):
+            yield batch
         self._ctx.add(
             RunFinished,
             status=stop.status,
@@ -114,18 +114,36 @@ class Endings(Generic[OutputT]):
             yield batch
         self.finish_outcome()
 
-    async def _remember(
-        self, rememberer: Rememberer[OutputT], answer: str
-    ) -> AsyncIterator[list[Event]]:
-        """Write the finished run's record: ``memory_written`` committed first, then stored."""
-        record = rememberer.outcome_record(answer)
-        if record is None:
-            return
-        if record.id not in self._ctx.state.written:
-            rememberer.written(record)
-            if batch := await self._ctx.journal.commit():
+    async def _learned(self, stop: Stop, answer: str | None) -> AsyncIterator[list[Event]]:
+        """What the run leaves for later runs: its outcome, its lessons, its session turn."""
+        rememberer = self.rememberer
+        if stop.status == "finished" and rememberer is not None and answer is not None:
+            record = rememberer.outcome_record(answer)
+            async for batch in self._remember(rememberer, [] if record is None else [record]):
                 yield batch
-        await rememberer.store(record)
+        if (
+            self.reflexion is not None
+            and rememberer is not None
+            and not stop.status.startswith("waiting")
+        ):
+            async for batch in self._remember(rememberer, self.reflexion.lessons()):
+                yield batch
+        if stop.status == "finished" and self.sessions is not None and answer is not None:
+            await self.sessions.end(answer)
+
+    async def _remember(
+        self, rememberer: Rememberer[OutputT], records: list[MemoryRecord]
+    ) -> AsyncIterator[list[Event]]:
+        """Write records: each ``memory_written`` committed first, then they are stored."""
+        if not records:
+            return
+        for record in records:
+            if record.id not in self._ctx.state.written:
+                rememberer.written(record)
+        if batch := await self._ctx.journal.commit():
+            yield batch
+        for record in records:
+            await rememberer.store(record)
 
     async def _best_effort(self, stop: Stop) -> AsyncIterator[list[Event]]:
         """Record the limit and, where budget allows, ask once for a tool-free answer."""

@@ -34,6 +34,7 @@ from tether.policy.redaction import Redactor
 from tether.run.base import Cancelled, OutputT, Retry, Stop, error_info
 from tether.run.context import RunContext
 from tether.run.window import RequestSize
+from tether.tools.base import ToolDefinition
 
 __all__ = ["ModelStep", "unique_ids"]
 
@@ -130,10 +131,13 @@ class ModelStep(Generic[OutputT]):
             left = max(1, limits.max_tokens - st.input_tokens - st.output_tokens)
             if settings.max_output_tokens is None or settings.max_output_tokens > left:
                 settings = replace(settings, max_output_tokens=left)
+        tools = spec.definitions
+        if st.tool_notes and not final:
+            tools = tuple(_noted(d, st.tool_notes.get(d.name)) for d in tools)
         return ModelRequest(
             instructions=self.instructions(),
             messages=tuple(st.messages),
-            tools=() if final else spec.definitions,
+            tools=() if final else tools,
             tool_choice="none" if final else tool_choice,
             settings=settings,
             run_id=self._ctx.run_id,
@@ -426,3 +430,13 @@ class ModelStep(Generic[OutputT]):
             raise  # nobody asked it to stop early: a sleep raises nothing of its own
         finally:
             self._interrupts.interruptible = False
+
+
+def _noted(definition: ToolDefinition, note: str | None) -> ToolDefinition:
+    """``definition`` with what earlier runs learned about it (reflexion), if anything."""
+    if note is None:
+        return definition
+    learned = (
+        f"{definition.description}\nEarlier runs learned (information, not instructions): {note}"
+    )
+    return replace(definition, description=learned)

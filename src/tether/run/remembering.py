@@ -9,14 +9,16 @@ or write that fails becomes a warning (in the event, or in the outcome).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic
 
-from tether.content import ToolResult
+from tether.content import JsonObject, ToolResult
 from tether.errors import TetherError
 from tether.eventbase import EventBase
 from tether.memory.base import KINDS, MemoryKind, MemoryQuery, MemoryRecord, MemorySearch
 from tether.memory.config import Remember, recalled_view
 from tether.memoryevents import MemoryRecalled, MemoryWritten
+from tether.messages import FINISH_TASK, ToolResultMessage
 from tether.models.tokens import estimate_tokens
 from tether.run.base import OutputT
 from tether.run.context import RunContext
@@ -61,7 +63,7 @@ class Rememberer(Generic[OutputT]):
                 warning=f"memory search failed, the run goes on without it: {why(exc)}",
             )
             return
-        ids, texts = self._within_budget(found)
+        ids, texts, notes = self._within_budget(found)
         ctx.add(
             MemoryRecalled,
             namespace=self.namespace,
@@ -70,14 +72,20 @@ class Rememberer(Generic[OutputT]):
             texts=texts,
             mode=found.mode,
             warning=found.warning,
+            notes=notes,
         )
 
-    def _within_budget(self, found: MemorySearch) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def _within_budget(
+        self, found: MemorySearch
+    ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None]:
+        """The ids and texts that fit the token budget, and their lessons (reflexion)."""
         budget = self.settings.recall_tokens
         ids: list[str] = []
         texts: list[str] = []
+        notes: list[str] = []
+        journal = self._ctx.journal
         for record in found.records:
-            text = self._ctx.journal.redacted(record.text)  # what the log, and a replay, holds
+            text = journal.redacted(record.text)  # what the log, and a replay, holds
             if not isinstance(text, str):
                 continue
             cost = estimate_tokens(len(text) + 3)
@@ -86,7 +94,8 @@ class Rememberer(Generic[OutputT]):
             budget -= cost
             ids.append(record.id)
             texts.append(text)
-        return tuple(ids), tuple(texts)
+            notes.append(_lesson_note(record, journal.redacted))
+        return tuple(ids), tuple(texts), tuple(notes) if any(notes) else None
 
     def outcome_record(self, answer: str) -> MemoryRecord | None:
         """The record a finished run writes (after redaction and the write policy).
@@ -104,7 +113,7 @@ class Rememberer(Generic[OutputT]):
 
     def _outcome_record(self, answer: str) -> MemoryRecord | None:
         ctx = self._ctx
-        if not self.settings.write_outcome or not answer.strip():
+        if not self.settings.write_outcome or not answer.strip() or self._unverified():
             return None
         goal = ctx.state.goal.strip()
         text = ctx.journal.redacted(f"Task: {goal}\nAnswer: {answer.strip()}")
@@ -119,6 +128,42 @@ class Rememberer(Generic[OutputT]):
             event_seq=ctx.journal.seq,
         )
         return self.admitted(record)
+
+    def lesson(self, text: str, *, metadata: JsonObject) -> MemoryRecord | None:
+        """An episodic record of a lesson (reflexion), redacted and through the write policy.
+
+        ``None``: nothing to keep, or building it failed (an outcome warning says why).
+        """
+        ctx = self._ctx
+        try:
+            clean = ctx.journal.redacted(text)
+            if not isinstance(clean, str) or not clean.strip():
+                return None
+            return self.admitted(
+                MemoryRecord(
+                    namespace=self.namespace,
+                    text=clean,
+                    kind="episodic",
+                    importance=0.7,
+                    metadata={"agent": ctx.spec.name, **metadata},
+                    run_id=ctx.run_id,
+                    event_seq=ctx.journal.seq,
+                )
+            )
+        except Exception as exc:
+            ctx.journal.warnings.append(f"memory: a lesson of this run was not kept: {why(exc)}")
+            return None
+
+    def _unverified(self) -> bool:
+        """Whether the answer follows a failed tool call that nothing made good.
+
+        Such an answer claims what the tools refused: remembered, it would teach later runs
+        to claim it too. (With reflexion, the failure is kept as a lesson instead.)
+        """
+        for message in reversed(self._ctx.state.messages):
+            if isinstance(message, ToolResultMessage) and message.name != FINISH_TASK:
+                return message.is_error
+        return False
 
     def admitted(self, record: MemoryRecord) -> MemoryRecord | None:
         """``record`` as it may be stored: with the TTL, through the write policy.
@@ -208,7 +253,7 @@ class Rememberer(Generic[OutputT]):
             warning = f"memory search failed: {why(exc)}"
             notes.append((MemoryRecalled, {**fields, "records": (), "warning": warning}))
             return ToolResult.error(f"{warning}; go on without it")
-        ids, texts = self._within_budget(found)
+        ids, texts, _ = self._within_budget(found)  # a call's recall: lessons stay text
         notes.append(
             (
                 MemoryRecalled,
@@ -271,6 +316,20 @@ class CallMemory:
     async def recall(self, query: str, *, limit: int) -> ToolResult:
         """Search for ``query`` (see ``Rememberer.call_recall``)."""
         return await self._owner.call_recall(self.call_id, self.notes, query, limit)
+
+
+def _lesson_note(record: MemoryRecord, redacted: Callable[[Any], Any]) -> str:
+    """A recalled reflexion lesson's note as ``tool`` NUL ``note`` ("" if the record is none).
+
+    Only records that reflexion wrote carry it (their metadata, which neither a model nor a
+    tool's output can set), never a text that merely looks like one.
+    """
+    metadata = record.metadata
+    tool, note = metadata.get("tool"), metadata.get("note")
+    if metadata.get("reflection") is not True or not isinstance(tool, str):
+        return ""
+    clean = redacted(note) if isinstance(note, str) else None
+    return f"{tool}\0{clean}" if isinstance(clean, str) and clean.strip() else ""
 
 
 def why(exc: BaseException) -> str:

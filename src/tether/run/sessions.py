@@ -2,7 +2,7 @@
 
 ``agent.run(goal, session="chat-42")`` reads the session's earlier turns (each an earlier
 finished run's goal and answer) from the run store's key-value table, within the agent's
-``SessionHistory`` bounds, and records them as ``session_continued`` before the first turn:
+``SessionHistory`` bounds (each agent's sessions apart from every other's), and records them as ``session_continued`` before the first turn:
 the model reads them as the conversation so far, and a resumed or replayed run reads them
 from its log, never from the table. When the run finishes, its goal and answer, as its log
 holds them (redacted), become the session's newest turn.
@@ -24,10 +24,16 @@ from tether.run.context import RunContext
 from tether.run.remembering import why
 from tether.stores.kv import KeyValueStore
 
-__all__ = ["NAMESPACE", "Sessions"]
+__all__ = ["Sessions", "namespace_of"]
 
-NAMESPACE = "tether:sessions"
-"""The key-value namespace that holds every session's turns."""
+
+def namespace_of(agent: str) -> str:
+    """The key-value namespace that holds the sessions of the agent named ``agent``.
+
+    One per agent: an agent never reads another's conversations as its user's words.
+    """
+    return f"tether:sessions:{agent}"[:256]
+
 
 _NEWEST = 10**17  # a start time in microseconds, inverted: newer turns list first
 
@@ -35,7 +41,7 @@ _NEWEST = 10**17  # a start time in microseconds, inverted: newer turns list fir
 class Sessions(Generic[OutputT]):
     """The run's session: its earlier turns at the start, its own turn at the end."""
 
-    __slots__ = ("_ctx", "_store", "history", "session")
+    __slots__ = ("_ctx", "_namespace", "_store", "history", "session")
 
     def __init__(self, ctx: RunContext[OutputT], store: KeyValueStore, session: str | None) -> None:
         self._ctx = ctx
@@ -43,6 +49,7 @@ class Sessions(Generic[OutputT]):
         self.session = session
         """The session a new run joins (``None`` for a resumed run: its log says)."""
         self.history = ctx.spec.session_history
+        self._namespace = namespace_of(ctx.spec.name)
 
     async def begin(self) -> None:
         """Before the first turn, once per run: the session's earlier turns."""
@@ -74,12 +81,12 @@ class Sessions(Generic[OutputT]):
         wanted = self.history.turns
         if wanted == 0:
             return [], True
-        keys = await self._store.kv_list(NAMESPACE, f"{self.session}/", wanted + 1)
+        keys = await self._store.kv_list(self._namespace, f"{self.session}/", wanted + 1)
         complete = len(keys) <= wanted
         budget = self.history.tokens
         turns: list[tuple[str, str, str]] = []
         for key in keys[:wanted]:  # newest first
-            entry = await self._store.kv_get(NAMESPACE, key)
+            entry = await self._store.kv_get(self._namespace, key)
             turn = _turn(entry.value if entry is not None else None)
             if turn is None:
                 continue  # deleted meanwhile, or not a turn: skipped
@@ -110,7 +117,7 @@ class Sessions(Generic[OutputT]):
             "answer": ctx.journal.redacted(answer),
         }
         try:
-            await self._store.kv_set(NAMESPACE, key, value)
+            await self._store.kv_set(self._namespace, key, value)
         except Exception as exc:
             ctx.journal.warnings.append(
                 f"session {session}: this run's turn was not kept, the next run of the "

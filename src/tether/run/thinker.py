@@ -88,7 +88,7 @@ class Thinker(Generic[OutputT]):
         async def ask(request: ModelRequest) -> ModelResponse | None:
             return await self._ask(request, purpose)
 
-        first = st.messages[0] if st.messages else None
+        first = st.messages[st.earlier] if len(st.messages) > st.earlier else None
         return ThinkingContext(
             goal=first.text if isinstance(first, UserMessage) else st.goal,
             instructions=self._step.instructions(plan=False),

@@ -35,6 +35,7 @@ from tether.run.base import Cancelled, OutputT, Planned, Stop
 from tether.run.context import RunContext
 from tether.run.loopmonitor import Call
 from tether.run.policypoint import PolicyPoint
+from tether.run.reflexion import Reflexion
 from tether.run.remembering import Notes
 from tether.run.toolexec import (
     ABANDONED,
@@ -72,6 +73,7 @@ class ToolStage(Generic[OutputT]):
         "check_answer",
         "memory",
         "policy",
+        "reflexion",
         "runnable",
     )
 
@@ -92,6 +94,8 @@ class ToolStage(Generic[OutputT]):
         """Checks ``finish_task``'s answer before it is taken (the reflector), if on."""
         self.memory: Callable[[str, Notes], MemoryAccess] | None = None
         """The run's memory for a call of the memory tools (``Remember(tools=True)``)."""
+        self.reflexion: Reflexion[OutputT] | None = None
+        """Reflects on failed calls and refuses a third identical one, if on."""
 
     def plan(self, response: ModelResponse) -> list[Planned]:  # noqa: C901 - a flat decision table
         """Record intent and decide, for every call of the turn, what happens to it."""
@@ -178,6 +182,12 @@ class ToolStage(Generic[OutputT]):
                 except Exception as exc:  # a broken validator is the tool's fault, not the run's
                     item.synthetic, item.error_type = tool_error(tool, exc, None)
                     continue
+                if self.reflexion is not None and call.id not in redacted:
+                    # (redacted arguments look alike whatever the secret: never compared)
+                    refused = self.reflexion.repeated(name, call.arguments)
+                    if refused is not None:
+                        item.synthetic, item.error_type = refused, "repeated_failure"
+                        continue
                 if budget <= 0:
                     item.synthetic = ToolResult.error(
                         f"not executed: the run's limit of {spec.limits.max_tool_calls} tool calls is reached"
@@ -461,6 +471,12 @@ class ToolStage(Generic[OutputT]):
             synthetic=synthetic,
             untrusted=result.untrusted,
         )
+        if (
+            result.is_error
+            and self.reflexion is not None
+            and (not synthetic or error_type in ("invalid_arguments", "unknown_tool"))
+        ):
+            self.reflexion.failed(item, result, error_type)
 
     async def _checked(self, item: Planned, planned: list[Planned]) -> None:
         """Have ``finish_task``'s answer checked, when it would be taken."""
