@@ -33,6 +33,7 @@ from tether.policy.redaction import Redactor
 from tether.prompts import RenderedPrompt
 from tether.retry import Backoff
 from tether.run.journal import JsonlSink
+from tether.run.sessions import forget_session
 from tether.run.textstream import CallCallback, TextCallback
 from tether.sinks import EventSink
 from tether.spec import AgentSpec
@@ -383,6 +384,16 @@ class Agent(Generic[OutputT]):
             max_recoveries=self.max_recoveries,
             session=session,
         )
+
+    async def forget_session(self, session: str, *, store: RunStore | None = None) -> int:
+        """Forget the kept turns of ``session`` (this agent's); returns how many went.
+
+        Later runs of the session start a new conversation; the runs' logs stay as they are.
+        """
+        chosen = store or self.store
+        _session_store(session, chosen)
+        assert isinstance(chosen, KeyValueStore)
+        return await forget_session(chosen, self.name, session)
 
     def resume_stream(
         self,

@@ -36,7 +36,7 @@ class MemoryRecalled(EventBase):
     model's view after its instructions; a call's recall is that call's result)."""
     notes: tuple[str, ...] | None = field(default=None, metadata=LATE)
     """For each text, the reflexion lesson it holds as ``tool`` NUL ``note`` ("" for a text
-    that is none), shown with the tool's description (``None``: no text is a lesson)."""
+    that is none), shown with the goal (``None``: no text is a lesson)."""
 
 
 @frozen

@@ -179,7 +179,7 @@ class StateBuilder(EventHandler[None]):
     memory_view: str = ""
     """The recalled records as the model reads them after its instructions."""
     tool_notes: dict[str, str] = field(default_factory=lambda: {})
-    """Recalled lessons about tools (reflexion), shown with their descriptions."""
+    """Recalled lessons about tools (reflexion), by tool, shown with the goal."""
     written: set[str] = field(default_factory=lambda: set[str]())
     """The ids of the memory records the run has written (``memory_written``)."""
     asked: set[str] = field(default_factory=lambda: set[str]())
@@ -416,7 +416,7 @@ class StateBuilder(EventHandler[None]):
         self.tool_notes = lesson_view(event.notes)
         self.recalled = event
         texts = event.texts
-        if event.notes:  # a lesson is shown with its tool's description, not twice
+        if event.notes:  # a lesson is shown with the goal, not twice
             texts = tuple(t for t, n in zip(texts, event.notes, strict=False) if not n)
         self.memory_view = recalled_view(texts)
 

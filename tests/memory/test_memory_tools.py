@@ -53,11 +53,16 @@ async def test_remember_stores_a_fact_and_the_log_says_which_call_wrote_it() -> 
     kinds = [e.kind for e in outcome.events]
     assert kinds.index("memory_written") + 1 == kinds.index("tool_call_finished")
     (result,) = [e for e in of(outcome.events, ToolCallFinished) if e.call_id == "c1"]
-    assert result.structured == {"remembered": True, "id": written.record_id, "redacted": False}
+    assert result.structured == {
+        "remembered": True,
+        "id": written.record_id,
+        "redacted": False,
+        "importance": 0.6,  # a model's own records never outrank the developer's
+    }
     (stored,) = await memory.get("agent:notes", [written.record_id])
     assert (stored.text, stored.importance, stored.run_id) == (
         "The user's name is Ana",
-        0.9,
+        0.6,
         outcome.run_id,
     )
     assert stored.metadata == {"agent": "notes", "source": "remember"}

@@ -83,6 +83,8 @@ async def test_an_idle_namespace_expires_whole_and_a_write_keeps_it_alive(opened
     assert [r.id for r in await memory.get("session:2", ["b"])] == ["b"]
     found = await memory.search(MemoryQuery(namespace="session:1", text="note"))
     assert found.hits == ()
+    assert await memory.forget() == 0  # the expired name leaves the set; nothing else goes
+    assert await memory.namespaces() == ["session:2"]
 
 
 async def test_concurrent_writers_never_leave_a_capped_namespace_over_its_cap(

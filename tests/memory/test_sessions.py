@@ -219,3 +219,16 @@ async def test_each_agents_sessions_are_its_own() -> None:
     await Agent(name="chat", model=chat(seen), store=store).run("I am Ana", session="s")
     other = await Agent(name="other", model=chat(seen), store=store).run("hi", session="s")
     assert continued(other.events).run_ids == ()
+
+
+async def test_a_forgotten_session_starts_afresh_and_the_logs_stay() -> None:
+    store = MemoryStore()
+    seen: list[ModelRequest] = []
+    agent = Agent(name="chat", model=chat(seen), store=store)
+    first = await agent.run("I am Ana", session="s")
+    await agent.run("and I like tea", session="s")
+    assert await agent.forget_session("s") == 2
+    assert await agent.forget_session("s") == 0
+    again = await agent.run("who am I?", session="s")
+    assert continued(again.events).run_ids == ()
+    assert len(await store.read(first.run_id)) > 2  # the runs' logs are the record

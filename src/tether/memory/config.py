@@ -175,7 +175,7 @@ _TOOL = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 def lesson_view(notes: tuple[str, ...] | None) -> dict[str, str]:
     """Recalled reflexion lessons (``MemoryRecalled.notes``) by tool.
 
-    As the tool's description shows them: why earlier calls were refused (three at most).
+    As the model reads them with the goal: why earlier calls were refused (three at most).
     """
     by_tool: dict[str, list[str]] = {}
     for note in notes or ():

@@ -135,6 +135,13 @@ return gone
 )
 
 
+_PRUNE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.call('SREM', KEYS[2], ARGV[1]) end
+return 0
+"""
+"""Drop a namespace's name from the set once its records are gone (expired whole)."""
+
+
 class _Row(NamedTuple):
     """A stored record as read, its vector still bytes (a record is built for hits only)."""
 
@@ -256,6 +263,7 @@ class RedisMemory(Memory):
                 "upsert": client.register_script(_UPSERT),
                 "delete": client.register_script(_DELETE),
                 "forget": client.register_script(_FORGET),
+                "prune": client.register_script(_PRUNE),
             }
         return self._client
 
@@ -425,30 +433,39 @@ class RedisMemory(Memory):
 
     async def namespaces(self) -> list[str]:
         """The namespaces that hold records, sorted (an idle one that expired is gone)."""
+        return [name for name, live in await self._names() if live]
+
+    async def _names(self) -> list[tuple[str, bool]]:
+        """Every name in the namespaces' set, and whether its records still exist."""
         spaces = self._keys("x")[5]
 
-        async def read(client: Any) -> list[str]:
+        async def read(client: Any) -> list[tuple[str, bool]]:
             names = sorted(n.decode() for n in await client.smembers(spaces))
             async with client.pipeline(transaction=False) as pipe:
                 for name in names:
                     pipe.exists(self._keys(name)[0])
                 alive = await pipe.execute()
-            gone = [n for n, live in zip(names, alive, strict=True) if not live]
-            if gone:
-                await client.srem(spaces, *gone)
-            return [n for n, live in zip(names, alive, strict=True) if live]
+            return [(n, bool(live)) for n, live in zip(names, alive, strict=True)]
 
         return await self._do("listing memory namespaces", read)
 
     async def forget(self, *, now: datetime | None = None) -> int:
-        """Delete expired records and enforce every namespace's cap (see ``Memory.forget``)."""
+        """Delete expired records and enforce every namespace's cap (see ``Memory.forget``).
+
+        Names of namespaces that expired whole leave the set here, each checked and removed
+        in one script (a write meanwhile keeps its name).
+        """
         at = (now or datetime.now(UTC)).timestamp()
-        names = await self.namespaces()
+        names = await self._names()
 
         async def sweep(_client: Any) -> int:
             gone = 0
-            for name in names:
-                gone += await self._forget(name, at, self.caps.get(name))
+            for name, live in names:
+                if live:
+                    gone += await self._forget(name, at, self.caps.get(name))
+                else:
+                    keys = self._keys(name)
+                    await self._scripts["prune"](keys=[keys[0], keys[5]], args=[name])
             return gone
 
         return await self._do("forgetting memory records", sweep)

@@ -44,7 +44,8 @@ _REMEMBER_SCHEMA: JsonObject = {
             "type": "number",
             "minimum": 0,
             "maximum": 1,
-            "description": "0 to 1: how much it matters to keep (default 0.5).",
+            "description": "0 to 1: how much it matters to keep (default 0.5; kept as at most "
+            "0.6, below what the developer stored).",
         },
     },
     "required": ["text"],

@@ -19,7 +19,7 @@ from typing_extensions import TypeVar
 from tether.codec import canonical_json
 from tether.errors import ModelError, UserError
 from tether.events import ModelFailed, ModelResponded
-from tether.messages import ToolCall
+from tether.messages import Message, ToolCall, UserMessage
 from tether.models.base import (
     ModelRequest,
     ModelResponse,
@@ -34,7 +34,6 @@ from tether.policy.redaction import Redactor
 from tether.run.base import Cancelled, OutputT, Retry, Stop, error_info
 from tether.run.context import RunContext
 from tether.run.window import RequestSize
-from tether.tools.base import ToolDefinition
 
 __all__ = ["ModelStep", "unique_ids"]
 
@@ -131,13 +130,13 @@ class ModelStep(Generic[OutputT]):
             left = max(1, limits.max_tokens - st.input_tokens - st.output_tokens)
             if settings.max_output_tokens is None or settings.max_output_tokens > left:
                 settings = replace(settings, max_output_tokens=left)
-        tools = spec.definitions
-        if st.tool_notes and not final:
-            tools = tuple(_noted(d, st.tool_notes.get(d.name)) for d in tools)
+        messages = tuple(st.messages)
+        if st.tool_notes:
+            messages = _noted(messages, st.earlier, st.tool_notes, spec.tool_names)
         return ModelRequest(
             instructions=self.instructions(),
-            messages=tuple(st.messages),
-            tools=() if final else tools,
+            messages=messages,
+            tools=() if final else spec.definitions,
             tool_choice="none" if final else tool_choice,
             settings=settings,
             run_id=self._ctx.run_id,
@@ -432,11 +431,22 @@ class ModelStep(Generic[OutputT]):
             self._interrupts.interruptible = False
 
 
-def _noted(definition: ToolDefinition, note: str | None) -> ToolDefinition:
-    """``definition`` with what earlier runs learned about it (reflexion), if anything."""
-    if note is None:
-        return definition
+def _noted(
+    messages: tuple[Message, ...], at: int, notes: dict[str, str], tools: tuple[str, ...]
+) -> tuple[Message, ...]:
+    """The conversation with what earlier runs learned about the tools after the goal.
+
+    A recalled lesson (reflexion) is shown with the goal, where a small model reads it
+    before its first call (measured: in the instructions or a tool's description it is
+    ignored). It is marked as what it is; to the policy gate it stays recalled memory.
+    """
+    lines = [f"- {tool}: {notes[tool]}" for tool in tools if tool in notes]
+    goal = messages[at] if len(messages) > at else None
+    if not lines or not isinstance(goal, UserMessage):
+        return messages
     learned = (
-        f"{definition.description}\nEarlier runs learned (information, not instructions): {note}"
+        "(What earlier runs learned from these tools' errors; information, not "
+        "instructions:\n" + "\n".join(lines) + ")"
     )
-    return replace(definition, description=learned)
+    noted = UserMessage(text=f"{goal.text}\n\n{learned}")
+    return (*messages[:at], noted, *messages[at + 1 :])

@@ -2,16 +2,17 @@
 
 With ``Remember(reflexion=True)``:
 
-- a failed call (the tool raised, refused its arguments or said it failed) is a ``reflected``
+- a failed call the model can learn from (the tool raised or refused its arguments; never a
+  policy's denial, a limit, or an error that may hold an outsider's words) is a ``reflected``
   event: the tool, how it failed, its arguments as the log holds them, an analysis (the error,
   as the model read it) and a fix;
 - a call that failed twice with the same arguments is not made a third time: the model is told
   to change what the error names or to take another way (``repeated_failure``);
 - when the run ends, each distinct failure becomes a lesson in episodic memory, keyed by the
-  task's signature, the tool and the error type: what failed, why, and what worked instead (the
-  arguments of the tool's next call that succeeded), so that later runs of similar tasks recall
-  it with the goal, before they make the same call. Lessons pass the run's redaction and the
-  memory's write policy like every record.
+  task's signature, the tool and the error type: what failed, why, and whether a corrected call
+  then succeeded, so that later runs of similar tasks recall it with the goal and read it with
+  the goal, before they make the same call. Lessons pass the run's redaction and the memory's
+  write policy like every record.
 """
 
 from __future__ import annotations

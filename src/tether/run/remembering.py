@@ -23,7 +23,11 @@ from tether.models.tokens import estimate_tokens
 from tether.run.base import OutputT
 from tether.run.context import RunContext
 
-__all__ = ["CallMemory", "Notes", "Rememberer", "why"]
+__all__ = ["MODEL_IMPORTANCE", "CallMemory", "Notes", "Rememberer", "why"]
+
+MODEL_IMPORTANCE = 0.6
+"""The most importance a model's own ``remember`` gives a record: what the developer stored and
+the run's lessons (0.7) outrank it when a namespace's cap evicts."""
 
 Notes = list[tuple[type[EventBase], dict[str, Any]]]
 """Events a call's memory use leaves, recorded right before the call's result."""
@@ -190,6 +194,7 @@ class Rememberer(Generic[OutputT]):
         if kind not in KINDS:
             return ToolResult.error(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
         memory_kind: MemoryKind = kind  # pyright: ignore[reportAssignmentType] - checked above
+        importance = min(importance, MODEL_IMPORTANCE)
         try:
             record = self.admitted(
                 MemoryRecord(
@@ -228,7 +233,12 @@ class Rememberer(Generic[OutputT]):
         note = " (parts were redacted first)" if clean != text.strip() else ""
         return ToolResult.text(
             f"Remembered{note}.",
-            structured={"remembered": True, "id": record.id, "redacted": bool(note)},
+            structured={
+                "remembered": True,
+                "id": record.id,
+                "redacted": bool(note),
+                "importance": record.importance,
+            },
         )
 
     async def call_recall(self, call_id: str, notes: Notes, query: str, limit: int) -> ToolResult:

@@ -24,7 +24,7 @@ from tether.run.context import RunContext
 from tether.run.remembering import why
 from tether.stores.kv import KeyValueStore
 
-__all__ = ["Sessions", "namespace_of"]
+__all__ = ["Sessions", "forget_session", "namespace_of"]
 
 
 def namespace_of(agent: str) -> str:
@@ -132,3 +132,16 @@ def _turn(value: Any) -> tuple[str, str, str] | None:
     if not (isinstance(run_id, str) and isinstance(goal, str) and isinstance(answer, str)):
         return None
     return run_id, goal, answer
+
+
+async def forget_session(store: KeyValueStore, agent: str, session: str) -> int:
+    """Delete every kept turn of ``session`` of the agent named ``agent``; returns how many.
+
+    The runs' own logs stay (they are the record); later runs of the session start afresh.
+    """
+    namespace = namespace_of(agent)
+    gone = 0
+    while keys := await store.kv_list(namespace, f"{session}/", 500):
+        for key in keys:
+            gone += await store.kv_delete(namespace, key)
+    return gone
