@@ -215,6 +215,8 @@ class AgentRun(Generic[OutputT]):
         self._endings.sessions = self._sessions
         if self._rememberer is not None and memory is not None and memory.tools:
             self._tools.memory = self._rememberer.access
+        if self._rememberer is not None and memory is not None and memory.recall_on_failure:
+            self._tools.after_turn_recall = self._rememberer.after_failure
         if self._rememberer is not None and memory is not None and memory.reflexion:
             reflexion = Reflexion(ctx, self._rememberer)
             self._tools.reflexion = self._endings.reflexion = reflexion

@@ -34,6 +34,9 @@ class MemoryRecalled(EventBase):
     call_id: str | None = field(default=None, metadata=LATE)
     """The ``recall`` call that searched (``None``: the run's own recall, which enters the
     model's view after its instructions; a call's recall is that call's result)."""
+    after_call: str | None = field(default=None, metadata=LATE)
+    """The failed call whose tool and error were searched for, before the next turn
+    (``Remember(recall_on_failure=True)``); ``None``: the run's recall at its start."""
     notes: tuple[str, ...] | None = field(default=None, metadata=LATE)
     """For each text, the reflexion lesson it holds as ``tool`` NUL ``note`` ("" for a text
     that is none), shown with the goal (``None``: no text is a lesson)."""

@@ -178,6 +178,10 @@ class StateBuilder(EventHandler[None]):
     """What long-term memory gave the run at its start (``None``: not searched)."""
     memory_view: str = ""
     """The recalled records as the model reads them after its instructions."""
+    recalled_ids: set[str] = field(default_factory=lambda: set[str]())
+    """The records the run was given by memory (none is given twice)."""
+    searched_after: set[str] = field(default_factory=lambda: set[str]())
+    """The failed calls memory was searched for (``Remember(recall_on_failure=True)``)."""
     tool_notes: dict[str, str] = field(default_factory=lambda: {})
     """Recalled lessons about tools (reflexion), by tool, shown with the goal."""
     written: set[str] = field(default_factory=lambda: set[str]())
@@ -413,6 +417,12 @@ class StateBuilder(EventHandler[None]):
         """What was recalled, as the model reads it after its instructions."""
         if event.call_id is not None:
             return  # a ``recall`` call's: that call's result, not the view
+        self.recalled_ids.update(event.records)
+        if event.after_call is not None:  # on a failed call: after its result
+            self.searched_after.add(event.after_call)
+            if event.texts:
+                self.messages.append(UserMessage(text=recalled_view(event.texts)))
+            return
         self.tool_notes = lesson_view(event.notes)
         self.recalled = event
         texts = event.texts

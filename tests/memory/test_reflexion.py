@@ -234,3 +234,34 @@ async def test_calls_whose_arguments_were_redacted_are_never_taken_for_repeats()
     outcome = await run.run("Log in")
     assert tried == keys  # the log's arguments look alike ([REDACTED]); the keys differ
     assert outcome.status == "finished"
+
+
+async def test_after_a_failed_call_memory_is_searched_for_its_tool_and_error() -> None:
+    from tether.memory import MemoryRecord
+
+    memory = InProcessMemory()
+    fact = "set_temperature expects kelvin, never celsius"
+    await memory.put(MemoryRecord(namespace="agent:home", text=fact, id="fact"))
+    model = ScriptedModel(
+        [
+            call("set_temperature", id="a", value=21),
+            call("set_temperature", id="b", value=22),
+            call("set_temperature", id="c", value=294.15),
+            finish("done"),
+        ]
+    )
+    run = Agent(name="home", model=model, tools=[set_temperature], memory=memory)
+    outcome = await run.run("Make it warm in here")
+    recalls = [e for e in outcome.events if isinstance(e, MemoryRecalled)]
+    assert [(r.after_call, r.records) for r in recalls] == [
+        (None, ()),  # the goal's words find nothing
+        ("a", ("fact",)),  # the tool and its error do
+        ("b", ()),  # given once: not again
+    ]
+    after = model.requests[1].messages[-1]  # after the failed call's result
+    assert isinstance(after, UserMessage)
+    assert "<memory>" in after.text
+    assert fact in after.text
+    assert model.requests[1].instructions == model.requests[0].instructions  # prefix kept
+    report = await replay(outcome.events, agent=dataclasses.replace(run, model=ScriptedModel([])))
+    assert report.divergence is None

@@ -68,6 +68,10 @@ class Remember:
     tools: bool = False
     """Give the model ``remember`` and ``recall`` tools, for models that manage their own
     memory (``tether.memory.tools``); what they store passes the same redaction and policy."""
+    recall_on_failure: bool = True
+    """After a failed tool call, search the memory for the tool and its error and add what is
+    new to the model's view before the next turn (lessons of earlier runs, facts); with
+    ``recall_limit`` 0, never."""
     reflexion: bool = False
     """Learn from failed tool calls: each is a ``reflected`` event; a call that failed twice
     with the same arguments is not made a third time; and when the run ends, each failure
@@ -98,7 +102,7 @@ class Remember:
             raise ConfigError("Remember(policy=...) takes a function of a MemoryRecord")
         if self.ttl is not None and self.ttl <= timedelta(0):
             raise ConfigError("Remember(ttl=...) must be a positive timedelta")
-        for flag in ("tools", "reflexion"):
+        for flag in ("tools", "reflexion", "recall_on_failure"):
             value = getattr(self, flag)
             if not isinstance(value, bool):
                 raise ConfigError(f"Remember({flag}=...) is True or False, not {value!r}")
@@ -117,6 +121,7 @@ class Remember:
             "write_outcome": self.write_outcome,
             **({"tools": True} if self.tools else {}),  # only when set: older digests hold
             **({"reflexion": True} if self.reflexion else {}),
+            **({} if self.recall_on_failure else {"recall_on_failure": False}),
         }
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic
 
-from tether.content import JsonObject, ToolResult
+from tether.content import JsonObject, ToolResult, content_text
 from tether.errors import TetherError
 from tether.eventbase import EventBase
 from tether.memory.base import KINDS, MemoryKind, MemoryQuery, MemoryRecord, MemorySearch
 from tether.memory.config import Remember, recalled_view
 from tether.memoryevents import MemoryRecalled, MemoryWritten
-from tether.messages import FINISH_TASK, ToolResultMessage
+from tether.messages import FINISH_TASK, Message, ToolResultMessage
 from tether.models.tokens import estimate_tokens
 from tether.run.base import OutputT
 from tether.run.context import RunContext
@@ -78,6 +78,55 @@ class Rememberer(Generic[OutputT]):
             warning=found.warning,
             notes=notes,
         )
+
+    async def after_failure(self) -> bool:
+        """Before a turn that follows a failed call: what memory holds on its tool and error.
+
+        Once per failed call (the log says which were searched for), and only the records
+        this run has not been given yet; they reach the model after the call's result.
+        Returns whether a ``memory_recalled`` was added.
+        """
+        settings, st = self.settings, self._ctx.state
+        if not settings.recall_on_failure or settings.recall_limit == 0:
+            return False
+        failed = _last_failure(st.messages)
+        if failed is None or failed.call_id in st.searched_after:
+            return False
+        error = " ".join(content_text(failed.content).split())[:300]
+        query = self._ctx.journal.redacted(f"{failed.name} {error}")
+        fields: dict[str, Any] = {"namespace": self.namespace, "query": query}
+        try:
+            found = await settings.memory.search(
+                MemoryQuery(
+                    namespace=self.namespace,
+                    text=query,
+                    limit=min(settings.recall_limit, 3) + len(st.recalled_ids),
+                    mode=settings.recall_mode,
+                )
+            )
+        except Exception as exc:  # memory never fails a run: the log says what went wrong
+            self._ctx.add(
+                MemoryRecalled,
+                **fields,
+                records=(),
+                warning=f"memory search failed, the run goes on without it: {why(exc)}",
+                after_call=failed.call_id,
+            )
+            return True
+        fresh = tuple(h for h in found.hits if h.record.id not in st.recalled_ids)
+        kept = MemorySearch(hits=fresh[: min(settings.recall_limit, 3)], mode=found.mode)
+        ids, texts, notes = self._within_budget(kept)
+        self._ctx.add(
+            MemoryRecalled,
+            **fields,
+            records=ids,
+            texts=texts,
+            mode=found.mode,
+            warning=found.warning,
+            after_call=failed.call_id,
+            notes=notes,
+        )
+        return True
 
     def _within_budget(
         self, found: MemorySearch
@@ -326,6 +375,16 @@ class CallMemory:
     async def recall(self, query: str, *, limit: int) -> ToolResult:
         """Search for ``query`` (see ``Rememberer.call_recall``)."""
         return await self._owner.call_recall(self.call_id, self.notes, query, limit)
+
+
+def _last_failure(messages: list[Message]) -> ToolResultMessage | None:
+    """The last failed result of the turn just ended, if the history ends with results."""
+    for message in reversed(messages):
+        if not isinstance(message, ToolResultMessage):
+            return None
+        if message.is_error and not message.synthetic and message.name != FINISH_TASK:
+            return message
+    return None
 
 
 def _lesson_note(record: MemoryRecord, redacted: Callable[[Any], Any]) -> str:

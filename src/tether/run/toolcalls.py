@@ -70,6 +70,7 @@ class ToolStage(Generic[OutputT]):
         "_journal",
         "_spec",
         "_state",
+        "after_turn_recall",
         "check_answer",
         "memory",
         "policy",
@@ -96,6 +97,8 @@ class ToolStage(Generic[OutputT]):
         """The run's memory for a call of the memory tools (``Remember(tools=True)``)."""
         self.reflexion: Reflexion[OutputT] | None = None
         """Reflects on failed calls and refuses a third identical one, if on."""
+        self.after_turn_recall: Callable[[], Awaitable[bool]] | None = None
+        """After a turn's results: what memory holds on a failed call, if on."""
 
     def plan(self, response: ModelResponse) -> list[Planned]:  # noqa: C901 - a flat decision table
         """Record intent and decide, for every call of the turn, what happens to it."""
@@ -256,6 +259,8 @@ class ToolStage(Generic[OutputT]):
                 if item.finish and self.check_answer is not None:
                     await self._checked(item, planned)
                 self._record_planned(item, planned)
+        if self.after_turn_recall is not None:
+            await self.after_turn_recall()
 
     async def execute_parallel(self, planned: list[Planned]) -> AsyncIterator[list[Event]]:
         """Run the allowed calls concurrently (capped) and commit each result in call order."""
@@ -286,6 +291,8 @@ class ToolStage(Generic[OutputT]):
                     self._record_planned(item, planned)
                 if self._journal.has_pending:
                     yield await self._journal.commit()
+            if self.after_turn_recall is not None and await self.after_turn_recall():
+                yield await self._journal.commit()
         finally:
             pending = [t for t in tasks.values() if not t.done()]
             for task in pending:
