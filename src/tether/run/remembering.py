@@ -100,7 +100,7 @@ class Rememberer(Generic[OutputT]):
                 MemoryQuery(
                     namespace=self.namespace,
                     text=query,
-                    limit=min(settings.recall_limit, 3) + len(st.recalled_ids),
+                    limit=min(1000, min(settings.recall_limit, 3) + len(st.recalled_ids)),
                     mode=settings.recall_mode,
                 )
             )
