@@ -261,6 +261,11 @@ class Agent(Generic[OutputT]):
                             "session_history": {
                                 "turns": self.session_history.turns,
                                 "tokens": self.session_history.tokens,
+                                **(
+                                    {}
+                                    if self.session_history.max_age is None
+                                    else {"max_age_s": self.session_history.max_age.total_seconds()}
+                                ),
                             }
                         }
                     ),

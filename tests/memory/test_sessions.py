@@ -232,3 +232,26 @@ async def test_a_forgotten_session_starts_afresh_and_the_logs_stay() -> None:
     again = await agent.run("who am I?", session="s")
     assert continued(again.events).run_ids == ()
     assert len(await store.read(first.run_id)) > 2  # the runs' logs are the record
+
+
+async def test_a_conversation_idle_past_max_age_starts_afresh() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from tether.testing import FakeClock
+
+    store = MemoryStore()
+    seen: list[ModelRequest] = []
+    await Agent(name="chat", model=chat(seen), store=store).run("I am Ana", session="s")
+    later = FakeClock(start=datetime.now(UTC) + timedelta(hours=2))
+    for max_age, turns in ((timedelta(hours=1), ()), (timedelta(hours=3), ("I am Ana",))):
+        agent = Agent(
+            name="chat",
+            model=chat(seen),
+            store=MemoryStore(),
+            session_history=SessionHistory(max_age=max_age),
+        )
+        outcome = await agent.run("who am I?", session="s", store=store, clock=later)
+        event = continued(outcome.events)
+        assert (event.goals, event.complete) == (turns, bool(turns))
+        await agent.forget_session("s", store=store)  # (only this run's own turn)
+        await Agent(name="chat", model=chat(seen), store=store).run("I am Ana", session="s")

@@ -154,8 +154,17 @@ class SessionHistory:
     """At most this many earlier turns (the newest)."""
     tokens: int = 4000
     """At most about this many tokens of them (the oldest are left out first)."""
+    max_age: timedelta | None = None
+    """Turns kept longer ago than this are left out: a conversation idle that long starts
+    afresh (``None``: however old)."""
 
     def __post_init__(self) -> None:
+        if self.max_age is not None and (
+            not isinstance(self.max_age, timedelta) or self.max_age <= timedelta(0)  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+        ):
+            raise ConfigError(
+                f"SessionHistory(max_age=...) takes a positive timedelta, not {self.max_age!r}"
+            )
         for name in ("turns", "tokens"):
             value: object = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 10**6:

@@ -13,7 +13,7 @@ never overwrite each other's turns and the newest turns are the first keys liste
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Generic
 
 from tether.jsontypes import JsonValue
@@ -85,11 +85,16 @@ class Sessions(Generic[OutputT]):
         complete = len(keys) <= wanted
         budget = self.history.tokens
         turns: list[tuple[str, str, str]] = []
+        max_age = self.history.max_age
+        started = self._ctx.state.started_at or datetime.now(UTC)
         for key in keys[:wanted]:  # newest first
             entry = await self._store.kv_get(self._namespace, key)
             turn = _turn(entry.value if entry is not None else None)
-            if turn is None:
+            if entry is None or turn is None:
                 continue  # deleted meanwhile, or not a turn: skipped
+            if max_age is not None and started - entry.updated_at > max_age:
+                complete = False  # this one and every older one: the conversation went idle
+                break
             cost = estimate_tokens(len(turn[1]) + len(turn[2]) + 8)
             if cost > budget:
                 complete = False
