@@ -9,13 +9,13 @@ or write that fails becomes a warning (in the event, or in the outcome).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic
 
 from tether.content import JsonObject, ToolResult, content_text
 from tether.errors import TetherError
 from tether.eventbase import EventBase
-from tether.memory.base import KINDS, MemoryKind, MemoryQuery, MemoryRecord, MemorySearch
+from tether.memory.base import KINDS, MemoryKind, MemoryQuery, MemoryRecord
 from tether.memory.config import Remember, recalled_view
 from tether.memoryevents import MemoryRecalled, MemoryWritten
 from tether.messages import FINISH_TASK, Message, ToolResultMessage
@@ -49,35 +49,7 @@ class Rememberer(Generic[OutputT]):
         if st.steps > 0 or st.recalled is not None or self.settings.recall_limit == 0:
             return
         goal = st.goal  # as the log holds it: redacted, and there on a resumed run too
-        query = MemoryQuery(
-            namespace=self.namespace,
-            text=goal,
-            limit=self.settings.recall_limit,
-            mode=self.settings.recall_mode,
-        )
-        try:
-            found = await self.settings.memory.search(query)
-        except Exception as exc:  # memory never fails a run: the log says what went wrong
-            ctx.add(
-                MemoryRecalled,
-                namespace=self.namespace,
-                query=goal,
-                records=(),
-                mode=query.mode,
-                warning=f"memory search failed, the run goes on without it: {why(exc)}",
-            )
-            return
-        ids, texts, notes = self._within_budget(found)
-        ctx.add(
-            MemoryRecalled,
-            namespace=self.namespace,
-            query=goal,
-            records=ids,
-            texts=texts,
-            mode=found.mode,
-            warning=found.warning,
-            notes=notes,
-        )
+        ctx.add(MemoryRecalled, **await self._searched(goal, self.settings.recall_limit))
 
     async def after_failure(self) -> bool:
         """Before a turn that follows a failed call: what memory holds on its tool and error.
@@ -94,42 +66,51 @@ class Rememberer(Generic[OutputT]):
             return False
         error = " ".join(content_text(failed.content).split())[:300]
         query = self._ctx.journal.redacted(f"{failed.name} {error}")
+        limit = min(settings.recall_limit, 3)
+        fields = await self._searched(query, limit, given=st.recalled_ids)
+        self._ctx.add(MemoryRecalled, **fields, after_call=failed.call_id)
+        return True
+
+    async def _searched(
+        self,
+        query: str,
+        limit: int,
+        *,
+        given: set[str] | None = None,
+        failed: str = "memory search failed, the run goes on without it",
+    ) -> dict[str, Any]:
+        """A search as ``memory_recalled``'s fields: what fits the budget, or why it failed.
+
+        ``given``: records the run has already (they are skipped, not counted).
+        """
+        settings = self.settings
+        skip = given or set[str]()
         fields: dict[str, Any] = {"namespace": self.namespace, "query": query}
         try:
             found = await settings.memory.search(
                 MemoryQuery(
                     namespace=self.namespace,
                     text=query,
-                    limit=min(1000, min(settings.recall_limit, 3) + len(st.recalled_ids)),
+                    limit=min(1000, limit + len(skip)),
                     mode=settings.recall_mode,
                 )
             )
         except Exception as exc:  # memory never fails a run: the log says what went wrong
-            self._ctx.add(
-                MemoryRecalled,
-                **fields,
-                records=(),
-                warning=f"memory search failed, the run goes on without it: {why(exc)}",
-                after_call=failed.call_id,
-            )
-            return True
-        fresh = tuple(h for h in found.hits if h.record.id not in st.recalled_ids)
-        kept = MemorySearch(hits=fresh[: min(settings.recall_limit, 3)], mode=found.mode)
-        ids, texts, notes = self._within_budget(kept)
-        self._ctx.add(
-            MemoryRecalled,
+            warning = f"{failed}: {why(exc)}"
+            return {**fields, "records": (), "mode": settings.recall_mode, "warning": warning}
+        records = [r for r in found.records if r.id not in skip][:limit]
+        ids, texts, notes = self._within_budget(records)
+        return {
             **fields,
-            records=ids,
-            texts=texts,
-            mode=found.mode,
-            warning=found.warning,
-            after_call=failed.call_id,
-            notes=notes,
-        )
-        return True
+            "records": ids,
+            "texts": texts,
+            "mode": found.mode,
+            "warning": found.warning,
+            "notes": notes,
+        }
 
     def _within_budget(
-        self, found: MemorySearch
+        self, records: Sequence[MemoryRecord]
     ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...] | None]:
         """The ids and texts that fit the token budget, and their lessons (reflexion)."""
         budget = self.settings.recall_tokens
@@ -137,7 +118,7 @@ class Rememberer(Generic[OutputT]):
         texts: list[str] = []
         notes: list[str] = []
         journal = self._ctx.journal
-        for record in found.records:
+        for record in records:
             text = journal.redacted(record.text)  # what the log, and a replay, holds
             if not isinstance(text, str):
                 continue
@@ -293,39 +274,12 @@ class Rememberer(Generic[OutputT]):
     async def call_recall(self, call_id: str, notes: Notes, query: str, limit: int) -> ToolResult:
         """A ``recall`` call: what the namespace holds about ``query``, within the budget."""
         searched = self._ctx.journal.redacted(query.strip())
-        settings = self.settings
-        fields: dict[str, Any] = {
-            "namespace": self.namespace,
-            "query": searched,
-            "call_id": call_id,
-        }
-        try:
-            found = await settings.memory.search(
-                MemoryQuery(
-                    namespace=self.namespace,
-                    text=searched,
-                    limit=limit,
-                    mode=settings.recall_mode,
-                )
-            )
-        except Exception as exc:  # memory never fails a run: the model hears why
-            warning = f"memory search failed: {why(exc)}"
-            notes.append((MemoryRecalled, {**fields, "records": (), "warning": warning}))
-            return ToolResult.error(f"{warning}; go on without it")
-        ids, texts, _ = self._within_budget(found)  # a call's recall: lessons stay text
-        notes.append(
-            (
-                MemoryRecalled,
-                {
-                    **fields,
-                    "records": ids,
-                    "texts": texts,
-                    "mode": found.mode,
-                    "warning": found.warning,
-                },
-            )
-        )
-        view = recalled_view(texts) or "Nothing in memory matches that."
+        fields = await self._searched(searched, limit, failed="memory search failed")
+        fields.pop("notes", None)  # a call's recall: lessons stay text, in its result
+        notes.append((MemoryRecalled, {**fields, "call_id": call_id}))
+        if "texts" not in fields:
+            return ToolResult.error(f"{fields['warning']}; go on without it")
+        view = recalled_view(fields["texts"]) or "Nothing in memory matches that."
         return ToolResult.text(view, untrusted=True)
 
     def access(self, call_id: str, notes: Notes) -> CallMemory:
