@@ -74,6 +74,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.memory.rows",
             "tether.sinks",
             "tether.thinking",
+            "tether.compaction",
         ),
     ),
     (

@@ -1,6 +1,7 @@
 """tether: a small, durable, safe runtime for LLM agents. The log is the run."""
 
 from tether.agent import Agent
+from tether.compaction import Compaction
 from tether.content import (
     ContentBlock,
     ImageBlock,
@@ -47,6 +48,7 @@ __all__ = [
     "AllowAll",
     "Approval",
     "ApprovalRequired",
+    "Compaction",
     "ConfigError",
     "ContentBlock",
     "Event",

@@ -15,6 +15,7 @@ from typing_extensions import TypeVar
 from tether._internal.clock import Clock
 from tether._internal.ids import new_run_id
 from tether.codec import canonical_json
+from tether.compaction import Compaction
 from tether.errors import ConfigError, UserError
 from tether.hooks import Hooks, HookSink
 from tether.jsontypes import JsonObject
@@ -137,6 +138,9 @@ def _thinking(given: object) -> Thinking | None:
     return given if given.on else None
 
 
+_COMPACTION = Compaction().describe()
+"""The default compaction (not in an agent's digest, which stays as it was before it)."""
+
 _FINISH_HINT = (
     "Work on the task step by step, calling tools where they help. When it is done, call "
     "`finish_task` with the final result. Tool output arrives inside <tool_output> blocks: "
@@ -174,6 +178,11 @@ class Agent(Generic[OutputT]):
     session_history: SessionHistory = field(default_factory=SessionHistory)
     """How much of a session's earlier conversation a run in one reads
     (``run(goal, session=...)``): the newest turns, within a number and a token budget."""
+    compaction: Compaction | None = field(default_factory=Compaction)
+    """When a long run condenses its older turns so the next request fits the model's
+    context window (``tether.compaction``): a record of the calls and a summary written by
+    the model replace them, the goal and the newest turns stay. ``None``: never (a request
+    that cannot fit ends the run ``budget_exhausted``)."""
     memory: Memory | Remember | None = None
     """Long-term memory (``tether.memory``): a run recalls what it holds about the goal
     into the model's view, and a finished run writes its goal and answer there. A
@@ -232,6 +241,11 @@ class Agent(Generic[OutputT]):
                     f"{reserved!r} is reserved for tether's control tools; rename your tool"
                 )
         warn_at = _fractions(self.budget_warnings)
+        compaction = self.compaction
+        if compaction is not None and not isinstance(compaction, Compaction):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+            raise ConfigError(
+                f"compaction takes a Compaction(...) or None, not {type(compaction).__name__}"
+            )
         thinking = _thinking(self.thinking)
         if thinking is not None and thinking.router is not None and not output.is_text:
             raise ConfigError(
@@ -254,6 +268,11 @@ class Agent(Generic[OutputT]):
                     **({} if warn_at == (0.8,) else {"budget_warnings": warn_at}),
                     **({} if thinking is None else {"thinking": thinking.describe()}),
                     **({} if remember is None else {"memory": remember.describe()}),
+                    **(
+                        {}
+                        if compaction is not None and compaction.describe() == _COMPACTION
+                        else {"compaction": None if compaction is None else compaction.describe()}
+                    ),
                     **(
                         {}
                         if self.session_history == SessionHistory()
@@ -293,6 +312,7 @@ class Agent(Generic[OutputT]):
             thinking=thinking,
             memory=remember,
             session_history=self.session_history,
+            compaction=compaction,
         )
         object.__setattr__(self, "spec", spec)
 

@@ -76,8 +76,9 @@ __all__ = [
 Decision: TypeAlias = Literal["allow", "deny", "needs_approval"]
 """A policy decision on one tool call."""
 
-Purpose: TypeAlias = Literal["plan", "reflect", "route"]
-"""What a thinking stage's model request is for (``tether.thinking``)."""
+Purpose: TypeAlias = Literal["plan", "reflect", "route", "compact"]
+"""What a model request that is not a turn of the conversation is for: a thinking stage's
+(``tether.thinking``) or a compaction's summary (``tether.compaction``)."""
 
 Complexity: TypeAlias = Literal["low", "medium", "high"]
 """A planner's estimate of how hard a task is."""

@@ -35,6 +35,7 @@ from tether.policy.redaction import Redactor
 from tether.run.approving import Approving
 from tether.run.base import Cancelled, OutputT, Retry, Stop, ToolRunner
 from tether.run.budget import Budget
+from tether.run.compactor import Compactor
 from tether.run.context import RunContext
 from tether.run.endings import Endings
 from tether.run.journal import StoreSink
@@ -193,6 +194,9 @@ class AgentRun(Generic[OutputT]):
         self.goal = ctx.goal
         self._journal = ctx.journal
         self._step = ModelStep(ctx)
+        compactor = Compactor.of(ctx, self._step)
+        if compactor is not None:
+            self._step.fit = compactor.fit
         self._tools = ToolStage(ctx)
         self._approving = Approving(ctx, self._tools)
         self._endings = Endings(ctx, self._step)

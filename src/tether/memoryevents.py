@@ -96,4 +96,13 @@ class ContextCompacted(EventBase):
     tokens_after: int
     """Estimated tokens after compaction."""
     summary: str
-    """The summary that replaced the older messages."""
+    """The message that replaced the older ones: the calls they made and how each went,
+    and the summary of what matters later."""
+    start: int | None = field(default=None, metadata=LATE)
+    """The first replaced message's position in the conversation (after the goal)."""
+    end: int | None = field(default=None, metadata=LATE)
+    """The position just past the last replaced message (the newest turns from there on
+    are kept verbatim)."""
+    window: int | None = field(default=None, metadata=LATE)
+    """The model's context window it compacted for (``None``: for
+    ``Compaction.max_context_tokens``)."""

@@ -41,11 +41,12 @@ def phase_of(kind: str, final: bool = False, purpose: str | None = None) -> Phas
     """The phase of an event of ``kind``: a model turn's depends on what it was for.
 
     The tool-free best-effort answer after a limit (``final``) is ``respond``; a thinking
-    stage's request (``purpose``) is ``reflect`` or ``plan``.
+    stage's request (``purpose``) is ``reflect`` or ``plan``; a compaction's summary is part
+    of acting, ``think``.
     """
     if kind == "model_responded" or kind == "model_failed":
         if final:
             return "respond"
-        if purpose is not None:
+        if purpose is not None and purpose != "compact":
             return "reflect" if purpose == "reflect" else "plan"
     return _PHASES[kind]

@@ -12,6 +12,7 @@ from typing import Generic
 from typing_extensions import TypeVar
 
 from tether._internal.frozen import frozen
+from tether.compaction import Compaction
 from tether.jsontypes import JsonObject
 from tether.limits import Limits
 from tether.memory.config import Remember, SessionHistory
@@ -74,6 +75,8 @@ class AgentSpec(Generic[OutputT]):
     """How the run uses long-term memory (``None``: it does not)."""
     session_history: SessionHistory = SessionHistory()
     """How much of a session's earlier conversation a run in one reads."""
+    compaction: Compaction | None = None
+    """When the run condenses its older turns to fit (``None``: never)."""
 
     @property
     def can_ask_user(self) -> bool:

@@ -174,6 +174,8 @@ class StateBuilder(EventHandler[None]):
     """The conversation the run continues (``None``: it is in no session)."""
     earlier: int = 0
     """How many messages, from the first, are the session's earlier turns."""
+    compacted: int = 0
+    """How many model turns compaction condensed out of ``messages``."""
     recalled: MemoryRecalled | None = None
     """What long-term memory gave the run at its start (``None``: not searched)."""
     memory_view: str = ""
@@ -435,7 +437,12 @@ class StateBuilder(EventHandler[None]):
         self.written.add(event.record_id)
 
     def on_context_compacted(self, event: ContextCompacted) -> None:
-        """Nothing to fold."""
+        """The condensed span's messages become the one message that replaced them."""
+        start, end = event.start, event.end
+        if start is None or end is None or not 0 <= start <= end <= len(self.messages):
+            return  # no span recorded: the conversation stays as it was
+        self.compacted += sum(isinstance(m, AssistantMessage) for m in self.messages[start:end])
+        self.messages[start:end] = [UserMessage(text=event.summary)]
 
     def on_budget_warning(self, event: BudgetWarning) -> None:
         """A limit that skips thinking requests is remembered (warned about once)."""

@@ -72,6 +72,9 @@ class ModelRequest:
     earlier: int = 0
     """How many of ``messages``, from the first, are a session's earlier turns (the run's
     own conversation follows them). Test doubles count the run's turns after them."""
+    compacted: int = 0
+    """How many of the run's model turns were condensed out of ``messages`` into one
+    message (``tether.compaction``); test doubles count them with the turns they see."""
 
 
 @frozen

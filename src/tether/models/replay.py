@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from tether.errors import ModelError, ReplayDivergence, UserError
 from tether.events import (
     BudgetWarning,
+    ContextCompacted,
     Event,
     LimitReached,
     ModelFailed,
@@ -52,10 +53,21 @@ class ReplayModel(Model):
         builder = StateBuilder()
         recorded: list[_Recorded] = []
         refused: dict[tuple[int, bool], tuple[str, float, int]] = {}
+        counts: dict[tuple[int, bool], list[int]] = {}
         window: float | None = None
+        summary_at: int | None = None
         for index, event in enumerate(events):
             if isinstance(event, ModelResponded | ModelFailed):
+                summary_at = len(recorded) if event.purpose == "compact" else None
                 recorded.append(_Recorded(tuple(builder.messages), event))
+            elif isinstance(event, ContextCompacted):
+                # counted before the summary request (if any), then the condensed request
+                at = len(recorded) if summary_at is None else summary_at
+                counts.setdefault((at, True), []).append(event.tokens_before)
+                counts.setdefault((len(recorded), True), []).append(event.tokens_after)
+                summary_at = None
+                if event.window is not None:
+                    window = max(window or 0.0, event.window)
             elif _refused(event, events[index + 1 :]):
                 assert isinstance(event, LimitReached | BudgetWarning)
                 acting = isinstance(event, LimitReached)
@@ -66,6 +78,8 @@ class ReplayModel(Model):
             builder.apply(event)
         self._recorded = recorded
         self._refused = refused
+        self._counts = counts
+        """The counts a compaction was decided on, in the order they were taken."""
         """Requests the recording refused before sending them: by the model requests made
         before, and whether it was an acting turn's."""
         self._profile = ModelProfile(context_window=None if window is None else int(window))
@@ -92,14 +106,17 @@ class ReplayModel(Model):
         return self._profile
 
     async def count_tokens(self, request: ModelRequest) -> int | None:
-        """The size that takes the recorded decision again: refused where it was, else 0.
+        """The size that takes the recorded decision again (refuse, compact), else 0.
 
         The recording holds the decisions, not the counts (the recorded model may have
-        counted with its own tokenizer); a refusal's recorded figures give back its size.
+        counted with its own tokenizer); a refusal's or a compaction's recorded figures give
+        back its size.
         """
-        if not self._refused:
-            return None
-        refusal = self._refused.get((self.served, request.purpose is None))
+        key = (self.served, request.purpose is None)
+        queue = self._counts.get(key)
+        if queue:
+            return queue.pop(0)
+        refusal = self._refused.get(key)
         if refusal is None:
             return 0
         limit, used, tokens_before = refusal

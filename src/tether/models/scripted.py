@@ -132,7 +132,7 @@ class ScriptedModel(Model):
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Play the run's next step."""
         self.requests.append(request)
-        turns = sum(
+        turns = request.compacted + sum(
             1 for m in request.messages[request.earlier :] if isinstance(m, AssistantMessage)
         )
         known = self._runs.get(request.run_id) if request.run_id else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any, Generic
@@ -18,7 +18,7 @@ from typing_extensions import TypeVar
 
 from tether.codec import canonical_json
 from tether.errors import ModelError, UserError
-from tether.events import ModelFailed, ModelResponded
+from tether.events import ModelFailed, ModelResponded, Purpose
 from tether.messages import Message, ToolCall, UserMessage
 from tether.models.base import (
     ModelRequest,
@@ -99,6 +99,7 @@ class ModelStep(Generic[OutputT]):
         "_prefix",
         "_spec",
         "_state",
+        "fit",
         "size",
     )
 
@@ -114,6 +115,8 @@ class ModelStep(Generic[OutputT]):
         """The digest state of the last request options (settings, tool choice)."""
         self.size = RequestSize.of(ctx)
         """Sizes each request before it is sent (``None``: no window and no token limit)."""
+        self.fit: Callable[[ModelRequest], Awaitable[ModelRequest]] | None = None
+        """Makes an acting request fit (``tether.run.compactor``: condenses older turns)."""
 
     def request(self, tool_choice: ToolChoice = "auto", *, final: bool = False) -> ModelRequest:
         """The next model request: the run's messages so far (``final``: a tool-free answer)."""
@@ -130,18 +133,27 @@ class ModelStep(Generic[OutputT]):
             left = max(1, limits.max_tokens - st.input_tokens - st.output_tokens)
             if settings.max_output_tokens is None or settings.max_output_tokens > left:
                 settings = replace(settings, max_output_tokens=left)
-        messages = tuple(st.messages)
-        if st.tool_notes:
-            messages = _noted(messages, st.earlier, st.tool_notes, spec.tool_names)
         return ModelRequest(
             instructions=self.instructions(),
-            messages=messages,
+            messages=self.messages(),
             tools=() if final else spec.definitions,
             tool_choice="none" if final else tool_choice,
             settings=settings,
             run_id=self._ctx.run_id,
             earlier=st.earlier,
+            compacted=st.compacted,
         )
+
+    def messages(self, base: Sequence[Message] | None = None) -> tuple[Message, ...]:
+        """The conversation as the model reads it next (lessons learned shown with the goal).
+
+        ``base``: these messages instead of the run's (a compaction's candidate).
+        """
+        st = self._state
+        messages = tuple(st.messages if base is None else base)
+        if st.tool_notes:
+            messages = _noted(messages, st.earlier, st.tool_notes, self._spec.tool_names)
+        return messages
 
     def instructions(self, *, plan: bool = True) -> str:
         """The agent's instructions, then what memory recalled, then the plan (``plan``)."""
@@ -196,7 +208,7 @@ class ModelStep(Generic[OutputT]):
                 "respond"
                 if final
                 else "think"
-                if purpose is None
+                if purpose is None or purpose == "compact"
                 else "reflect"
                 if purpose == "reflect"
                 else "plan",
@@ -212,6 +224,59 @@ class ModelStep(Generic[OutputT]):
         return await self.bounded(
             self._answer(request), self.timeout(request, now=now, final=final)
         )
+
+    async def aside(self, request: ModelRequest, purpose: Purpose) -> ModelResponse | None:
+        """One recorded request that is not a turn (a thinking stage's, a compaction's).
+
+        Asked once: a failure is recorded as ``model_failed`` and gives ``None``, never a
+        retry (what asks goes on without it).
+        """
+        ctx = self._ctx
+        model = ctx.model
+        request = replace(request, run_id=ctx.run_id, purpose=purpose)
+        turn = ctx.state.steps
+        self.begin_request()  # the request's history: the log so far
+        t0 = ctx.monotonic()
+        try:
+            response = await self.bounded(
+                model.request(request), self.timeout(request, now=t0, final=False)
+            )
+            if not isinstance(response, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance] - adapters are user code
+                raise TypeError(
+                    f"the model returned {type(response).__name__}, not a ModelResponse"
+                )
+        except (Cancelled, UserError):
+            raise
+        except KeyboardInterrupt:
+            what = "compaction" if purpose == "compact" else "thinking"
+            ctx.interrupts.interrupt(f"interrupted by KeyboardInterrupt during a {what} request")
+            raise Cancelled from None
+        except (Exception, SystemExit) as exc:
+            ctx.add(
+                ModelFailed,
+                step=turn,
+                model=model.name,
+                error=error_info(exc, "the model request timed out"),
+                transient=isinstance(exc, TimeoutError),
+                attempt=1,
+                will_retry=False,
+                purpose=purpose,
+                latency_s=ctx.monotonic() - t0,
+            )
+            return None
+        ctx.add(
+            ModelResponded,
+            step=turn,
+            model=model.name,
+            request_digest=self.request_digest(request),
+            text=response.text,
+            reasoning=response.reasoning,
+            tool_calls=response.tool_calls,
+            usage=response.usage,
+            latency_s=ctx.monotonic() - t0,
+            purpose=purpose,
+        )
+        return response
 
     def _model_failed(self, exc: BaseException, step: int, t0: float) -> Stop | Retry:
         """Record a failed model request; decide whether to retry, stop or fail."""
@@ -295,6 +360,8 @@ class ModelStep(Generic[OutputT]):
         size = self.size
         chars = 0
         if size is not None:
+            if self.fit is not None:
+                request = await self.fit(request)
             over, chars = await size.check(request)
             if over is not None:  # refused before it is sent: it could not fit
                 return Stop(

@@ -13,11 +13,8 @@ from dataclasses import replace
 from typing import Generic, Literal, cast
 
 from tether.content import ToolResult, content_text
-from tether.errors import UserError
 from tether.events import (
     BudgetWarning,
-    ModelFailed,
-    ModelResponded,
     PlanMade,
     PlanRevised,
     Purpose,
@@ -27,7 +24,7 @@ from tether.events import (
 from tether.messages import CONTROL_TOOLS, Message, ToolResultMessage, UserMessage
 from tether.models.base import ModelRequest, ModelResponse, check_model_requests_allowed
 from tether.outcome import ErrorInfo
-from tether.run.base import Cancelled, OutputT, Planned, Stop, error_info
+from tether.run.base import OutputT, Planned, Stop
 from tether.run.context import RunContext
 from tether.run.modelstep import ModelStep
 from tether.thinking.base import DEFAULT_CRITERIA, Plan, ThinkingContext
@@ -112,48 +109,7 @@ class Thinker(Generic[OutputT]):
             if over is not None:  # it could not fit: skipped before it is sent
                 self._skipped(over.limit, over.used, over.maximum)
                 return None
-        turn = ctx.state.steps
-        step.begin_request()  # the request's history: the log so far
-        t0 = ctx.monotonic()
-        try:
-            response = await step.bounded(
-                model.request(request), step.timeout(request, now=t0, final=False)
-            )
-            if not isinstance(response, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance] - adapters are user code
-                raise TypeError(
-                    f"the model returned {type(response).__name__}, not a ModelResponse"
-                )
-        except (Cancelled, UserError):
-            raise
-        except KeyboardInterrupt:
-            ctx.interrupts.interrupt("interrupted by KeyboardInterrupt during a thinking request")
-            raise Cancelled from None
-        except (Exception, SystemExit) as exc:
-            ctx.add(
-                ModelFailed,
-                step=turn,
-                model=model.name,
-                error=error_info(exc, "the model request timed out"),
-                transient=isinstance(exc, TimeoutError),
-                attempt=1,
-                will_retry=False,
-                purpose=purpose,
-                latency_s=ctx.monotonic() - t0,
-            )
-            return None
-        ctx.add(
-            ModelResponded,
-            step=turn,
-            model=model.name,
-            request_digest=step.request_digest(request),
-            text=response.text,
-            reasoning=response.reasoning,
-            tool_calls=response.tool_calls,
-            usage=response.usage,
-            latency_s=ctx.monotonic() - t0,
-            purpose=purpose,
-        )
-        return response
+        return await step.aside(request, purpose)
 
     # -- the stages ----------------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ class RequestSize:
     __slots__ = (
         "_anchor",
         "_chars",
+        "_counted",
         "_ctx",
         "_seen",
         "_tail",
@@ -76,12 +77,19 @@ class RequestSize:
         self._chars = 0
         self._tools: tuple[ToolDefinition, ...] | None = None
         self._tool_chars = 0
+        self._counted: tuple[ModelRequest, tuple[int, int, bool]] | None = None
+        """The last request sized, and its size (it is sized once, however often asked)."""
 
     @staticmethod
     def of(ctx: RunContext[Any]) -> RequestSize | None:
         """The sizer of ``ctx``'s requests, or ``None`` when nothing bounds them."""
         window = ctx.model.profile.context_window
-        if window is None and ctx.spec.limits.max_tokens is None:
+        compaction = ctx.spec.compaction
+        if (
+            window is None
+            and ctx.spec.limits.max_tokens is None
+            and (compaction is None or compaction.max_context_tokens is None)
+        ):
             return None
         return RequestSize(ctx, window)
 
@@ -107,6 +115,14 @@ class RequestSize:
         Known: it rests on the model's own numbers (its tokenizer, or its last report), not
         on characters alone.
         """
+        counted = self._counted
+        if counted is not None and counted[0] is request:
+            return counted[1]
+        size = await self._tokens(request)
+        self._counted = (request, size)
+        return size
+
+    async def _tokens(self, request: ModelRequest) -> tuple[int, int, bool]:
         chars = self.chars(request)
         try:  # bounded: a counter that hangs must not hold the run (nor its cancel)
             counted = await asyncio.wait_for(self._ctx.model.count_tokens(request), _COUNT_S)
@@ -121,6 +137,8 @@ class RequestSize:
             return counted, chars, True
         anchor = self._anchor
         if anchor is not None and request.purpose is None:
+            if chars < anchor[1]:  # fewer than then (compacted): the count scaled down
+                return anchor[0] * chars // max(1, anchor[1]), chars, True
             return anchor[0] + estimate_tokens(chars - anchor[1]), chars, True
         return estimate_tokens(chars), chars, False
 

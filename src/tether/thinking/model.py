@@ -30,7 +30,7 @@ from tether.thinking.base import (
 )
 from tether.tools.base import ToolDefinition
 
-__all__ = ["ModelPlanner", "ModelReflector", "ModelRouter", "answered_only"]
+__all__ = ["ModelPlanner", "ModelReflector", "ModelRouter", "answered_only", "call_arguments"]
 
 _MAX_STEPS = 8
 _MAX_CRITERIA = 4
@@ -48,7 +48,7 @@ def _tool_lines(tools: tuple[ToolDefinition, ...]) -> str:
     )
 
 
-def _call_arguments(response: ModelResponse, name: str) -> Mapping[str, object] | None:
+def call_arguments(response: ModelResponse, name: str) -> Mapping[str, object] | None:
     """The arguments of the response's call of ``name``, or JSON it wrote as text."""
     for call in response.tool_calls:
         if call.name == name and call.parse_error is None:
@@ -80,7 +80,7 @@ async def _required_call(
         settings=_settings(cap),
     )
     response = await context.ask(request)
-    return None if response is None else _call_arguments(response, definition.name)
+    return None if response is None else call_arguments(response, definition.name)
 
 
 def _strings(value: object, limit: int) -> tuple[str, ...]:
@@ -333,7 +333,7 @@ class ModelRouter(Router):
         for call in response.tool_calls:
             if call.name in known:
                 return Route(direct=False, reason=f"it needs {call.name}")
-        arguments = _call_arguments(response, _DIRECT.name)
+        arguments = call_arguments(response, _DIRECT.name)
         if arguments is None:
             return None
         answer = arguments.get("answer")
