@@ -54,21 +54,25 @@ class Summarizer(ABC):
         """The summary, or ``None`` to keep only the record of the calls."""
 
 
-_SUMMARY = ToolDefinition(
-    name="write_summary",
-    description="Record the summary of the earlier work.",
-    input_schema={
-        "type": "object",
-        "properties": {
-            "summary": {
-                "type": "string",
-                "description": "The facts the agent needs to go on, as short lines.",
-            }
+def _summary_tool(max_chars: int) -> ToolDefinition:
+    """``write_summary``, its text bounded (a constrained model's call then always closes)."""
+    return ToolDefinition(
+        name="write_summary",
+        description="Record the summary of the earlier work.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "summary": {
+                    "type": "string",
+                    "description": "The facts the agent needs to go on, as short lines.",
+                    "maxLength": max_chars,
+                }
+            },
+            "required": ["summary"],
+            "additionalProperties": False,
         },
-        "required": ["summary"],
-        "additionalProperties": False,
-    },
-)
+    )
+
 
 _INSTRUCTIONS = (
     "You condense the earlier part of an agent's work so that it can go on with less to "
@@ -86,22 +90,25 @@ class ModelSummarizer(Summarizer):
 
     async def summarize(self, context: SummaryContext) -> str | None:
         """The model's summary, or ``None`` when it gave none."""
+        tool = _summary_tool(context.max_tokens * 3)
         request = ModelRequest(
-            instructions=_INSTRUCTIONS.format(words=max(20, context.max_tokens * 3 // 4)),
+            instructions=_INSTRUCTIONS.format(words=max(20, context.max_tokens // 3)),
             messages=(
                 UserMessage(
-                    text=f"The task: {context.goal}\n\nThe earlier work:\n"
-                    f"{context.transcript}\n\nCall write_summary with the summary."
+                    text=f"An agent is working on this task: {context.goal}\n\n"
+                    f"What it did so far, and what its tools returned:\n{context.transcript}\n\n"
+                    "List the facts found so far that the task needs, with their exact values, "
+                    "then what is done and what is left. Call write_summary with that list."
                 ),
             ),
-            tools=(_SUMMARY,),
+            tools=(tool,),
             tool_choice="required",
-            settings=ModelSettings(max_output_tokens=context.max_tokens, temperature=0.0),
+            settings=ModelSettings(max_output_tokens=context.max_tokens + 64, temperature=0.0),
         )
         response = await context.ask(request)
         if response is None:
             return None
-        arguments = call_arguments(response, _SUMMARY.name)
+        arguments = call_arguments(response, tool.name)
         if arguments is not None:
             summary = arguments.get("summary")
             if not isinstance(summary, str):

@@ -36,6 +36,12 @@ def local_model(model_path: Path) -> LocalModel:
 
 
 @pytest.fixture(scope="session")
+def local_model_8k(model_path: Path) -> LocalModel:
+    """The embedded default model with its default 8k window (the compaction test's)."""
+    return LocalModel(model_path, context=8192)
+
+
+@pytest.fixture(scope="session")
 def llama_server(model_path: Path) -> Iterator[str]:
     """A real llama.cpp server on loopback (an ephemeral port); yields its ``/v1`` URL."""
     server = start_server(model_path, context=4096, alias=SERVED_NAME)

@@ -18,12 +18,15 @@ from tether.events import ContextCompacted, ModelFailed, ModelResponded
 from tether.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from tether.models.base import Model, ModelResponse
 from tether.replay import replay
-from tether.run.compactor import COMPACTED_HEADER, transcript
+from tether.run.compactor import COMPACTED_HEADER, focused, transcript
 from tether.state import StateBuilder
 from tether.stores.memory import MemoryStore
 from tether.testing import ScriptedModel, call, finish
 
 FILLER = "The archive page goes on about nothing in particular. " * 14  # ~770 characters
+
+
+GOAL = "Read pages 1 to 8 and report the code word of each page"
 
 
 def page_text(n: int) -> str:
@@ -90,7 +93,7 @@ def assert_valid_history(messages: tuple[Message, ...]) -> None:
 
 async def test_a_run_that_outgrows_the_window_compacts_and_finishes() -> None:
     model = Summarizing(ScriptedModel(pages_script(8), context_window=2000))
-    outcome = await Agent(model=model, tools=[read_page]).run("Read pages 1 to 8")
+    outcome = await Agent(model=model, tools=[read_page]).run(GOAL)
     assert outcome.status == "finished", outcome.error
     assert_protocol_valid(outcome.events)
     compacted = [e for e in outcome.events if isinstance(e, ContextCompacted)]
@@ -104,7 +107,7 @@ async def test_a_run_that_outgrows_the_window_compacts_and_finishes() -> None:
     assert [e.purpose for e in summaries] == ["compact"] * len(compacted)
     for request in model.requests:
         assert_valid_history(request.messages)
-        assert request.messages[0] == UserMessage(text="Read pages 1 to 8")
+        assert request.messages[0] == UserMessage(text=GOAL)
     last = model.requests[-1].messages
     view = last[1]
     assert isinstance(view, UserMessage)
@@ -122,7 +125,7 @@ async def test_a_run_that_outgrows_the_window_compacts_and_finishes() -> None:
 async def test_without_compaction_the_same_run_cannot_fit() -> None:
     model = Summarizing(ScriptedModel(pages_script(8), context_window=2000))
     agent = Agent(model=model, tools=[read_page], compaction=None)
-    outcome = await agent.run("Read pages 1 to 8")
+    outcome = await agent.run(GOAL)
     assert outcome.status == "budget_exhausted"
     assert outcome.limit == "context_window"
     assert not model.summaries
@@ -130,7 +133,7 @@ async def test_without_compaction_the_same_run_cannot_fit() -> None:
 
 async def test_a_compacted_run_replays_exactly() -> None:
     model = Summarizing(ScriptedModel(pages_script(8), context_window=2000))
-    outcome = await Agent(model=model, tools=[read_page]).run("Read pages 1 to 8")
+    outcome = await Agent(model=model, tools=[read_page]).run(GOAL)
     assert any(isinstance(e, ContextCompacted) for e in outcome.events)
     report = await replay(outcome.events, agent=Agent(model=ScriptedModel([]), tools=[read_page]))
     assert report.ok, report.divergence
@@ -138,7 +141,7 @@ async def test_a_compacted_run_replays_exactly() -> None:
 
 async def test_the_fold_gives_the_compacted_conversation() -> None:
     model = Summarizing(ScriptedModel(pages_script(8), context_window=2000))
-    outcome = await Agent(model=model, tools=[read_page]).run("Read pages 1 to 8")
+    outcome = await Agent(model=model, tools=[read_page]).run(GOAL)
     events = outcome.events
     last = max(
         i for i, e in enumerate(events) if isinstance(e, ModelResponded) and e.purpose is None
@@ -168,7 +171,7 @@ async def test_a_resumed_run_reads_the_compacted_conversation() -> None:
 
 async def test_a_failed_summary_keeps_the_record_of_the_calls() -> None:
     model = Summarizing(ScriptedModel(pages_script(8), context_window=2000), fail=True)
-    outcome = await Agent(model=model, tools=[read_page]).run("Read pages 1 to 8")
+    outcome = await Agent(model=model, tools=[read_page]).run(GOAL)
     assert outcome.status == "finished"
     failed = [e for e in outcome.events if isinstance(e, ModelFailed)]
     assert failed
@@ -188,7 +191,7 @@ class Broken(Summarizer):
 async def test_a_summarizer_that_raises_is_a_warning_not_a_failure() -> None:
     model = Summarizing(ScriptedModel(pages_script(8), context_window=2000))
     agent = Agent(model=model, tools=[read_page], compaction=Compaction(summarizer=Broken()))
-    outcome = await agent.run("Read pages 1 to 8")
+    outcome = await agent.run(GOAL)
     assert outcome.status == "finished"
     assert any("Broken failed (ValueError: bug)" in w for w in outcome.warnings)
 
@@ -196,7 +199,7 @@ async def test_a_summarizer_that_raises_is_a_warning_not_a_failure() -> None:
 async def test_without_a_summarizer_only_the_record_is_kept_and_no_model_is_asked() -> None:
     model = Summarizing(ScriptedModel(pages_script(8), context_window=2000))
     agent = Agent(model=model, tools=[read_page], compaction=Compaction(summarizer=None))
-    outcome = await agent.run("Read pages 1 to 8")
+    outcome = await agent.run(GOAL)
     assert outcome.status == "finished"
     assert not model.summaries
     assert any(isinstance(e, ContextCompacted) for e in outcome.events)
@@ -205,7 +208,7 @@ async def test_without_a_summarizer_only_the_record_is_kept_and_no_model_is_aske
 async def test_max_context_tokens_compacts_a_model_without_a_declared_window() -> None:
     model = Summarizing(ScriptedModel(pages_script(6)))
     agent = Agent(model=model, tools=[read_page], compaction=Compaction(max_context_tokens=1200))
-    outcome = await agent.run("Read pages 1 to 6")
+    outcome = await agent.run(GOAL)
     compacted = [e for e in outcome.events if isinstance(e, ContextCompacted)]
     assert compacted
     assert all(e.window is None for e in compacted)
@@ -314,3 +317,27 @@ async def test_every_request_keeps_calls_with_their_results(
         ),
     )
     assert report.ok, report.divergence
+
+
+def test_a_shortened_result_keeps_what_bears_on_the_goal() -> None:
+    text = page_text(3) * 3
+    short = focused(text, 200, GOAL)
+    assert len(short) <= 200
+    assert "The code word of page 3 is WORD-21." in short
+    assert short.count("WORD-21") == 1  # a sentence said again is kept once
+
+
+class Looping(Summarizer):
+    """A small model's failure: the task copied back, one fact, the fact again."""
+
+    async def summarize(self, context: SummaryContext) -> str | None:
+        return f"{GOAL}. {GOAL}. Page 1 says WORD-7. Page 1 says WORD-7."
+
+
+async def test_a_summary_that_loops_or_restates_the_goal_is_cleaned() -> None:
+    model = Summarizing(ScriptedModel(pages_script(8), context_window=2000))
+    agent = Agent(model=model, tools=[read_page], compaction=Compaction(summarizer=Looping()))
+    outcome = await agent.run(GOAL)
+    view = next(e for e in outcome.events if isinstance(e, ContextCompacted)).summary
+    summary = view.split("Summary:\n", 1)[1]
+    assert summary == "Page 1 says WORD-7."

@@ -12,6 +12,7 @@ happens when the message it writes is at most about half of what it replaces.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Generic
@@ -22,6 +23,7 @@ from tether.compaction import Compaction, SummaryContext
 from tether.content import content_text
 from tether.errors import UserError
 from tether.events import ContextCompacted
+from tether.memory.ranking import KeywordIndex
 from tether.messages import AssistantMessage, Message, ToolResultMessage, UserMessage
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.tokens import CHARS_PER_TOKEN, estimate_tokens, message_chars
@@ -29,7 +31,7 @@ from tether.run.base import Cancelled, OutputT
 from tether.run.context import RunContext
 from tether.run.modelstep import ModelStep
 
-__all__ = ["COMPACTED_HEADER", "Compactor", "transcript"]
+__all__ = ["COMPACTED_HEADER", "Compactor", "focused", "transcript"]
 
 COMPACTED_HEADER = (
     "(The earlier part of this run, condensed to fit the model's context. It restates "
@@ -42,10 +44,13 @@ _SUMMARY = "Summary:"
 _LEDGER_LINES = 40
 """At most this many calls are listed (the newest); older ones are counted."""
 _ARGS_CHARS = 100
-_RESULT_CHARS = 160
+_RESULT_CHARS = 200
 _TRANSCRIPT_CHARS_PER_TOKEN = 2.4
 """Characters per token assumed when fitting the transcript into the summary request (the
 embedded model's measured low end: the request must fit even when the estimate is off)."""
+_TRANSCRIPT_SHARE = 0.4
+"""At most this share of the window goes to the transcript a summary is written from (the
+summary request costs time: a small local model reads about 100 tokens a second)."""
 _SUMMARY_OVERHEAD = 400
 """Tokens the summary request's instructions, goal and framing take."""
 
@@ -65,6 +70,39 @@ def _middle(text: str, limit: int) -> str:
     return f"{text[:head]} [… {gone} characters left out …] {text[len(text) - tail :]}"
 
 
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def focused(text: str, limit: int, query: str) -> str:
+    """``text`` within about ``limit`` characters, keeping what bears on ``query``.
+
+    The sentences that share the most (BM25) with ``query`` are kept, in their order, with
+    the first (which often says what the text is); a text with none is cut at the end.
+    """
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    sentences = [s for s in _SENTENCE.split(text) if s]
+    ranked = KeywordIndex(sentences).rank(query)
+    if not ranked:
+        return _middle(text, limit)
+    chosen: set[int] = set()
+    seen: set[str] = set()
+    used = 0
+    for index in [0, *ranked]:
+        sentence = sentences[index]
+        size = len(sentence) + 3
+        if sentence in seen or used + size > limit:
+            continue  # a sentence said again adds nothing
+        chosen.add(index)
+        seen.add(sentence)
+        used += size
+    if len(chosen) <= 1 and 0 in chosen:
+        best = sentences[ranked[0]]
+        return _short(best, limit)
+    return " … ".join(sentences[i] for i in sorted(chosen))
+
+
 def _arguments(arguments: object) -> str:
     try:
         return _short(orjson.dumps(arguments).decode(), _ARGS_CHARS)
@@ -72,44 +110,59 @@ def _arguments(arguments: object) -> str:
         return "…"
 
 
-def _pieces(messages: Sequence[Message]) -> list[str]:
-    """Each message as a line of text for the summarizer."""
-    out: list[str] = []
+def _pieces(messages: Sequence[Message]) -> list[tuple[str, str, bool]]:
+    """Each message as text for the summarizer: a prefix, the body, whether a result."""
+    out: list[tuple[str, str, bool]] = []
     for message in messages:
         match message:
             case UserMessage(text=text) if text.startswith(COMPACTED_HEADER):
-                out.append(f"[earlier condensed part]\n{text[len(COMPACTED_HEADER) :].strip()}")
+                out.append(("[earlier condensed part]\n", text[len(COMPACTED_HEADER) :], False))
             case UserMessage(text=text):
-                out.append(f"[user] {text}")
+                out.append(("[user] ", text, False))
             case AssistantMessage(text=text, tool_calls=calls):
                 said = [text] if text else []
                 said += [f"called {c.name}({_arguments(c.arguments)})" for c in calls]
-                out.append(f"[assistant] {'; '.join(said)}")
+                out.append(("[assistant] ", "; ".join(said), False))
             case ToolResultMessage(name=name, content=content, is_error=is_error):
                 what = "failed" if is_error else "returned"
-                out.append(f"[{name} {what}] {content_text(content)}")
+                out.append((f"[{name} {what}] ", " ".join(content_text(content).split()), True))
     return out
 
 
-def transcript(messages: Sequence[Message], max_chars: int) -> str:
-    """``messages`` as text of at most about ``max_chars``: the longest shortened first."""
+def transcript(messages: Sequence[Message], max_chars: int, query: str = "") -> str:
+    """``messages`` as text of at most about ``max_chars``.
+
+    The longest are shortened first: a result to what bears on ``query`` (the goal), other
+    text in the middle.
+    """
     pieces = _pieces(messages)
-    lengths = sorted(len(p) for p in pieces)
+    lengths = sorted(len(p) + len(b) for p, b, _ in pieces)
+    cap = max(lengths, default=0)
     if sum(lengths) > max_chars and pieces:
         # the largest cap per piece that keeps the total within max_chars
-        low, high = 80, max(lengths)
+        low, high = 80, cap
         while low < high:
-            cap = (low + high + 1) // 2
-            at = bisect.bisect_right(lengths, cap)
-            if sum(lengths[:at]) + cap * (len(lengths) - at) <= max_chars:
-                low = cap
+            mid = (low + high + 1) // 2
+            at = bisect.bisect_right(lengths, mid)
+            if sum(lengths[:at]) + mid * (len(lengths) - at) <= max_chars:
+                low = mid
             else:
-                high = cap - 1
-        pieces = [_middle(p, low) for p in pieces]
-    return "\n".join(pieces)
+                high = mid - 1
+        cap = low
+    return "\n".join(
+        prefix
+        + (
+            body
+            if len(prefix) + len(body) <= cap
+            else focused(body, cap - len(prefix), query)
+            if result
+            else _middle(body, cap - len(prefix))
+        )
+        for prefix, body, result in pieces
+    )
 
 
-def _ledger(messages: Sequence[Message]) -> list[str]:
+def _ledger(messages: Sequence[Message], query: str) -> list[str]:
     """One line per call in ``messages``: what was called and how it went, from the log."""
     lines: list[str] = []
     results = {m.call_id: m for m in messages if isinstance(m, ToolResultMessage)}
@@ -122,7 +175,7 @@ def _ledger(messages: Sequence[Message]) -> list[str]:
                 if result is None:
                     outcome = "no result"
                 else:
-                    text = _short(content_text(result.content), _RESULT_CHARS)
+                    text = focused(content_text(result.content), _RESULT_CHARS, query)
                     outcome = f"{'error' if result.is_error else 'ok'}: {text}"
                 lines.append(f"- {call.name}({_arguments(call.arguments)}) → {outcome}")
     return lines
@@ -163,6 +216,28 @@ def _earlier_lines(text: str) -> list[str]:
     body = text.split(_CALLS, 1)[1]
     body = body.split(f"\n{_SUMMARY}\n", 1)[0]
     return [line for line in body.splitlines() if line.startswith("- ")]
+
+
+def _distinct(summary: str, goal: str) -> str:
+    """``summary`` without the sentences it repeats, or that restate the goal (kept anyway).
+
+    A small model's summary often loops over one sentence or copies the task back.
+    """
+    goal = " ".join(goal.split())
+    kept: list[str] = []
+    seen: set[str] = set()
+    for line in summary.strip().splitlines():
+        sentences: list[str] = []
+        for sentence in _SENTENCE.split(line.strip()):
+            key = sentence.casefold()
+            bare = sentence.rstrip(".!? ")
+            if not bare or key in seen or (len(bare) > 12 and bare in goal):
+                continue
+            seen.add(key)
+            sentences.append(sentence)
+        if sentences:
+            kept.append(" ".join(sentences))
+    return "\n".join(kept)
 
 
 def _view(ledger: list[str], summary: str | None) -> str:
@@ -249,7 +324,7 @@ class Compactor(Generic[OutputT]):
         older = st.messages[start:end]
         replaced = estimate_tokens(_chars(older))
         budget = min(replaced // 2, limit // 4)  # the message that replaces them, at most
-        ledger = _fitted(_ledger(older), int(budget // 2 * CHARS_PER_TOKEN))
+        ledger = _fitted(_ledger(older, st.goal), int(budget // 2 * CHARS_PER_TOKEN))
         room = budget - estimate_tokens(len(_view(ledger, None)))
         if room < 16:
             return request  # what would replace them is about as large as they are
@@ -278,8 +353,8 @@ class Compactor(Generic[OutputT]):
         if summarizer is None or cap < 32:
             return None
         ctx, step = self._ctx, self._step
-        room = max(256, window - cap - _SUMMARY_OVERHEAD)
-        text = transcript(older, int(room * _TRANSCRIPT_CHARS_PER_TOKEN))
+        room = max(256, min(int(window * _TRANSCRIPT_SHARE), window - cap - _SUMMARY_OVERHEAD))
+        text = transcript(older, int(room * _TRANSCRIPT_CHARS_PER_TOKEN), ctx.state.goal)
 
         async def ask(request: ModelRequest) -> ModelResponse | None:
             return await step.aside(request, "compact")
@@ -295,7 +370,7 @@ class Compactor(Generic[OutputT]):
                 f"{exc}); only the record of the calls was kept"
             )
             return None
-        if not isinstance(summary, str) or not summary.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - user code
+        if not isinstance(summary, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user code
             return None
-        limit = int(cap * CHARS_PER_TOKEN * 1.5)
-        return _middle(summary.strip(), limit)
+        summary = _distinct(summary, ctx.state.goal)
+        return _middle(summary, int(cap * CHARS_PER_TOKEN * 1.5)) if summary else None
