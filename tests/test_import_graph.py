@@ -75,6 +75,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.sinks",
             "tether.thinking",
             "tether.compaction",
+            "tether.knowledge",
         ),
     ),
     (

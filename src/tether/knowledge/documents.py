@@ -1,0 +1,153 @@
+"""Documents for a knowledge base: plain text, Markdown, HTML and PDF, as text with a source.
+
+HTML is read with the standard library's parser (scripts, styles and other non-text left
+out, block elements on lines of their own); PDF with ``pypdf`` (``pip install
+"tether[knowledge]"``), each page's text in order, with where each page begins.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+from tether._internal.frozen import frozen
+from tether.errors import InvalidEntry, MissingExtraError
+
+__all__ = ["Document", "html_text", "read_document"]
+
+_MAX_BYTES = 50_000_000
+
+
+@frozen
+class Document:
+    """A text and where it came from."""
+
+    source: str
+    """Its name in citations: a path, a URL, a title."""
+    text: str
+    """Its text."""
+    title: str | None = None
+    """Its title, when it has one (an HTML ``<title>``, a Markdown first heading)."""
+    pages: tuple[int, ...] = ()
+    """Where each page begins in ``text`` (a PDF's); empty: no pages."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, str) or not self.source.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+            raise InvalidEntry("a document needs a source (a path, a URL or a title)")
+        if not isinstance(self.text, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+            raise InvalidEntry(f"the text of {self.source!r} must be a string")
+
+
+_SKIP = frozenset({"script", "style", "noscript", "template", "svg", "head"})
+_BLOCK = frozenset(
+    {
+        "p", "div", "section", "article", "header", "footer", "main", "aside", "nav", "li",
+        "ul", "ol", "table", "tr", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "pre",
+        "blockquote", "dt", "dd", "figcaption", "title",
+    }
+)  # fmt: skip
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.title: list[str] = []
+        self._skip = 0
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title":
+            self._in_title = True
+        elif tag in _SKIP:
+            self._skip += 1
+        if tag in _BLOCK:
+            self.parts.append("\n\n")
+        if tag in ("h1", "h2", "h3", "h4", "h5", "h6") and not self._skip:
+            self.parts.append("#" * int(tag[1]) + " ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+        elif tag in _SKIP and self._skip:
+            self._skip -= 1
+        if tag in _BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title.append(data)
+        elif not self._skip:
+            self.parts.append(data)
+
+
+def html_text(html: str) -> tuple[str, str | None]:
+    """An HTML page's text (headings as Markdown ``#`` lines) and its title."""
+    parser = _Text()
+    parser.feed(html)
+    parser.close()
+    text = "".join(parser.parts)
+    text = re.sub(r"[ \t\r\f\v]+", " ", text)
+    text = re.sub(r" *\n *", "\n", text)
+    text = re.sub(r"\n{3,}", "\n\n", text).strip()
+    title = " ".join("".join(parser.title).split()) or None
+    return text, title
+
+
+def _pdf(path: Path) -> Document:
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PdfReadError
+    except ImportError:
+        raise MissingExtraError("knowledge", "pypdf") from None
+    try:
+        reader = PdfReader(path)
+        texts = [(page.extract_text() or "").strip() for page in reader.pages]
+    except (PdfReadError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidEntry(f"{path} is not a PDF pypdf can read ({exc}); check the file") from None
+    pages: list[int] = []
+    text = ""
+    for page in texts:
+        if text:
+            text += "\n\n"
+        pages.append(len(text))
+        text += page
+    title = None
+    if reader.metadata is not None and reader.metadata.title:
+        title = str(reader.metadata.title)
+    return Document(source=str(path), text=text, title=title, pages=tuple(pages))
+
+
+def read_document(path: str | Path, *, source: str | None = None) -> Document:
+    """The document at ``path`` by its suffix: ``.pdf``, ``.html``/``.htm``, Markdown or text.
+
+    ``source``: the name citations give it (default: the path).
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InvalidEntry(f"cannot read {path}: {exc.strerror or exc}") from None
+    if size > _MAX_BYTES:
+        raise InvalidEntry(f"{path} has {size} bytes; documents over 50 MB are not read: split it")
+    suffix = path.suffix.lower()
+    if suffix == ".pdf":
+        document = _pdf(path)
+    else:
+        try:
+            raw = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise InvalidEntry(f"cannot read {path}: {exc.strerror or exc}") from None
+        if suffix in (".html", ".htm", ".xhtml"):
+            text, title = html_text(raw)
+        else:
+            text = raw
+            heading = re.search(r"^#[ \t]+(.+)$", raw, re.MULTILINE)
+            title = heading.group(1).strip() if heading and suffix in (".md", ".markdown") else None
+        document = Document(source=str(path), text=text, title=title)
+    if source is not None:
+        document = Document(
+            source=source, text=document.text, title=document.title, pages=document.pages
+        )
+    return document
