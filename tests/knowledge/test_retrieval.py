@@ -34,8 +34,13 @@ class Judge:
         assert isinstance(message, UserMessage)
         arguments: JsonObject
         if tool == "verdict":
-            relevant = self.needle in message.text.split("Passage:", 1)[1]
-            arguments = {"relevant": relevant, "confidence": 0.9 if relevant else 0.8}
+            passage = message.text.split("Passage:\n", 1)[1]
+            relevant = self.needle in passage
+            arguments = {
+                "evidence": passage if relevant else "",
+                "relevant": relevant,
+                "confidence": 0.9 if relevant else 0.8,
+            }
         else:
             if not self.rewrites:
                 return None
@@ -82,7 +87,8 @@ async def test_a_failed_or_unsure_verdict_is_not_relevant() -> None:
     async def unsure(request: ModelRequest) -> ModelResponse | None:
         if request.tools[0].name == "search":
             return None
-        args: JsonObject = {"relevant": True, "confidence": 0.2}
+        passage = request.messages[0].text.split("Passage:\n", 1)[1]  # type: ignore[union-attr]
+        args: JsonObject = {"evidence": passage, "relevant": True, "confidence": 0.2}
         return ModelResponse(tool_calls=(ToolCall(id="x", name="verdict", arguments=args),))
 
     found = await Retriever(await kb(), limit=2).retrieve("warranty", unsure)
@@ -96,3 +102,19 @@ def test_bounds_say_what_they_take() -> None:
         Retriever(base, limit=0)
     with pytest.raises(ConfigError, match="max_rewrites"):
         Retriever(base, max_rewrites=9)
+
+
+async def test_a_verdict_whose_evidence_is_not_in_the_passage_is_not_relevant() -> None:
+    async def inventive(request: ModelRequest) -> ModelResponse | None:
+        if request.tools[0].name == "search":
+            return None
+        args: JsonObject = {
+            "evidence": "The warranty lasts ten years.",  # not what the passage says
+            "relevant": True,
+            "confidence": 0.95,
+        }
+        return ModelResponse(tool_calls=(ToolCall(id="x", name="verdict", arguments=args),))
+
+    found = await Retriever(await kb(), limit=2).retrieve("warranty", inventive)
+    assert found.relevant == ()
+    assert found.rounds[0].grades[0].evidence == "The warranty lasts ten years."
