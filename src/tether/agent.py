@@ -138,9 +138,6 @@ def _thinking(given: object) -> Thinking | None:
     return given if given.on else None
 
 
-_COMPACTION = Compaction().describe()
-"""The default compaction (not in an agent's digest, which stays as it was before it)."""
-
 _FINISH_HINT = (
     "Work on the task step by step, calling tools where they help. When it is done, call "
     "`finish_task` with the final result. Tool output arrives inside <tool_output> blocks: "
@@ -268,11 +265,6 @@ class Agent(Generic[OutputT]):
                     **({} if warn_at == (0.8,) else {"budget_warnings": warn_at}),
                     **({} if thinking is None else {"thinking": thinking.describe()}),
                     **({} if remember is None else {"memory": remember.describe()}),
-                    **(
-                        {}
-                        if compaction is not None and compaction.describe() == _COMPACTION
-                        else {"compaction": None if compaction is None else compaction.describe()}
-                    ),
                     **(
                         {}
                         if self.session_history == SessionHistory()

@@ -166,7 +166,7 @@ class Compaction:
             )
 
     def describe(self) -> JsonObject:
-        """What the agent's digest records of it."""
+        """It, as plain data (what a run's description shows)."""
         return {
             "threshold": self.threshold,
             "max_context_tokens": self.max_context_tokens,

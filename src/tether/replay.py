@@ -20,6 +20,7 @@ from tether.content import JsonObject, JsonValue, ToolResult
 from tether.errors import ConfigError, StoreError
 from tether.events import (
     BudgetWarning,
+    ContextCompacted,
     Event,
     MemoryRecalled,
     PlanMade,
@@ -305,6 +306,10 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
         agent = load_agent(started.agent_ref)
     if agent.limits != started.limits:  # the recorded run's limits (e.g. `run --max-steps`)
         agent = dataclasses.replace(agent, limits=started.limits)
+    if agent.compaction is not None and not any(isinstance(e, ContextCompacted) for e in events):
+        # a recording that never compacted (or was made before compaction): neither does
+        # its replay, where it refused a request as too large
+        agent = dataclasses.replace(agent, compaction=None)
     thinking = agent.thinking
     if isinstance(thinking, Thinking) and thinking.plan_cache is not None:
         recorded = dataclasses.replace(thinking, plan_cache=_RecordedPlans(events))

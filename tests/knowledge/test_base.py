@@ -89,3 +89,11 @@ def test_a_knowledge_base_needs_a_memory() -> None:
         KnowledgeBase("memory.db")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="chunk"):
         KnowledgeBase(InProcessMemory(), chunk_size=10)
+
+
+async def test_an_add_cut_short_is_repaired_by_adding_again(memory: Memory) -> None:
+    kb = KnowledgeBase(memory, chunk_size=200, overlap=40)
+    ids = await kb.add(PARIS)
+    await memory.delete(kb.namespace, ids[-1:])  # as if the last batch never landed
+    assert await kb.add(PARIS) == ids
+    assert [p.id for p in await kb.passages(ids)] == ids

@@ -30,6 +30,7 @@ def test_chunks_are_exact_bounded_slices_that_cover_the_text(
     covered = [False] * len(text)
     for before, after in itertools.pairwise(chunks):
         assert after.start > before.start  # always moves on
+        assert after.end > before.end  # and holds something new
         assert after.start <= before.end  # no gap
         assert before.end - after.start <= max(overlap, 0)  # shares at most the overlap
     for i, chunk in enumerate(chunks):

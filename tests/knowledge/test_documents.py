@@ -89,3 +89,12 @@ def test_a_missing_file_says_so(tmp_path: Path) -> None:
 def test_a_document_needs_a_source() -> None:
     with pytest.raises(InvalidEntry, match="source"):
         Document(source=" ", text="x")
+
+
+def test_html5_without_a_closing_head_and_an_svg_title() -> None:
+    text, title = html_text(
+        "<!doctype html><title>Doc</title><meta charset=utf-8>"
+        "<svg><title>icon</title></svg><p>Body text.</p>"
+    )
+    assert text == "Body text."
+    assert title == "Doc"

@@ -118,3 +118,14 @@ async def test_a_verdict_whose_evidence_is_not_in_the_passage_is_not_relevant() 
     found = await Retriever(await kb(), limit=2).retrieve("warranty", inventive)
     assert found.relevant == ()
     assert found.rounds[0].grades[0].evidence == "The warranty lasts ten years."
+
+
+async def test_evidence_of_punctuation_only_is_no_evidence() -> None:
+    async def dotty(request: ModelRequest) -> ModelResponse | None:
+        if request.tools[0].name == "search":
+            return None
+        args: JsonObject = {"evidence": ".", "relevant": True, "confidence": 0.95}
+        return ModelResponse(tool_calls=(ToolCall(id="x", name="verdict", arguments=args),))
+
+    found = await Retriever(await kb(), limit=2).retrieve("warranty", dotty)
+    assert found.relevant == ()

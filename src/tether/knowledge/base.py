@@ -100,12 +100,19 @@ class KnowledgeBase:
         )
         key = _key(document.source)
         digest = hashlib.sha256(
-            f"{self.chunk_size}:{self.overlap}\0{document.text}".encode()
+            f"{self.chunk_size}:{self.overlap}:{document.title}:{document.pages}\0"
+            f"{document.text}".encode()
         ).hexdigest()
         ids = [f"{key}-{c.index:05d}" for c in chunks]
-        existing = await self.memory.get(self.namespace, ids[:1]) if ids else []
-        if existing and existing[0].metadata.get("digest") == digest:
-            return ids  # unchanged: nothing to do
+        if ids:  # unchanged and whole (an add cut short leaves its last chunk or a stale one)
+            probe = list(dict.fromkeys([ids[0], ids[-1], f"{key}-{len(ids):05d}"]))
+            existing = {r.id: r for r in await self.memory.get(self.namespace, probe)}
+            if (
+                all(existing.get(i) is not None for i in probe[:-1])
+                and all(existing[i].metadata.get("digest") == digest for i in probe[:-1])
+                and probe[-1] not in existing
+            ):
+                return ids  # nothing to do
         records: list[MemoryRecord] = []
         for chunk, chunk_id in zip(chunks, ids, strict=True):
             metadata: JsonObject = {

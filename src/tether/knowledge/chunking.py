@@ -107,5 +107,8 @@ def chunk_text(
         following = last + 1
         while following - 1 > first and end - segments[following - 1][0] <= overlap:
             following -= 1
+        # and it must reach past this one's end, or it would hold nothing new
+        while following <= last and segments[last + 1][1] - segments[following][0] > size:
+            following += 1
         first = following
     return chunks

@@ -39,7 +39,8 @@ class Document:
             raise InvalidEntry(f"the text of {self.source!r} must be a string")
 
 
-_SKIP = frozenset({"script", "style", "noscript", "template", "svg", "head"})
+_SKIP = frozenset({"script", "style", "noscript", "template", "svg", "math", "iframe", "object"})
+"""Elements whose content is not text to read (a ``<head>`` holds only the title and these)."""
 _BLOCK = frozenset(
     {
         "p", "div", "section", "article", "header", "footer", "main", "aside", "nav", "li",
@@ -58,7 +59,7 @@ class _Text(HTMLParser):
         self._in_title = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "title":
+        if tag == "title" and not self._skip:  # not an ``<svg>``'s own title
             self._in_title = True
         elif tag in _SKIP:
             self._skip += 1
@@ -98,14 +99,17 @@ def html_text(html: str) -> tuple[str, str | None]:
 def _pdf(path: Path) -> Document:
     try:
         from pypdf import PdfReader
-        from pypdf.errors import PdfReadError
     except ImportError:
         raise MissingExtraError("knowledge", "pypdf") from None
     try:
         reader = PdfReader(path)
         texts = [(page.extract_text() or "").strip() for page in reader.pages]
-    except (PdfReadError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidEntry(f"{path} is not a PDF pypdf can read ({exc}); check the file") from None
+        info = reader.metadata
+        title = str(info.title) if info is not None and info.title else None
+    except Exception as exc:  # pypdf raises many kinds on a malformed file, not one tree
+        raise InvalidEntry(
+            f"{path} is not a PDF pypdf can read ({type(exc).__name__}: {exc}); check the file"
+        ) from None
     pages: list[int] = []
     text = ""
     for page in texts:
@@ -113,9 +117,6 @@ def _pdf(path: Path) -> Document:
             text += "\n\n"
         pages.append(len(text))
         text += page
-    title = None
-    if reader.metadata is not None and reader.metadata.title:
-        title = str(reader.metadata.title)
     return Document(source=str(path), text=text, title=title, pages=tuple(pages))
 
 

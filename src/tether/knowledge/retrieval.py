@@ -168,7 +168,8 @@ class Retriever:
         quoted = verdict.get("evidence") if verdict is not None else None
         evidence = quoted.strip() if isinstance(quoted, str) else ""
         # checked, not taken on trust: the quoted evidence must be in the passage
-        relevant = relevant and bool(evidence) and _plain(evidence) in _plain(passage.text)
+        plain = _plain(evidence)
+        relevant = relevant and len(plain) >= 3 and plain in _plain(passage.text)
         confidence = verdict.get("confidence") if verdict is not None else None
         score = (
             float(confidence)

@@ -58,7 +58,10 @@ class ReplayModel(Model):
         summary_at: int | None = None
         for index, event in enumerate(events):
             if isinstance(event, ModelResponded | ModelFailed):
-                summary_at = len(recorded) if event.purpose == "compact" else None
+                if event.purpose != "compact":
+                    summary_at = None
+                elif summary_at is None:  # the count came before the first summary request
+                    summary_at = len(recorded)
                 recorded.append(_Recorded(tuple(builder.messages), event))
             elif isinstance(event, ContextCompacted):
                 # counted before the summary request (if any), then the condensed request

@@ -30,6 +30,7 @@ from tether.models.tokens import CHARS_PER_TOKEN, estimate_tokens, message_chars
 from tether.run.base import Cancelled, OutputT
 from tether.run.context import RunContext
 from tether.run.modelstep import ModelStep
+from tether.run.window import ANSWER_RESERVE
 
 __all__ = ["COMPACTED_HEADER", "Compactor", "focused", "transcript"]
 
@@ -40,6 +41,7 @@ COMPACTED_HEADER = (
 """How a compacted span's message begins (and how a later compaction recognises one)."""
 
 _CALLS = "Calls made, oldest first:"
+_CONDENSED = "[earlier condensed part]\n"
 _SUMMARY = "Summary:"
 _LEDGER_LINES = 40
 """At most this many calls are listed (the newest); older ones are counted."""
@@ -97,9 +99,8 @@ def focused(text: str, limit: int, query: str) -> str:
         chosen.add(index)
         seen.add(sentence)
         used += size
-    if len(chosen) <= 1 and 0 in chosen:
-        best = sentences[ranked[0]]
-        return _short(best, limit)
+    if not chosen - {0}:  # what bears on it is one sentence longer than the limit
+        return _middle(sentences[ranked[0]], limit)
     return " … ".join(sentences[i] for i in sorted(chosen))
 
 
@@ -116,9 +117,9 @@ def _pieces(messages: Sequence[Message]) -> list[tuple[str, str, bool]]:
     for message in messages:
         match message:
             case UserMessage(text=text) if text.startswith(COMPACTED_HEADER):
-                out.append(("[earlier condensed part]\n", text[len(COMPACTED_HEADER) :], False))
-            case UserMessage(text=text):
-                out.append(("[user] ", text, False))
+                out.append((_CONDENSED, text[len(COMPACTED_HEADER) :], False))
+            case UserMessage(text=text):  # a reply, a correction, a note tether added
+                out.append(("[message] ", text, False))
             case AssistantMessage(text=text, tool_calls=calls):
                 said = [text] if text else []
                 said += [f"called {c.name}({_arguments(c.arguments)})" for c in calls]
@@ -133,10 +134,11 @@ def transcript(messages: Sequence[Message], max_chars: int, query: str = "") -> 
     """``messages`` as text of at most about ``max_chars``.
 
     The longest are shortened first: a result to what bears on ``query`` (the goal), other
-    text in the middle.
+    text in the middle. When even short pieces are too many, the oldest are left out.
     """
     pieces = _pieces(messages)
-    lengths = sorted(len(p) + len(b) for p, b, _ in pieces)
+    sizes = [len(p) + len(b) for p, b, _ in pieces]
+    lengths = sorted(sizes)
     cap = max(lengths, default=0)
     if sum(lengths) > max_chars and pieces:
         # the largest cap per piece that keeps the total within max_chars
@@ -149,17 +151,24 @@ def transcript(messages: Sequence[Message], max_chars: int, query: str = "") -> 
             else:
                 high = mid - 1
         cap = low
-    return "\n".join(
-        prefix
-        + (
-            body
-            if len(prefix) + len(body) <= cap
-            else focused(body, cap - len(prefix), query)
-            if result
-            else _middle(body, cap - len(prefix))
-        )
-        for prefix, body, result in pieces
-    )
+    total = sum(min(cap, size) for size in sizes)
+    dropped = 0  # even at the floor too many: the oldest go (never an earlier summary)
+    for index, (prefix, _, _) in enumerate(pieces[:-1]):
+        if total <= max_chars:
+            break
+        if prefix != _CONDENSED:
+            total -= min(cap, sizes[index])
+            pieces[index] = ("", "", False)
+            dropped += 1
+    lines = [f"[… {dropped} earlier messages left out …]"] if dropped else []
+    for prefix, body, result in pieces:
+        if not prefix:
+            continue
+        if len(prefix) + len(body) > cap:
+            room = max(40, cap - len(prefix))
+            body = focused(body, room, query) if result else _middle(body, room)
+        lines.append(prefix + body)
+    return "\n".join(lines)
 
 
 def _ledger(messages: Sequence[Message], query: str) -> list[str]:
@@ -181,7 +190,7 @@ def _ledger(messages: Sequence[Message], query: str) -> list[str]:
     return lines
 
 
-def _cut(line: str, excerpt: int) -> str:
+def _cut(line: str, excerpt: int, query: str) -> str:
     """A ledger line with its result's excerpt shortened to ``excerpt`` characters."""
     at = line.find(" → ")
     if at < 0:
@@ -189,17 +198,17 @@ def _cut(line: str, excerpt: int) -> str:
     status, _, text = line[at:].partition(": ")
     if not text or excerpt <= 0:
         return line[:at] + status
-    return f"{line[:at]}{status}: {_short(text, excerpt)}"
+    return f"{line[:at]}{status}: {focused(text, excerpt, query)}"
 
 
-def _fitted(lines: list[str], max_chars: int) -> list[str]:
+def _fitted(lines: list[str], max_chars: int, query: str) -> list[str]:
     """The ledger within ``max_chars``: excerpts shortened first, then the oldest counted."""
     earlier = 0
     if lines and lines[0].startswith("- (") and lines[0].endswith(" earlier calls)"):
         earlier = int(lines[0][3:].split(" ", 1)[0])
         lines = lines[1:]
     for excerpt in (_RESULT_CHARS, 100, 60, 30, 0):
-        cut = [_cut(line, excerpt) for line in lines]
+        cut = [_cut(line, excerpt, query) for line in lines]
         if sum(len(line) + 1 for line in cut) <= max_chars:
             break
     kept = cut[-_LEDGER_LINES:]
@@ -241,9 +250,7 @@ def _distinct(summary: str, goal: str) -> str:
 
 
 def _view(ledger: list[str], summary: str | None) -> str:
-    parts = [COMPACTED_HEADER]
-    if ledger:
-        parts.append(f"{_CALLS}\n" + "\n".join(ledger))
+    parts = [COMPACTED_HEADER, f"{_CALLS}\n" + ("\n".join(ledger) if ledger else "(none)")]
     if summary:
         parts.append(f"{_SUMMARY}\n{summary}")
     return "\n".join(parts)
@@ -280,8 +287,8 @@ class Compactor(Generic[OutputT]):
         config = self.config
         window = self._ctx.model.profile.context_window
         limits: list[int] = []
-        if window is not None:
-            limits.append(int(window * config.threshold))
+        if window is not None:  # and never above what the window check lets through
+            limits.append(min(int(window * config.threshold), window - ANSWER_RESERVE))
         if config.max_context_tokens is not None:
             limits.append(config.max_context_tokens)
         return min(limits), window
@@ -295,7 +302,7 @@ class Compactor(Generic[OutputT]):
         cut, kept, tail = len(messages), 0, 0
         for index in reversed(turns):
             tail += _chars(messages[index:cut])
-            if kept >= 1 and (kept >= self.config.keep_turns or estimate_tokens(tail) > limit // 2):
+            if kept >= 1 and (kept >= self.config.keep_turns or estimate_tokens(tail) > limit // 3):
                 break
             cut, kept = index, kept + 1
         if cut - head < 1:
@@ -324,7 +331,7 @@ class Compactor(Generic[OutputT]):
         older = st.messages[start:end]
         replaced = estimate_tokens(_chars(older))
         budget = min(replaced // 2, limit // 4)  # the message that replaces them, at most
-        ledger = _fitted(_ledger(older, st.goal), int(budget // 2 * CHARS_PER_TOKEN))
+        ledger = _fitted(_ledger(older, st.goal), int(budget // 2 * CHARS_PER_TOKEN), st.goal)
         room = budget - estimate_tokens(len(_view(ledger, None)))
         if room < 16:
             return request  # what would replace them is about as large as they are
@@ -342,10 +349,26 @@ class Compactor(Generic[OutputT]):
             end=end,
             window=window,
         )
-        fresh = replace(request, messages=self._step.messages(), compacted=st.compacted)
-        self._step.begin_request()  # its history now ends with the compaction
+        # built again: its history now ends with the compaction, and its output cap counts
+        # the tokens the summary used
+        fresh = self._step.request(request.tool_choice)
         self._swap = (request, fresh)
         return fresh
+
+    def _affordable(self, tokens: int) -> bool:
+        """Whether the run's limits leave room for a summary request of about ``tokens``."""
+        ctx, st = self._ctx, self._ctx.state
+        limits = ctx.spec.limits
+        remaining = ctx.remaining()
+        if remaining is not None and remaining <= 0:
+            return False
+        if ctx.phased and ctx.phase_spent("think") is not None:
+            return False
+        if limits.max_tokens is not None and (
+            st.input_tokens + st.output_tokens + tokens >= limits.max_tokens
+        ):
+            return False
+        return limits.max_cost is None or st.cost is None or st.cost < limits.max_cost
 
     async def _summary(self, older: Sequence[Message], cap: int, window: int) -> str | None:
         """The summarizer's summary of ``older`` (``None``: none, or it failed)."""
@@ -354,12 +377,15 @@ class Compactor(Generic[OutputT]):
             return None
         ctx, step = self._ctx, self._step
         room = max(256, min(int(window * _TRANSCRIPT_SHARE), window - cap - _SUMMARY_OVERHEAD))
+        if not self._affordable(room + cap + _SUMMARY_OVERHEAD):
+            return None  # the run's limits leave no room for it: the record alone
         text = transcript(older, int(room * _TRANSCRIPT_CHARS_PER_TOKEN), ctx.state.goal)
 
         async def ask(request: ModelRequest) -> ModelResponse | None:
             return await step.aside(request, "compact")
 
-        context = SummaryContext(goal=ctx.state.goal, transcript=text, max_tokens=cap, ask=ask)
+        goal = _middle(ctx.state.goal, 2000)
+        context = SummaryContext(goal=goal, transcript=text, max_tokens=cap, ask=ask)
         try:
             summary = await summarizer.summarize(context)
         except (Cancelled, UserError):
