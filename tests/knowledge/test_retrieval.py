@@ -129,3 +129,11 @@ async def test_evidence_of_punctuation_only_is_no_evidence() -> None:
 
     found = await Retriever(await kb(), limit=2).retrieve("warranty", dotty)
     assert found.relevant == ()
+
+
+async def test_evidence_about_something_else_is_not_relevant() -> None:
+    """A grader that calls every passage relevant: only evidence sharing the question's
+    terms counts."""
+    retriever = Retriever(await kb(), limit=4, max_rewrites=0)
+    found = await retriever.retrieve("How long is the warranty?", Judge(""))
+    assert [p.source for p in found.relevant] == ["a"]

@@ -10,6 +10,7 @@ answer says the knowledge base does not tell, instead of guessing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from tether._internal.frozen import frozen
@@ -169,7 +170,12 @@ class Retriever:
         evidence = quoted.strip() if isinstance(quoted, str) else ""
         # checked, not taken on trust: the quoted evidence must be in the passage
         plain = _plain(evidence)
-        relevant = relevant and len(plain) >= 3 and plain in _plain(passage.text)
+        relevant = (
+            relevant
+            and len(plain) >= 3
+            and plain in _plain(passage.text)
+            and _bears_on(plain, question)
+        )
         confidence = verdict.get("confidence") if verdict is not None else None
         score = (
             float(confidence)
@@ -193,6 +199,105 @@ class Retriever:
         if not isinstance(query, str) or not query.strip():
             return None
         return " ".join(query.split())[:300]
+
+
+_STOP = frozenset(
+    {
+        "the",
+        "a",
+        "an",
+        "and",
+        "or",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "from",
+        "with",
+        "about",
+        "into",
+        "over",
+        "than",
+        "that",
+        "this",
+        "these",
+        "those",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "why",
+        "how",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "do",
+        "does",
+        "did",
+        "has",
+        "have",
+        "had",
+        "not",
+        "no",
+        "yes",
+        "it",
+        "its",
+        "as",
+        "but",
+        "if",
+        "then",
+        "so",
+        "such",
+        "can",
+        "could",
+        "would",
+        "should",
+        "may",
+        "might",
+        "will",
+        "shall",
+        "there",
+        "their",
+        "they",
+        "them",
+        "he",
+        "she",
+        "his",
+        "her",
+        "you",
+        "your",
+        "we",
+        "our",
+        "me",
+        "my",
+    }
+)
+
+
+def _terms(text: str) -> set[str]:
+    """The words that carry meaning, cut to their first five letters (a crude stem)."""
+    return {w[:5] for w in re.findall(r"\w+", text.casefold()) if len(w) > 2 and w not in _STOP}
+
+
+def _bears_on(evidence: str, question: str) -> bool:
+    """Whether the quoted evidence shares the question's terms.
+
+    Two of them, or one for a question of three or fewer: a sentence that shares none is
+    about something else.
+    """
+    wanted = _terms(question)
+    shared = len(wanted & _terms(evidence))
+    return shared >= (1 if len(wanted) <= 3 else 2) or not wanted
 
 
 def _plain(text: str) -> str:
