@@ -144,9 +144,11 @@ async def _checked(
     allowed = {p.id: p for p in relevant}
     if any(c not in allowed for c in citations):  # cited: only graded-relevant passages
         return None, []
-    if answer is not None and not any(_plain(answer) in _plain(allowed[c].text) for c in citations):
-        return None, []  # grounded: the answer's words are in a passage it cites
-    return answer, citations
+    if answer is None:
+        return None, []
+    # grounded: a citation stands only where the passage holds the answer's words
+    grounded = [c for c in citations if _plain(answer) in _plain(allowed[c].text)]
+    return (answer, grounded) if grounded else (None, [])
 
 
 async def main(questions: int, seed: int, distractors: int, limit: int, verbose: bool) -> None:
