@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 from tether._internal.frozen import frozen
 from tether.errors import ConfigError
-from tether.jsontypes import JsonObject
 from tether.messages import UserMessage
 from tether.models.base import ModelRequest, ModelSettings
 from tether.thinking.base import Ask
@@ -164,13 +163,3 @@ class Compaction:
                 "Compaction(summarizer=...) takes a Summarizer (such as ModelSummarizer()) "
                 f"or None, not {type(self.summarizer).__name__}"
             )
-
-    def describe(self) -> JsonObject:
-        """It, as plain data (what a run's description shows)."""
-        return {
-            "threshold": self.threshold,
-            "max_context_tokens": self.max_context_tokens,
-            "keep_turns": self.keep_turns,
-            "summary_tokens": self.summary_tokens,
-            "summarizer": None if self.summarizer is None else type(self.summarizer).__name__,
-        }
