@@ -11,15 +11,13 @@ answer says the knowledge base does not tell, instead of guessing.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 from tether._internal.frozen import frozen
 from tether.errors import ConfigError
 from tether.knowledge.base import KnowledgeBase, Passage
 from tether.messages import UserMessage
-from tether.models.base import ModelRequest, ModelSettings
 from tether.thinking.base import Ask
-from tether.thinking.model import call_arguments
+from tether.thinking.model import required_call
 from tether.tools.base import ToolDefinition
 
 __all__ = ["Grade", "Retrieval", "Retriever", "Round"]
@@ -162,8 +160,12 @@ class Retriever:
 
     async def _grade(self, question: str, passage: Passage, ask: Ask) -> Grade:
         text = passage.text[: self.passage_chars]
-        verdict = await _call(
-            ask, _GRADE, f"Question: {question}\n\nPassage:\n{text}", _VERDICT, 160
+        verdict = await required_call(
+            ask,
+            _GRADE,
+            (UserMessage(text=f"Question: {question}\n\nPassage:\n{text}"),),
+            _VERDICT,
+            160,
         )
         relevant = verdict is not None and verdict.get("relevant") is True
         quoted = verdict.get("evidence") if verdict is not None else None
@@ -192,9 +194,8 @@ class Retriever:
 
     async def _rewrite(self, question: str, rounds: list[Round], ask: Ask) -> str | None:
         tried = "\n".join(f"- {r.query}" for r in rounds)
-        arguments = await _call(
-            ask, _REWRITE, f"Question: {question}\n\nQueries tried:\n{tried}", _QUERY, 80
-        )
+        text = f"Question: {question}\n\nQueries tried:\n{tried}"
+        arguments = await required_call(ask, _REWRITE, (UserMessage(text=text),), _QUERY, 80)
         query = None if arguments is None else arguments.get("query")
         if not isinstance(query, str) or not query.strip():
             return None
@@ -304,19 +305,3 @@ def _bears_on(evidence: str, question: str) -> bool:
 def _plain(text: str) -> str:
     """``text`` compared loosely: case, spacing and the quote's own end punctuation aside."""
     return " ".join(text.casefold().split()).strip(" .,;:!?\"'")
-
-
-async def _call(
-    ask: Ask, instructions: str, text: str, tool: ToolDefinition, cap: int
-) -> Mapping[str, object] | None:
-    """One constrained call of ``tool`` about ``text``: its arguments (``None``: none)."""
-    response = await ask(
-        ModelRequest(
-            instructions=instructions,
-            messages=(UserMessage(text=text),),
-            tools=(tool,),
-            tool_choice="required",
-            settings=ModelSettings(max_output_tokens=cap, temperature=0.0),
-        )
-    )
-    return None if response is None else call_arguments(response, tool.name)

@@ -19,6 +19,7 @@ from tether.messages import AssistantMessage, Message, ToolResultMessage, UserMe
 from tether.models.base import ModelRequest, ModelResponse, ModelSettings
 from tether.thinking.base import (
     COMPLEXITIES,
+    Ask,
     Plan,
     Planner,
     Reflector,
@@ -30,7 +31,14 @@ from tether.thinking.base import (
 )
 from tether.tools.base import ToolDefinition
 
-__all__ = ["ModelPlanner", "ModelReflector", "ModelRouter", "answered_only", "call_arguments"]
+__all__ = [
+    "ModelPlanner",
+    "ModelReflector",
+    "ModelRouter",
+    "answered_only",
+    "call_arguments",
+    "required_call",
+]
 
 _MAX_STEPS = 8
 _MAX_CRITERIA = 4
@@ -64,8 +72,8 @@ def call_arguments(response: ModelResponse, name: str) -> Mapping[str, object] |
     return None
 
 
-async def _required_call(
-    context: ThinkingContext,
+async def required_call(
+    ask: Ask,
     instructions: str,
     messages: tuple[Message, ...],
     definition: ToolDefinition,
@@ -79,7 +87,7 @@ async def _required_call(
         tool_choice="required",
         settings=_settings(cap),
     )
-    response = await context.ask(request)
+    response = await ask(request)
     return None if response is None else call_arguments(response, definition.name)
 
 
@@ -192,8 +200,8 @@ class ModelPlanner(Planner):
         guide = _PLAN_GUIDE.format(
             tools=_tool_lines(context.tools), revise=revise, instructions=context.instructions
         )
-        arguments = await _required_call(
-            context, guide, answered_only(context.messages), definition, self._cap
+        arguments = await required_call(
+            context.ask, guide, answered_only(context.messages), definition, self._cap
         )
         if arguments is None:
             return None
@@ -272,7 +280,7 @@ class ModelReflector(Reflector):
             f"Criteria:\n{listed}\n\nDoes the answer meet every criterion? Call verdict."
         )
         messages = (*answered_only(context.messages), question)
-        arguments = await _required_call(context, _REFLECT_GUIDE, messages, _VERDICT, self._cap)
+        arguments = await required_call(context.ask, _REFLECT_GUIDE, messages, _VERDICT, self._cap)
         if arguments is None or not isinstance(arguments.get("passed"), bool):
             return None
         reasons = arguments.get("reasons")
