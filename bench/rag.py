@@ -135,12 +135,16 @@ async def _answer(
 
 
 async def _checked(
-    model: LocalModel, question: str, relevant: tuple[Passage, ...]
+    model: LocalModel, question: str, relevant: tuple[Passage, ...], raw: dict[str, Any]
 ) -> tuple[str | None, list[str]]:
-    """The answer with the refusal path, if it passes both checks; else a refusal."""
+    """The answer with the refusal path, if it passes both checks; else a refusal.
+
+    ``raw`` gets what the model answered before the checks (for ``--verbose``).
+    """
     if not relevant:
         return None, []  # nothing graded relevant: the answer says so, no model asked
     answer, citations = await _answer(model, question, relevant, refusal=True)
+    raw.update(answer=answer, cited=citations)
     allowed = {p.id: p for p in relevant}
     if any(c not in allowed for c in citations):  # cited: only graded-relevant passages
         return None, []
@@ -190,7 +194,8 @@ async def main(questions: int, seed: int, distractors: int, limit: int, verbose:
         own = source_of[example["context"]]
         retrieval: Retrieval = await retriever.retrieve(question, ask)
         relevant = retrieval.relevant
-        answer, citations = await _checked(model, question, relevant)
+        raw: dict[str, Any] = {}
+        answer, citations = await _checked(model, question, relevant, raw)
         sources = {p.id: p.source for p in relevant}
         cited += len(citations)
         cited_right += sum(sources[c] == own for c in citations)
@@ -222,6 +227,20 @@ async def main(questions: int, seed: int, distractors: int, limit: int, verbose:
                         "relevant": [sources[p.id] for p in relevant],
                         "own": own,
                         "cited": [sources[c] for c in citations],
+                        "raw_answer": raw.get("answer"),
+                        "raw_cited": [sources.get(c, c) for c in raw.get("cited", [])],
+                        "grades": [
+                            {
+                                "round": n,
+                                "source": g.passage.source,
+                                "score": round(g.passage.score, 4),
+                                "relevant": g.relevant,
+                                "confidence": g.confidence,
+                                "evidence": g.evidence,
+                            }
+                            for n, r in enumerate(retrieval.rounds)
+                            for g in r.grades
+                        ],
                     }
                 ),
                 file=sys.stderr,

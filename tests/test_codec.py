@@ -200,7 +200,7 @@ def test_reading_a_long_line_holds_only_about_the_cap_in_memory(tmp_path: Path) 
 
 
 def test_event_kinds_are_unique_and_complete() -> None:
-    assert len(EVENT_TYPES) == 24
+    assert len(EVENT_TYPES) == 25
     for kind, cls in EVENT_TYPES.items():
         assert cls.__dataclass_fields__["kind"].default == kind
         names = [f.name for f in dataclasses.fields(cls)]

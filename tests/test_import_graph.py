@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.events",
             "tether.eventbase",
             "tether.memoryevents",
+            "tether.knowledgeevents",
             "tether.latefields",
             "tether.phases",
             "tether.eventdispatch",

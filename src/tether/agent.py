@@ -19,11 +19,14 @@ from tether.compaction import Compaction
 from tether.errors import ConfigError, UserError
 from tether.hooks import Hooks, HookSink
 from tether.jsontypes import JsonObject
+from tether.knowledge.base import KnowledgeBase
+from tether.knowledge.config import Knowledge, search_definition
 from tether.limits import Limits
 from tether.loop import AgentRun, ToolRunner, run_tool
 from tether.memory.base import Memory
 from tether.memory.config import MEMORY_TOOLS, Remember, SessionHistory, check_session
 from tether.memory.tools import memory_tools
+from tether.messages import CONTROL_TOOLS
 from tether.models.base import Model, ModelSettings
 from tether.models.registry import resolve_model
 from tether.outcome import RunOutcome
@@ -125,6 +128,18 @@ def _remember(given: object) -> Remember | None:
     )
 
 
+def _knowledge(given: object) -> Knowledge | None:
+    """``Agent(knowledge=...)``, checked."""
+    if given is None or isinstance(given, Knowledge):
+        return given
+    if isinstance(given, KnowledgeBase):
+        return Knowledge(base=given)
+    raise ConfigError(
+        "knowledge takes a KnowledgeBase (tether.knowledge.KnowledgeBase(memory)) or "
+        f"Knowledge(base=...), not {type(given).__name__}"
+    )
+
+
 def _thinking(given: object) -> Thinking | None:
     """``Agent(thinking=...)``, checked: ``None`` when no stage is on."""
     if given is None or given is False:
@@ -185,6 +200,11 @@ class Agent(Generic[OutputT]):
     into the model's view, and a finished run writes its goal and answer there. A
     ``Memory`` is ``Remember(memory=it)``; ``Remember`` sets the namespace, the recall
     budget and what may be remembered."""
+    knowledge: KnowledgeBase | Knowledge | None = None
+    """Documents the agent searches and cites (``tether.knowledge``): the model is offered
+    ``search_knowledge``, whose passages are retrieved, graded and checked before it reads
+    them; its answer may cite only those (``[K1]``), and says so when nothing was found. A
+    ``KnowledgeBase`` is ``Knowledge(base=it)``."""
     can_ask_user: bool = False
     """Offer ``ask_user``: the run may pause with ``waiting_for_user``."""
     log_dir: str | Path | None = None
@@ -232,7 +252,9 @@ class Agent(Generic[OutputT]):
                 registry.add(tool)
         output = OutputSpec[OutputT].for_type(self.output_type)
         ask = ask_user_definition() if self.can_ask_user else None
-        for reserved in ("finish_task", "ask_user"):
+        knowledge = _knowledge(self.knowledge)
+        search = None if knowledge is None else search_definition()
+        for reserved in sorted(CONTROL_TOOLS):
             if reserved in registry:
                 raise ConfigError(
                     f"{reserved!r} is reserved for tether's control tools; rename your tool"
@@ -252,7 +274,12 @@ class Agent(Generic[OutputT]):
         rendered = self.instructions
         prompt = rendered.provenance() if isinstance(rendered, RenderedPrompt) else None
         finish = output.definition()
-        definitions = (*registry.definitions(), finish, *((ask,) if ask else ()))
+        definitions = (
+            *registry.definitions(),
+            *((search,) if search else ()),
+            finish,
+            *((ask,) if ask else ()),
+        )
         instructions = f"{self.instructions.strip()}\n\n{_FINISH_HINT}".strip()
         digest = hashlib.sha256(
             canonical_json(
@@ -265,6 +292,7 @@ class Agent(Generic[OutputT]):
                     **({} if warn_at == (0.8,) else {"budget_warnings": warn_at}),
                     **({} if thinking is None else {"thinking": thinking.describe()}),
                     **({} if remember is None else {"memory": remember.describe()}),
+                    **({} if knowledge is None else {"knowledge": knowledge.describe()}),
                     **(
                         {}
                         if self.session_history == SessionHistory()
@@ -305,6 +333,7 @@ class Agent(Generic[OutputT]):
             memory=remember,
             session_history=self.session_history,
             compaction=compaction,
+            knowledge=knowledge,
         )
         object.__setattr__(self, "spec", spec)
 

@@ -21,6 +21,7 @@ from tether.events import (
     BudgetWarning,
     ContextCompacted,
     Event,
+    KnowledgeRetrieved,
     LimitReached,
     MemoryRecalled,
     MemoryWritten,
@@ -132,6 +133,10 @@ class EventHandler(ABC, Generic[R]):
     @abstractmethod
     def on_memory_written(self, event: MemoryWritten) -> R:
         """Handle ``memory_written``."""
+
+    @abstractmethod
+    def on_knowledge_retrieved(self, event: KnowledgeRetrieved) -> R:
+        """Handle ``knowledge_retrieved``."""
 
     @abstractmethod
     def on_context_compacted(self, event: ContextCompacted) -> R:

@@ -23,6 +23,7 @@ from tether._internal.frozen import frozen
 from tether.content import ContentBlock
 from tether.eventbase import GENESIS_HASH, EventBase
 from tether.jsontypes import JsonObject, JsonValue
+from tether.knowledgeevents import KnowledgeRetrieved, Passage, PassageVerdict, SearchRound
 from tether.latefields import LATE, late_fields
 from tether.limits import Limits, PhaseLimits
 from tether.memoryevents import (
@@ -48,11 +49,14 @@ __all__ = [
     "Decision",
     "Event",
     "EventBase",
+    "KnowledgeRetrieved",
     "LimitReached",
     "MemoryRecalled",
     "MemoryWritten",
     "ModelFailed",
     "ModelResponded",
+    "Passage",
+    "PassageVerdict",
     "Phase",
     "PlanMade",
     "PlanRevised",
@@ -65,6 +69,7 @@ __all__ = [
     "RunFinished",
     "RunResumed",
     "RunStarted",
+    "SearchRound",
     "SessionContinued",
     "ToolCallFinished",
     "ToolCallRequested",
@@ -76,9 +81,10 @@ __all__ = [
 Decision: TypeAlias = Literal["allow", "deny", "needs_approval"]
 """A policy decision on one tool call."""
 
-Purpose: TypeAlias = Literal["plan", "reflect", "route", "compact"]
+Purpose: TypeAlias = Literal["plan", "reflect", "route", "compact", "grade", "rewrite"]
 """What a model request that is not a turn of the conversation is for: a thinking stage's
-(``tether.thinking``) or a compaction's summary (``tether.compaction``)."""
+(``tether.thinking``), a compaction's summary (``tether.compaction``), or a knowledge
+search's verdict on a passage (``grade``) or better query (``rewrite``)."""
 
 Complexity: TypeAlias = Literal["low", "medium", "high"]
 """A planner's estimate of how hard a task is."""
@@ -501,6 +507,7 @@ Event: TypeAlias = (
     | Reflected
     | MemoryRecalled
     | MemoryWritten
+    | KnowledgeRetrieved
     | ContextCompacted
     | BudgetWarning
     | LimitReached
@@ -531,6 +538,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Reflected,
         MemoryRecalled,
         MemoryWritten,
+        KnowledgeRetrieved,
         ContextCompacted,
         BudgetWarning,
         LimitReached,
@@ -544,5 +552,15 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 # Decoding a log must refuse fields this version does not know rather than drop them.
 _STRICT = {"extra": "forbid"}  # a pydantic ConfigDict, read when a log is decoded
-for _cls in (*EVENT_TYPES.values(), ToolCall, Usage, Limits, PhaseLimits, ErrorInfo):
+for _cls in (
+    *EVENT_TYPES.values(),
+    ToolCall,
+    Usage,
+    Limits,
+    PhaseLimits,
+    ErrorInfo,
+    Passage,
+    PassageVerdict,
+    SearchRound,
+):
     setattr(_cls, "__pydantic_config__", _STRICT)  # noqa: B010 - class attribute read by pydantic

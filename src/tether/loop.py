@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic
 
 import orjson
@@ -33,9 +33,10 @@ from tether.outcome import RunOutcome
 from tether.policy.approvals import Approval
 from tether.policy.redaction import Redactor
 from tether.run.approving import Approving
-from tether.run.base import Cancelled, OutputT, Retry, Stop, ToolRunner
+from tether.run.base import Cancelled, OutputT, Planned, Retry, Stop, ToolRunner
 from tether.run.budget import Budget
 from tether.run.compactor import Compactor
+from tether.run.consulting import Consultant
 from tether.run.context import RunContext
 from tether.run.endings import Endings
 from tether.run.journal import StoreSink
@@ -226,8 +227,16 @@ class AgentRun(Generic[OutputT]):
             self._tools.reflexion = self._endings.reflexion = reflexion
         thinking = ctx.spec.thinking
         self._thinker = None if thinking is None else Thinker(ctx, self._step, thinking)
-        if self._thinker is not None and thinking is not None and thinking.reflector is not None:
-            self._tools.check_answer = self._thinker.check
+        reflect = (
+            self._thinker.check
+            if self._thinker is not None and thinking is not None and thinking.reflector
+            else None
+        )
+        self._tools.check_answer = reflect
+        if ctx.spec.knowledge is not None:
+            consultant = Consultant(ctx, self._step, ctx.spec.knowledge)
+            self._tools.consult = consultant.search
+            self._tools.check_answer = _checks(consultant.check, reflect)
         self._begins = (
             self._thinker is not None or self._rememberer is not None or ctx.session is not None
         )
@@ -548,3 +557,19 @@ class AgentRun(Generic[OutputT]):
             return spent
         self._budget.check()
         return None
+
+
+def _checks(
+    first: Callable[[Planned], None], then: Callable[[Planned], Awaitable[None]] | None
+) -> Callable[[Planned], Awaitable[None]]:
+    """``finish_task``'s checks: ``first`` (citations), then ``then`` (the reflector).
+
+    ``then`` sees only an answer ``first`` did not send back.
+    """
+
+    async def check(item: Planned) -> None:
+        first(item)
+        if item.finish and then is not None:
+            await then(item)
+
+    return check

@@ -12,6 +12,7 @@ __all__ = [
     "ASK_USER",
     "CONTROL_TOOLS",
     "FINISH_TASK",
+    "SEARCH_KNOWLEDGE",
     "AssistantMessage",
     "Message",
     "ToolCall",
@@ -23,7 +24,10 @@ FINISH_TASK = "finish_task"
 """The tool that ends a run successfully; its arguments are the output."""
 ASK_USER = "ask_user"
 """The tool that pauses a run with ``waiting_for_user`` (when the agent may ask)."""
-CONTROL_TOOLS = frozenset({FINISH_TASK, ASK_USER})
+SEARCH_KNOWLEDGE = "search_knowledge"
+"""The tool that searches the agent's knowledge base (when it has one): the run retrieves,
+grades and rewrites, and answers with the passages that may be cited."""
+CONTROL_TOOLS = frozenset({FINISH_TASK, ASK_USER, SEARCH_KNOWLEDGE})
 """Tools the loop handles itself; they do not count against ``max_tool_calls``."""
 
 

@@ -9,6 +9,9 @@ __all__ = ["Phase", "phase_of"]
 Phase: TypeAlias = Literal["start", "plan", "think", "act", "reflect", "respond", "record"]
 """The phase of a run an event belongs to (``EventBase.phase``)."""
 
+_ACTING = frozenset({"compact", "grade", "rewrite"})
+"""The purposes of requests that are part of acting (``think``), not a thinking stage's."""
+
 _PHASES: dict[str, Phase] = {
     "run_started": "start",
     "run_resumed": "start",
@@ -30,6 +33,7 @@ _PHASES: dict[str, Phase] = {
     "tool_call_finished": "act",
     "tool_call_unknown": "act",
     "memory_written": "act",
+    "knowledge_retrieved": "act",
     "reflected": "reflect",
     "limit_reached": "respond",
     "run_finished": "respond",
@@ -42,11 +46,11 @@ def phase_of(kind: str, final: bool = False, purpose: str | None = None) -> Phas
 
     The tool-free best-effort answer after a limit (``final``) is ``respond``; a thinking
     stage's request (``purpose``) is ``reflect`` or ``plan``; a compaction's summary is part
-    of acting, ``think``.
+    of acting, ``think``, and so are a knowledge search's grading and rewriting.
     """
     if kind == "model_responded" or kind == "model_failed":
         if final:
             return "respond"
-        if purpose is not None and purpose != "compact":
+        if purpose is not None and purpose not in _ACTING:
             return "reflect" if purpose == "reflect" else "plan"
     return _PHASES[kind]

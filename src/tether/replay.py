@@ -22,12 +22,14 @@ from tether.events import (
     BudgetWarning,
     ContextCompacted,
     Event,
+    KnowledgeRetrieved,
     MemoryRecalled,
     PlanMade,
     RunStarted,
     SessionContinued,
     ToolCallFinished,
 )
+from tether.knowledgeevents import Passage
 from tether.memory.base import (
     Memory,
     MemoryHit,
@@ -39,6 +41,7 @@ from tether.memory.base import (
 from tether.memory.config import MEMORY_TOOLS, REMEMBER, Remember
 from tether.messages import ToolCall
 from tether.models.replay import ReplayModel
+from tether.run.consulting import FAILED
 from tether.run.sessions import namespace_of
 from tether.run.toolexec import run_tool
 from tether.stores.memory import MemoryStore
@@ -282,6 +285,33 @@ class _RecordedMemory(Memory):
         return 0
 
 
+class _RecordedKnowledge:
+    """The recording's knowledge searches, served in order (a replay never reads the base).
+
+    A search that failed fails again with the same words.
+    """
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self._searches: list[list[Passage] | str] = []
+        for event in events:
+            if not isinstance(event, KnowledgeRetrieved):
+                continue
+            found = {p.id: p for p in event.passages}
+            for round_ in event.rounds:
+                self._searches.append([found[v.passage] for v in round_.verdicts])
+            warning = event.warning
+            if warning is not None and warning.startswith(FAILED):
+                self._searches.append(warning[len(FAILED) :])
+
+    async def search(self, query: str, *, limit: int = 5) -> list[Passage]:
+        if not self._searches:
+            return []
+        found = self._searches.pop(0)
+        if isinstance(found, str):
+            raise StoreError(found)
+        return found
+
+
 async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) -> ReplayReport:
     """Re-run a recorded run and compare the new log with the recording.
 
@@ -322,6 +352,12 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
             memory=Remember(memory=recorded_memory)
             if remember is None
             else dataclasses.replace(remember, memory=recorded_memory),
+        )
+    knowledge = agent.spec.knowledge
+    if knowledge is not None:
+        recorded_knowledge = _RecordedKnowledge(events)
+        agent = dataclasses.replace(
+            agent, knowledge=dataclasses.replace(knowledge, base=recorded_knowledge)
         )
     remembering = agent.memory if isinstance(agent.memory, Remember) else None
     live = frozenset(MEMORY_TOOLS if remembering is not None and remembering.tools else ())

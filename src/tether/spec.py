@@ -14,6 +14,7 @@ from typing_extensions import TypeVar
 from tether._internal.frozen import frozen
 from tether.compaction import Compaction
 from tether.jsontypes import JsonObject
+from tether.knowledge.config import Knowledge
 from tether.limits import Limits
 from tether.memory.config import Remember, SessionHistory
 from tether.models.base import ModelSettings
@@ -77,6 +78,8 @@ class AgentSpec(Generic[OutputT]):
     """How much of a session's earlier conversation a run in one reads."""
     compaction: Compaction | None = None
     """When the run condenses its older turns to fit (``None``: never)."""
+    knowledge: Knowledge | None = None
+    """The knowledge base ``search_knowledge`` searches (``None``: none is offered)."""
 
     @property
     def can_ask_user(self) -> bool:

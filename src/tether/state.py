@@ -22,6 +22,7 @@ from tether.events import (
     BudgetWarning,
     ContextCompacted,
     Event,
+    KnowledgeRetrieved,
     LimitReached,
     MemoryRecalled,
     MemoryWritten,
@@ -186,6 +187,10 @@ class StateBuilder(EventHandler[None]):
     """The failed calls memory was searched for (``Remember(recall_on_failure=True)``)."""
     tool_notes: dict[str, str] = field(default_factory=lambda: {})
     """Recalled lessons about tools (reflexion), by tool, shown with the goal."""
+    citable: dict[str, str] = field(default_factory=lambda: {})
+    """The passages the run's knowledge searches graded relevant, by citation label (``K1``)."""
+    knowledge_searches: int = 0
+    """How many ``search_knowledge`` calls retrieved (``knowledge_retrieved``)."""
     written: set[str] = field(default_factory=lambda: set[str]())
     """The ids of the memory records the run has written (``memory_written``)."""
     asked: set[str] = field(default_factory=lambda: set[str]())
@@ -435,6 +440,11 @@ class StateBuilder(EventHandler[None]):
     def on_memory_written(self, event: MemoryWritten) -> None:
         """The records the run has written (a resumed run never writes one twice)."""
         self.written.add(event.record_id)
+
+    def on_knowledge_retrieved(self, event: KnowledgeRetrieved) -> None:
+        """The passages that may be cited, by label (the call's result follows)."""
+        self.knowledge_searches += 1
+        self.citable.update(zip(event.labels, event.relevant, strict=False))
 
     def on_context_compacted(self, event: ContextCompacted) -> None:
         """The condensed span's messages become the one message that replaced them."""

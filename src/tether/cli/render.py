@@ -12,6 +12,7 @@ from tether.events import (
     BudgetWarning,
     ContextCompacted,
     Event,
+    KnowledgeRetrieved,
     LimitReached,
     MemoryRecalled,
     MemoryWritten,
@@ -139,6 +140,15 @@ class _Describer(EventHandler[str]):
 
     def on_memory_written(self, event: MemoryWritten) -> str:
         return f"remembered in {event.namespace}: {short(event.text, 80)}"
+
+    def on_knowledge_retrieved(self, event: KnowledgeRetrieved) -> str:
+        rounds = len(event.rounds)
+        cited = ", ".join(event.labels) or "nothing relevant"
+        line = (
+            f"knowledge: {short(event.question, 60)}: {cited} "
+            f"({len(event.passages)} found, {rounds} search{'es' * (rounds != 1)})"
+        )
+        return line if event.warning is None else f"{line}: {short(event.warning, 100)}"
 
     def on_context_compacted(self, event: ContextCompacted) -> str:
         return f"context compacted {event.tokens_before} → {event.tokens_after} tokens"

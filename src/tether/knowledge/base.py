@@ -12,41 +12,17 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from tether._internal.frozen import frozen
 from tether.errors import ConfigError
 from tether.jsontypes import JsonObject
 from tether.knowledge.chunking import chunk_text
 from tether.knowledge.documents import Document, read_document
+from tether.knowledgeevents import Passage
 from tether.memory.base import Memory, MemoryQuery, MemoryRecord, SearchMode
 
 __all__ = ["KnowledgeBase", "Passage"]
 
 _PROBE = 64
 """Chunk ids probed at a time when a shorter version of a document replaces a longer one."""
-
-
-@frozen
-class Passage:
-    """A chunk found by a search: what to cite, and where it is in its document."""
-
-    id: str
-    """The chunk's id (what a citation names)."""
-    text: str
-    """The chunk's text."""
-    source: str
-    """The document it is from."""
-    start: int
-    """Where it begins in the document's text."""
-    end: int
-    """Where it ends (exclusive)."""
-    score: float
-    """How well it matched (the memory's fused score: higher is better)."""
-    section: str | None = None
-    """The heading it falls under."""
-    page: int | None = None
-    """The page it begins on."""
-    title: str | None = None
-    """The document's title."""
 
 
 def _key(source: str) -> str:

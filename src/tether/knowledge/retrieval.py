@@ -11,16 +11,26 @@ answer says the knowledge base does not tell, instead of guessing.
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 from tether._internal.frozen import frozen
 from tether.errors import ConfigError
-from tether.knowledge.base import KnowledgeBase, Passage
+from tether.knowledge.base import Passage
 from tether.messages import UserMessage
 from tether.thinking.base import Ask
 from tether.thinking.model import required_call
 from tether.tools.base import ToolDefinition
 
-__all__ = ["Grade", "Retrieval", "Retriever", "Round"]
+__all__ = ["Grade", "Retrieval", "Retriever", "Round", "Searchable"]
+
+
+class Searchable(Protocol):
+    """What a retrieval searches: a ``KnowledgeBase``, or a recording of its searches."""
+
+    async def search(self, query: str, *, limit: int = 5) -> list[Passage]:
+        """The passages that best match ``query``, best first."""
+        ...
+
 
 _VERDICT = ToolDefinition(
     name="verdict",
@@ -117,11 +127,15 @@ class Retrieval:
 
 
 class Retriever:
-    """Retrieve, grade, rewrite: the bounded sub-loop over a ``KnowledgeBase``."""
+    """Retrieve, grade, rewrite: the bounded sub-loop over a ``KnowledgeBase``.
+
+    At most ``limit`` passages a search, ``max_rewrites`` rewritten queries: at most
+    ``limit * (max_rewrites + 1) + max_rewrites`` model requests a retrieval.
+    """
 
     def __init__(
         self,
-        knowledge: KnowledgeBase,
+        knowledge: Searchable,
         *,
         limit: int = 4,
         max_rewrites: int = 2,
@@ -138,8 +152,12 @@ class Retriever:
         self.min_confidence = min_confidence
         self.passage_chars = passage_chars
 
-    async def retrieve(self, question: str, ask: Ask) -> Retrieval:
-        """The rounds of search, grading and rewriting for ``question``."""
+    async def retrieve(self, question: str, ask: Ask, *, rewrite: Ask | None = None) -> Retrieval:
+        """The rounds of search, grading and rewriting for ``question``.
+
+        ``ask`` answers the grading requests, and the rewriting ones unless ``rewrite`` is
+        given; a ``None`` answer is no verdict (not relevant) or no new query.
+        """
         rounds: list[Round] = []
         query = question
         tried = {query.casefold()}
@@ -151,7 +169,7 @@ class Retriever:
                 break  # most passages bear on it: enough
             if attempt == self.max_rewrites:
                 break
-            better = await self._rewrite(question, rounds, ask)
+            better = await self._rewrite(question, rounds, rewrite or ask)
             if better is None or better.casefold() in tried:
                 break  # no new query: searching again finds the same
             tried.add(better.casefold())

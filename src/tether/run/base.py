@@ -48,6 +48,9 @@ class Planned:
     stop_reason: str | None = None
     stop: Stop | None = None  # the run ends after this turn (a last rejected answer)
     notes: list[tuple[type[Any], dict[str, Any]]] | None = None  # a memory tool's events
+    search: str | None = None  # a ``search_knowledge`` call's question
+    answered: ToolResult | None = None  # a control tool's result the run worked out
+    seconds: float = 0.0  # how long working it out took
 
     def __init__(self, call: ToolCall) -> None:
         self.call = call

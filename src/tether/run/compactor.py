@@ -355,21 +355,6 @@ class Compactor(Generic[OutputT]):
         self._swap = (request, fresh)
         return fresh
 
-    def _affordable(self, tokens: int) -> bool:
-        """Whether the run's limits leave room for a summary request of about ``tokens``."""
-        ctx, st = self._ctx, self._ctx.state
-        limits = ctx.spec.limits
-        remaining = ctx.remaining()
-        if remaining is not None and remaining <= 0:
-            return False
-        if ctx.phased and ctx.phase_spent("think") is not None:
-            return False
-        if limits.max_tokens is not None and (
-            st.input_tokens + st.output_tokens + tokens >= limits.max_tokens
-        ):
-            return False
-        return limits.max_cost is None or st.cost is None or st.cost < limits.max_cost
-
     async def _summary(self, older: Sequence[Message], cap: int, window: int) -> str | None:
         """The summarizer's summary of ``older`` (``None``: none, or it failed)."""
         summarizer = self.config.summarizer
@@ -377,7 +362,7 @@ class Compactor(Generic[OutputT]):
             return None
         ctx, step = self._ctx, self._step
         room = max(256, min(int(window * _TRANSCRIPT_SHARE), window - cap - _SUMMARY_OVERHEAD))
-        if not self._affordable(room + cap + _SUMMARY_OVERHEAD):
+        if not ctx.affords(room + cap + _SUMMARY_OVERHEAD):
             return None  # the run's limits leave no room for it: the record alone
         text = transcript(older, int(room * _TRANSCRIPT_CHARS_PER_TOKEN), ctx.state.goal)
 

@@ -173,6 +173,24 @@ class RunContext(Generic[OutputT]):
         deadline = self.deadline
         return None if deadline is None else max(0.0, deadline - self.monotonic())
 
+    def affords(self, tokens: int = 0) -> bool:
+        """Whether the run's limits leave room for a request of about ``tokens``.
+
+        For a request that is not a turn (a compaction's summary, a knowledge search's
+        grading): time left, the ``think`` phase not spent, tokens and cost under their limits.
+        """
+        limits, st = self.spec.limits, self.state
+        remaining = self.remaining()
+        if remaining is not None and remaining <= 0:
+            return False
+        if self.phased and self.phase_spent("think") is not None:
+            return False
+        if limits.max_tokens is not None and (
+            st.input_tokens + st.output_tokens + tokens >= limits.max_tokens
+        ):
+            return False
+        return limits.max_cost is None or st.cost is None or st.cost < limits.max_cost
+
     def check_cancel(self) -> None:
         """Unwind (``Cancelled``) if the run is being cancelled."""
         if self.interrupts.reason is not None:

@@ -208,7 +208,7 @@ class ModelStep(Generic[OutputT]):
                 "respond"
                 if final
                 else "think"
-                if purpose is None or purpose == "compact"
+                if purpose is None or purpose in ("compact", "grade", "rewrite")
                 else "reflect"
                 if purpose == "reflect"
                 else "plan",

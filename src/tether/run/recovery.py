@@ -19,7 +19,7 @@ from tether.events import (
     ToolCallUnknown,
     UserReplied,
 )
-from tether.messages import ASK_USER, FINISH_TASK
+from tether.messages import ASK_USER, FINISH_TASK, SEARCH_KNOWLEDGE
 from tether.outcome import ErrorInfo
 from tether.run.approvalargs import redacted_calls
 from tether.run.approving import Approving
@@ -151,6 +151,9 @@ class Recovery(Generic[OutputT]):
                 continue
             if call.name == ASK_USER:
                 stop = Stop("waiting_for_user")
+                continue
+            if call.name == SEARCH_KNOWLEDGE:  # read-only: searched again
+                await self._tools.research(call)
                 continue
             tool = spec.registry.get(call.name)
             if tool is not None and tool.safe_to_retry and call.id not in masked:

@@ -23,7 +23,7 @@ from tether.events import (
 )
 from tether.jsontypes import JsonObject
 from tether.memory.config import MEMORY_TOOLS
-from tether.messages import ASK_USER, FINISH_TASK
+from tether.messages import ASK_USER, FINISH_TASK, SEARCH_KNOWLEDGE, ToolCall
 from tether.models.base import (
     ModelResponse,
 )
@@ -72,6 +72,7 @@ class ToolStage(Generic[OutputT]):
         "_state",
         "after_turn_recall",
         "check_answer",
+        "consult",
         "memory",
         "policy",
         "reflexion",
@@ -93,6 +94,9 @@ class ToolStage(Generic[OutputT]):
         """How many calls of the turn just planned will run (more than one: in parallel)."""
         self.check_answer: Callable[[Planned], Awaitable[None]] | None = None
         """Checks ``finish_task``'s answer before it is taken (the reflector), if on."""
+        self.consult: Callable[[Planned], Awaitable[None]] | None = None
+        """Answers a ``search_knowledge`` call (``item.answered``), when the agent has a
+        knowledge base."""
         self.memory: Callable[[str, Notes], MemoryAccess] | None = None
         """The run's memory for a call of the memory tools (``Remember(tools=True)``)."""
         self.reflexion: Reflexion[OutputT] | None = None
@@ -166,6 +170,16 @@ class ToolStage(Generic[OutputT]):
                     item.error_type = "invalid_arguments"
                     continue
                 item.question = question
+            elif name == SEARCH_KNOWLEDGE and spec.knowledge is not None:
+                definition = spec.tool_map[SEARCH_KNOWLEDGE]
+                question = _question(call)
+                if question is None:
+                    item.synthetic = ToolResult.error(
+                        "invalid arguments: 'question' must be the question to search for, in words"
+                    )
+                    item.error_type = "invalid_arguments"
+                    continue
+                item.search = question
             else:
                 tool = spec.registry.get(name)
                 if tool is None:
@@ -200,7 +214,9 @@ class ToolStage(Generic[OutputT]):
                 definition = tool.definition
                 item.tool = tool
             decision = self.policy.decide(call, item.arguments, definition)
-            if decision.decision == "needs_approval" and (item.finish or name == ASK_USER):
+            if decision.decision == "needs_approval" and (
+                item.finish or name == ASK_USER or item.search is not None
+            ):
                 decision = PolicyDecision(
                     decision="deny",
                     rule=decision.rule,
@@ -226,7 +242,7 @@ class ToolStage(Generic[OutputT]):
                     runnable += 1
                 finishing = finishing or item.finish
             elif decision.decision == "deny":
-                item.tool, item.finish, item.question = None, False, None
+                item.tool, item.finish, item.question, item.search = None, False, None, None
                 item.synthetic = ToolResult.error(
                     f"denied by policy ({decision.rule}): {decision.reason}"
                 )
@@ -256,8 +272,7 @@ class ToolStage(Generic[OutputT]):
                 result, error_type, duration = await self.run_one(item)
                 self.record_result(item, result, error_type, duration)
             else:
-                if item.finish and self.check_answer is not None:
-                    await self._checked(item, planned)
+                await self._control(item, planned)
                 self._record_planned(item, planned)
         if self.after_turn_recall is not None:
             await self.after_turn_recall()
@@ -286,8 +301,7 @@ class ToolStage(Generic[OutputT]):
                         self._interrupts.interruptible = False
                     self.record_result(item, result, error_type, duration)
                 else:
-                    if item.finish and self.check_answer is not None:
-                        await self._checked(item, planned)
+                    await self._control(item, planned)
                     self._record_planned(item, planned)
                 if self._journal.has_pending:
                     yield await self._journal.commit()
@@ -485,17 +499,36 @@ class ToolStage(Generic[OutputT]):
         ):
             self.reflexion.failed(item, result, error_type)
 
-    async def _checked(self, item: Planned, planned: list[Planned]) -> None:
-        """Have ``finish_task``'s answer checked, when it would be taken."""
-        assert self.check_answer is not None
-        if any(p.awaiting_approval for p in planned):
-            return  # not taken anyway (``_record_planned`` says why)
-        await self.check_answer(item)
+    async def _control(self, item: Planned, planned: list[Planned]) -> None:
+        """What the run works out for a control tool: a knowledge search, an answer's check."""
+        if item.search is not None and self.consult is not None:
+            await self.consult(item)
+        elif item.finish and self.check_answer is not None:
+            if any(p.awaiting_approval for p in planned):
+                return  # not taken anyway (``_record_planned`` says why)
+            await self.check_answer(item)
+
+    async def research(self, call: ToolCall) -> None:
+        """Search again for a ``search_knowledge`` call a crash left without its result."""
+        question = _question(call)
+        item = Planned(call)
+        if question is None or self.consult is None:
+            item.synthetic, item.error_type = (
+                ToolResult.error("not executed: the run stopped before this call started"),
+                "interrupted",
+            )
+        else:
+            item.search = question
+            await self.consult(item)
+        self._record_planned(item, [item])
 
     def _record_planned(self, item: Planned, planned: list[Planned]) -> None:
         """Results tether writes itself: errors, and the answer to ``finish_task``."""
         if item.synthetic is not None:
             result, error_type = item.synthetic, item.error_type
+        elif item.answered is not None:  # a knowledge search's: worked out, not refused
+            self.record_result(item, item.answered, item.error_type, item.seconds)
+            return
         elif item.finish and any(p.awaiting_approval for p in planned):
             item.finish = False
             result = ToolResult.error(
@@ -554,3 +587,12 @@ class ToolStage(Generic[OutputT]):
         )
         self._add(RetryPrompted, reason="no_tool_call", text=why)
         return None
+
+
+def _question(call: ToolCall) -> str | None:
+    """A ``search_knowledge`` call's question (``query`` is taken too: small models write it)."""
+    arguments = call.arguments
+    question = arguments.get("question", arguments.get("query"))
+    if not isinstance(question, str) or len(question.strip()) < 2:
+        return None
+    return " ".join(question.split())[:500]

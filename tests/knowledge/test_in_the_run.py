@@ -1,0 +1,299 @@
+"""``Agent(knowledge=...)``: ``search_knowledge`` retrieves, grades and rewrites inside the run,
+every request and verdict in the log; answers cite only what was graded relevant."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.support import assert_protocol_valid
+from tether import Agent, Tool
+from tether.content import content_text
+from tether.errors import ConfigError, StoreError
+from tether.events import (
+    Event,
+    KnowledgeRetrieved,
+    ModelResponded,
+    ToolCallFinished,
+)
+from tether.knowledge import DISCLAIMER, Document, Knowledge, KnowledgeBase, Passage, cited_labels
+from tether.memory import InProcessMemory
+from tether.messages import SEARCH_KNOWLEDGE, UserMessage
+from tether.models.base import ModelRequest
+from tether.replay import replay
+from tether.state import StateBuilder
+from tether.stores import SqliteStore
+from tether.testing import FunctionModel, ScriptStep, call, finish
+
+RELEASE = "The tether runtime was first released in March 2026."
+DOCS = [
+    Document(
+        source="tether.md",
+        text=f"# History\n\n{RELEASE} It writes every decision to an event log first.",
+    ),
+    Document(source="cats.md", text="# Cats\n\nCats sleep for most of the day, and purr."),
+]
+
+
+async def knowledge_base() -> KnowledgeBase:
+    kb = KnowledgeBase(InProcessMemory())
+    await kb.add_all(DOCS)
+    return kb
+
+
+def of(events: Sequence[Event], cls: type[Event]) -> list[Event]:
+    return [e for e in events if isinstance(e, cls)]
+
+
+def agent_model(
+    answers: Sequence[ScriptStep], *, relevant: Callable[[str], bool] = lambda t: "tether" in t
+) -> FunctionModel:
+    """The acting turns play ``answers`` in order; a grading request gets a verdict.
+
+    The grader calls a passage relevant when ``relevant(passage)``, quoting RELEASE.
+    """
+    turns = iter(answers)
+
+    def respond(request: ModelRequest) -> ScriptStep:
+        if request.purpose == "grade":
+            last = request.messages[-1]
+            assert isinstance(last, UserMessage)
+            passage = last.text.partition("Passage:")[2]
+            if relevant(passage):
+                return call("verdict", evidence=RELEASE, relevant=True, confidence=0.9)
+            return call("verdict", evidence="", relevant=False, confidence=0.8)
+        if request.purpose == "rewrite":
+            return call("search", query="tether release date")
+        return next(turns)
+
+    return FunctionModel(respond)
+
+
+async def test_a_search_is_graded_in_the_run_and_its_passage_cited() -> None:
+    kb = await knowledge_base()
+    model = agent_model(
+        [
+            call(SEARCH_KNOWLEDGE, question="When was tether first released?"),
+            finish("In March 2026 [K1]."),
+        ]
+    )
+    outcome = await Agent(model=model, knowledge=kb).run("When was tether first released?")
+    assert outcome.status == "finished"
+    assert outcome.output == "In March 2026 [K1]."
+    (retrieved,) = of(outcome.events, KnowledgeRetrieved)
+    assert isinstance(retrieved, KnowledgeRetrieved)
+    assert retrieved.labels == ("K1",)
+    (passage,) = [p for p in retrieved.passages if p.id == retrieved.relevant[0]]
+    assert passage.source == "tether.md"
+    assert RELEASE in passage.text
+    assert retrieved.rounds[0].query == "When was tether first released?"
+    graded = [e for e in outcome.events if isinstance(e, ModelResponded) and e.purpose == "grade"]
+    assert len(graded) == len(retrieved.rounds[0].verdicts) >= 1
+    # the grading came before the event, the call's result after it
+    result = next(
+        e for e in outcome.events if isinstance(e, ToolCallFinished) and e.tool == SEARCH_KNOWLEDGE
+    )
+    assert graded[-1].seq < retrieved.seq < result.seq
+    assert not result.is_error
+    assert result.untrusted
+    text = content_text(result.content)
+    assert "[K1] tether.md / History" in text
+    assert RELEASE in text
+    assert_protocol_valid(outcome.events)
+    state = StateBuilder()
+    for event in outcome.events:
+        state.apply(event)
+    assert state.citable == {"K1": passage.id}
+
+
+async def test_an_answer_citing_what_was_not_found_relevant_is_sent_back() -> None:
+    kb = await knowledge_base()
+    model = agent_model(
+        [
+            call(SEARCH_KNOWLEDGE, question="When was tether first released?"),
+            finish("In March 2026 [K1, K2]."),
+            finish("It came out in 2026."),  # cites nothing: sent back too
+            finish("In March 2026 [K1]."),
+        ]
+    )
+    outcome = await Agent(model=model, knowledge=kb).run("When was tether first released?")
+    assert outcome.status == "finished"
+    assert outcome.output == "In March 2026 [K1]."
+    refused = [
+        content_text(e.content)
+        for e in outcome.events
+        if isinstance(e, ToolCallFinished) and e.tool == "finish_task" and e.is_error
+    ]
+    assert len(refused) == 2
+    assert "[K2] is not a passage" in refused[0]
+    assert "those are: K1" in refused[0]
+    assert "cite the passages" in refused[1]
+
+
+async def test_when_nothing_relevant_is_found_the_answer_must_say_so() -> None:
+    kb = await knowledge_base()
+    model = agent_model(
+        [
+            call(SEARCH_KNOWLEDGE, question="Who founded tether?"),
+            finish("It was founded by Ada Lovelace."),  # a guess: sent back
+            finish(f"{DISCLAIMER} I could not find who founded it."),
+        ],
+        relevant=lambda _: False,
+    )
+    outcome = await Agent(model=model, knowledge=kb).run("Who founded tether?")
+    assert outcome.status == "finished"
+    assert str(outcome.output).startswith(DISCLAIMER)
+    (retrieved,) = of(outcome.events, KnowledgeRetrieved)
+    assert isinstance(retrieved, KnowledgeRetrieved)
+    assert retrieved.relevant == ()
+    assert retrieved.labels == ()
+    # most passages missed: the question was rewritten (at most twice, never the same query)
+    queries = [r.query for r in retrieved.rounds]
+    assert queries == ["Who founded tether?", "tether release date"]
+    rewrites = [
+        e for e in outcome.events if isinstance(e, ModelResponded) and e.purpose == "rewrite"
+    ]
+    assert len(rewrites) == 2  # the second rewrite repeated a query: the search stopped
+    result = next(
+        e for e in outcome.events if isinstance(e, ToolCallFinished) and e.tool == SEARCH_KNOWLEDGE
+    )
+    assert "Nothing in the knowledge base answers this" in content_text(result.content)
+    assert DISCLAIMER in content_text(result.content)
+    refused = next(
+        e for e in outcome.events if isinstance(e, ToolCallFinished) and e.tool == "finish_task"
+    )
+    assert refused.is_error
+    assert "must not guess" in content_text(refused.content)
+
+
+async def test_a_run_that_never_searched_is_not_checked() -> None:
+    kb = await knowledge_base()
+    outcome = await Agent(model=agent_model([finish("hello")]), knowledge=kb).run("say hello")
+    assert outcome.status == "finished"
+    assert outcome.output == "hello"
+
+
+class Broken:
+    async def search(self, query: str, *, limit: int = 5) -> list[Passage]:
+        raise StoreError("the knowledge store is down: start it, then try again")
+
+
+async def test_a_failing_knowledge_base_is_the_calls_error_and_replays() -> None:
+    model = agent_model(
+        [call(SEARCH_KNOWLEDGE, question="anything at all"), finish(f"{DISCLAIMER}")]
+    )
+    agent = Agent(model=model, knowledge=Knowledge(base=Broken()))
+    outcome = await agent.run("anything")
+    assert outcome.status == "finished"
+    (retrieved,) = of(outcome.events, KnowledgeRetrieved)
+    assert isinstance(retrieved, KnowledgeRetrieved)
+    assert retrieved.warning is not None
+    assert "the knowledge store is down" in retrieved.warning
+    result = next(
+        e for e in outcome.events if isinstance(e, ToolCallFinished) and e.tool == SEARCH_KNOWLEDGE
+    )
+    assert result.is_error
+    assert result.error_type == "knowledge_unavailable"
+    report = await replay(outcome.events, agent=agent)
+    assert report.divergence is None
+    assert report.ok
+
+
+async def test_a_replay_reads_the_searches_from_the_log_not_the_knowledge_base() -> None:
+    kb = await knowledge_base()
+    script = [
+        call(SEARCH_KNOWLEDGE, question="When was tether first released?"),
+        finish("In March 2026 [K1]."),
+    ]
+    agent = Agent(model=agent_model(script), knowledge=kb)
+    outcome = await agent.run("When was tether first released?")
+    await kb.remove("tether.md")  # the base changed since
+    assert await kb.search("tether released", limit=4) == [] or all(
+        p.source != "tether.md" for p in await kb.search("tether released", limit=4)
+    )
+    report = await replay(outcome.events, agent=agent)
+    assert report.divergence is None
+    assert report.ok
+
+
+async def test_a_crash_during_grading_searches_again_on_resume(tmp_path: Path) -> None:
+    kb = await knowledge_base()
+    script = [
+        call(SEARCH_KNOWLEDGE, question="When was tether first released?"),
+        finish("In March 2026 [K1]."),
+    ]
+    outcome = await Agent(model=agent_model(script), knowledge=kb).run("When?")
+    first_grade = next(
+        i
+        for i, e in enumerate(outcome.events)
+        if isinstance(e, ModelResponded) and e.purpose == "grade"
+    )
+    store = SqliteStore(tmp_path / "runs.db")
+    try:
+        await store.append(outcome.run_id, list(outcome.events[:first_grade]))
+        agent = Agent(model=agent_model(script[1:]), knowledge=kb, store=store)
+        resumed = await agent.resume(outcome.run_id)
+        assert resumed.status == "finished"
+        assert resumed.output == "In March 2026 [K1]."
+        assert len(of(resumed.events, KnowledgeRetrieved)) == 1
+        assert_protocol_valid(resumed.events)
+    finally:
+        await store.close()
+
+
+async def test_a_structured_answer_is_checked_too() -> None:
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        text: str
+
+    kb = await knowledge_base()
+    model = agent_model(
+        [
+            call(SEARCH_KNOWLEDGE, query="When was tether first released?"),  # ``query`` works
+            finish(text="March 2026 [K3]"),
+            finish(text="March 2026 [K1]"),
+        ]
+    )
+    outcome = await Agent(model=model, knowledge=kb, output_type=Answer).run("When?")
+    assert outcome.status == "finished"
+    assert outcome.output == Answer(text="March 2026 [K1]")
+
+
+def test_citation_labels_are_read_from_brackets_only() -> None:
+    assert cited_labels("A [K1] and [K2, K3] and [K1]; K4 alone and [see K05]") == [
+        "K1",
+        "K2",
+        "K3",
+        "K5",
+    ]
+    assert cited_labels("no citations, KK1 [X1]") == []
+
+
+async def test_configuration_is_checked() -> None:
+    kb = await knowledge_base()
+    with pytest.raises(ConfigError, match="knowledge takes a KnowledgeBase"):
+        Agent(knowledge="docs/")  # pyright: ignore[reportArgumentType]
+    with pytest.raises(ConfigError, match="1 to 20 passages"):
+        Knowledge(base=kb, limit=0)
+    with pytest.raises(ConfigError, match="disclaimer"):
+        Knowledge(base=kb, disclaimer=" ")
+    with pytest.raises(ConfigError, match="reserved"):
+        Agent(tools=[_search_knowledge_tool()])
+    plain = Agent(model="scripted:none", knowledge=kb)
+    assert SEARCH_KNOWLEDGE in plain.spec.tool_names
+    assert plain.spec.digest != Agent(model="scripted:none").spec.digest
+    assert SEARCH_KNOWLEDGE not in Agent(model="scripted:none").spec.tool_names
+
+
+def _search_knowledge_tool() -> Tool:
+    from tether import tool
+
+    @tool(read_only=True)
+    def search_knowledge(question: str) -> str:
+        """A user's own tool that takes the reserved name."""
+        return question
+
+    return search_knowledge
