@@ -254,6 +254,8 @@ class Agent(Generic[OutputT]):
         ask = ask_user_definition() if self.can_ask_user else None
         knowledge = _knowledge(self.knowledge)
         search = None if knowledge is None else search_definition()
+        if knowledge is not None:
+            output = output.citing()  # a text answer names its passages in ``citations``
         for reserved in sorted(CONTROL_TOOLS):
             if reserved in registry:
                 raise ConfigError(

@@ -130,6 +130,9 @@ async def test_an_answer_citing_what_was_not_found_relevant_is_sent_back() -> No
     assert "[K2] is not a passage" in refused[0]
     assert "those are: K1" in refused[0]
     assert "cite the passages" in refused[1]
+    assert refused[1].endswith(
+        'For example: finish_task(answer="It came out in 2026.", citations=["K1"])'
+    )
 
 
 async def test_when_nothing_relevant_is_found_the_answer_must_say_so() -> None:
@@ -297,3 +300,37 @@ def _search_knowledge_tool() -> Tool:
         return question
 
     return search_knowledge
+
+
+async def test_a_text_answer_names_its_passages_in_citations() -> None:
+    kb = await knowledge_base()
+    model = agent_model(
+        [
+            call(SEARCH_KNOWLEDGE, question="When was tether first released?"),
+            finish("In March 2026.", citations=["K2"]),  # not found relevant: sent back
+            finish("In March 2026.", citations=["K1"]),
+        ]
+    )
+    agent = Agent(model=model, knowledge=kb)
+    definition = agent.spec.finish_definition.input_schema
+    assert definition["required"] == ["answer", "citations"]
+    outcome = await agent.run("When was tether first released?")
+    assert outcome.status == "finished"
+    assert outcome.output == "In March 2026. [K1]"  # the labels, appended to the text
+    refused = next(
+        e for e in outcome.events if isinstance(e, ToolCallFinished) and e.tool == "finish_task"
+    )
+    assert "[K2] is not a passage" in content_text(refused.content)
+
+
+def test_cited_output_validation() -> None:
+    from tether.errors import ModelRetry
+    from tether.tools.output import OutputSpec
+
+    spec = OutputSpec[str].for_type(str).citing()
+    assert spec.validate({"answer": "x [K1, K2]", "citations": ["K2", "K3"]}) == "x [K1, K2] [K3]"
+    assert spec.validate({"answer": "x"}) == "x"  # citations may be left out
+    with pytest.raises(ModelRetry, match="labels like K1"):
+        spec.validate({"answer": "x", "citations": ["leave.md"]})
+    with pytest.raises(ModelRetry, match="takes 'answer'"):
+        spec.validate({"answer": "x", "sources": []})

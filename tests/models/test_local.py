@@ -11,7 +11,7 @@ import pytest
 
 from tether.errors import ModelError, ModelWeightsError
 from tether.messages import UserMessage
-from tether.models._constrained import step_body, step_schema
+from tether.models._constrained import step_body, step_response, step_schema
 from tether.models.base import ModelRequest
 from tether.models.local import LocalModel
 from tether.models.registry import resolve_model
@@ -118,3 +118,24 @@ def test_an_earlier_call_is_shown_compact_as_the_model_is_asked_to_write_it() ->
         "content": '{"tool":"calculate","arguments":{"expression":"1+1","note":"é"}}',
     }
     assert 'no spaces between its keys and values: {"tool":NAME' in messages[0]["content"]
+
+
+def test_a_request_without_tools_is_answered_in_plain_text() -> None:
+    """The best-effort answer after a limit has no tools: no grammar, no tool block."""
+    request = ModelRequest(
+        instructions="Be brief.",
+        messages=(UserMessage(text="the task"),),
+        tools=(),
+        tool_choice="none",
+    )
+    body = step_body(request)
+    assert "response_format" not in body
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."}
+    reply = {
+        "choices": [{"message": {"content": " It is 42. "}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 4},
+    }
+    response = step_response(reply, call_id="c", cost=0.0, plain=True)
+    assert response.text == "It is 42."
+    assert response.tool_calls == ()
+    assert response.usage.output_tokens == 4

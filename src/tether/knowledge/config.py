@@ -12,7 +12,6 @@ relevant, its answer must say so (``disclaimer``) instead of guessing.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from tether.errors import ConfigError
@@ -20,25 +19,12 @@ from tether.jsontypes import JsonObject
 from tether.knowledge.retrieval import Retriever, Searchable
 from tether.messages import SEARCH_KNOWLEDGE
 from tether.tools.base import ToolAnnotations, ToolDefinition
+from tether.tools.output import cited_labels
 
 __all__ = ["DISCLAIMER", "SEARCH_KNOWLEDGE", "Knowledge", "cited_labels", "search_definition"]
 
 DISCLAIMER = "The knowledge base does not say."
 """How an answer begins when the run's searches found nothing relevant (the default)."""
-
-_LABEL = re.compile(r"\bK(\d{1,4})\b")
-_BRACKETS = re.compile(r"\[([^\[\]]{1,80})\]")
-
-
-def cited_labels(text: str) -> list[str]:
-    """The citation labels ``text`` names, in order, once each (``[K1]``, ``[K2, K3]``)."""
-    labels: list[str] = []
-    for group in _BRACKETS.findall(text):
-        for number in _LABEL.findall(group):
-            label = f"K{int(number)}"
-            if label not in labels:
-                labels.append(label)
-    return labels
 
 
 def search_definition() -> ToolDefinition:

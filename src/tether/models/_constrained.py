@@ -19,7 +19,6 @@ from typing import Any
 
 import orjson
 
-from tether.errors import ModelError
 from tether.jsontypes import JsonObject
 from tether.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from tether.models.base import ModelRequest, ModelResponse
@@ -64,25 +63,33 @@ def _closed(schema: JsonObject) -> JsonObject:
 
 
 def step_body(request: ModelRequest) -> dict[str, Any]:
-    """The chat completion body of one constrained step (no ``model`` field)."""
-    if not request.tools:
-        raise ModelError("a constrained step needs at least one tool (finish_task)")
+    """The chat completion body of one constrained step (no ``model`` field).
+
+    A request without tools (the best-effort answer after a limit) is answered in plain
+    text: no grammar, no tool block.
+    """
     body: dict[str, Any] = {
         "messages": _messages(request),
-        "response_format": {
-            "type": "json_schema",
-            "json_schema": {"name": "step", "schema": step_schema(request.tools)},
-        },
         "max_tokens": request.settings.max_output_tokens or 512,
         "temperature": request.settings.temperature or 0.0,
     }
+    if request.tools:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "step", "schema": step_schema(request.tools)},
+        }
     if request.settings.seed is not None:
         body["seed"] = request.settings.seed
     return body
 
 
-def step_response(reply: dict[str, Any], *, call_id: str, cost: float | None) -> ModelResponse:
-    """The one tool call of a constrained reply (a chat completion as plain data)."""
+def step_response(
+    reply: dict[str, Any], *, call_id: str, cost: float | None, plain: bool = False
+) -> ModelResponse:
+    """The one tool call of a constrained reply (a chat completion as plain data).
+
+    ``plain``: the request had no tools, and the reply is its text.
+    """
     choice = reply["choices"][0]
     text = str(choice["message"].get("content") or "")
     usage_raw: dict[str, Any] = reply.get("usage") or {}
@@ -92,6 +99,10 @@ def step_response(reply: dict[str, Any], *, call_id: str, cost: float | None) ->
         requests=1,
         cost=cost,
     )
+    if plain:
+        return ModelResponse(
+            text=text.strip(), usage=usage, finish_reason=choice.get("finish_reason")
+        )
     try:
         step = orjson.loads(text)
         call = ToolCall(id=call_id, name=str(step["tool"]), arguments=step["arguments"])
@@ -135,11 +146,12 @@ def _shown(schema: JsonObject) -> JsonObject:
 
 
 def _messages(request: ModelRequest) -> list[dict[str, Any]]:
-    system = f"{request.instructions}\n\n{_STEP_GUIDE}".strip()
-    head: dict[str, Any] = {
-        "role": "system",
-        "content": f"{system}\n\n{tool_block(request.tools)}",
-    }
+    if request.tools:
+        system = f"{request.instructions}\n\n{_STEP_GUIDE}".strip()
+        system = f"{system}\n\n{tool_block(request.tools)}"
+    else:  # a plain answer: no tools to call
+        system = request.instructions.strip()
+    head: dict[str, Any] = {"role": "system", "content": system}
     goal = next((m.text for m in request.messages if isinstance(m, UserMessage)), "")
     return [head, *(_message(m, goal) for m in request.messages)]
 

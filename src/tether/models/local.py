@@ -111,7 +111,9 @@ class LocalModel(Model):
                 f"the local model failed: {reply.get('error', reply)}", model=self.name
             )
         self._calls += 1
-        return step_response(reply, call_id=f"call_{self._calls}", cost=0.0)
+        return step_response(
+            reply, call_id=f"call_{self._calls}", cost=0.0, plain=not request.tools
+        )
 
 
 def _count_tokens(address: str, messages: list[dict[str, Any]]) -> int | None:

@@ -13,6 +13,7 @@ never the run's.
 
 from __future__ import annotations
 
+import re
 from typing import Generic, cast
 
 from tether.content import TextBlock, ToolResult
@@ -181,14 +182,14 @@ class Consultant(Generic[OutputT]):
             allowed = ", ".join(citable) or "none"
             reason = (
                 f"{', '.join(f'[{u}]' for u in unknown)} is not a passage this run's knowledge "
-                f"searches found relevant (those are: {allowed}). Cite only those, or search again"
+                f"searches found relevant (those are: {allowed}). Cite only those, or search again."
             )
         elif not citable and settings.disclaimer is not None:
             if _plain(settings.disclaimer) not in _plain(answer):
                 reason = (
                     "no search of the knowledge base found anything relevant, so the answer "
                     f'must not guess: begin it with "{settings.disclaimer}", then add what '
-                    "you know from elsewhere, if anything"
+                    "you know from elsewhere, if anything."
                 )
         elif citable and not cited and settings.require_citations:
             disclaimer = settings.disclaimer
@@ -196,13 +197,36 @@ class Consultant(Generic[OutputT]):
                 reason = (
                     "cite the passages the answer comes from, like [K1] (found relevant: "
                     f"{', '.join(citable)}). If none of them answers, search again or say the "
-                    "knowledge base does not tell"
+                    "knowledge base does not tell."
                 )
+                if isinstance(item.output, str):  # the fix, spelled out: small models copy it
+                    label = self._closest(answer)
+                    reason += (
+                        f' For example: finish_task(answer="{answer.rstrip()}", '
+                        f'citations=["{label}"])'
+                    )
+
         if reason is None:
             return
         item.finish = False
         item.error_type = "not_accepted"
-        item.synthetic = ToolResult.error(f"finish_task not accepted: {reason}.")
+        item.synthetic = ToolResult.error(f"finish_task not accepted: {reason}")
+
+    def _closest(self, answer: str) -> str:
+        """The citable label whose passage shares the most words with ``answer``."""
+        citable = self._ctx.state.citable
+        texts = {
+            p.id: p.text
+            for e in self._ctx.journal.events
+            if isinstance(e, KnowledgeRetrieved)
+            for p in e.passages
+        }
+        words = _words(answer)
+        return max(citable, key=lambda label: len(words & _words(texts.get(citable[label], ""))))
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", text.casefold()) if len(w) > 2}
 
 
 def _plain(text: str) -> str:

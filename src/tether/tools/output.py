@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, cast
 
@@ -17,7 +18,7 @@ from tether.messages import ASK_USER, FINISH_TASK
 from tether.tools.base import ToolAnnotations, ToolDefinition
 from tether.tools.function import format_validation_error
 
-__all__ = ["ASK_USER", "FINISH_TASK", "OutputSpec", "ask_user_definition"]
+__all__ = ["ASK_USER", "FINISH_TASK", "OutputSpec", "ask_user_definition", "cited_labels"]
 
 OutputT = TypeVar("OutputT", default=str)
 
@@ -26,6 +27,23 @@ _ANSWER_SCHEMA: JsonObject = {
     "type": "object",
     "properties": {"answer": {"type": "string", "description": "The final answer for the user."}},
     "required": ["answer"],
+    "additionalProperties": False,
+}
+
+
+_CITED_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {
+        "answer": {"type": "string", "description": "The final answer for the user."},
+        "citations": {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^K[0-9]{1,4}$"},
+            "maxItems": 20,
+            "description": "The labels of the knowledge passages the answer comes from, "
+            "like K1 (an empty list when it comes from none)",
+        },
+    },
+    "required": ["answer", "citations"],
     "additionalProperties": False,
 }
 
@@ -42,6 +60,15 @@ class OutputSpec(Generic[OutputT]):
     """``finish_task``'s argument schema."""
     wrapped: str | None
     """The single argument holding the output, when the type is not an object."""
+    cites: bool = False
+    """Text whose ``finish_task`` also takes ``citations`` (an agent with knowledge): the
+    labels it names are appended to the answer as ``[K1, K2]``, unless the text has them."""
+
+    def citing(self) -> OutputSpec[OutputT]:
+        """This text output with a ``citations`` argument (``Agent(knowledge=...)``)."""
+        if not self.is_text:
+            return self
+        return OutputSpec(self.output_type, self.adapter, _CITED_SCHEMA, "answer", cites=True)
 
     @classmethod
     def for_type(cls, output_type: type[OutputT]) -> OutputSpec[OutputT]:
@@ -91,6 +118,8 @@ class OutputSpec(Generic[OutputT]):
         """
         from pydantic import ValidationError
 
+        if self.cites:
+            return cast(OutputT, _cited(arguments))
         try:
             if self.wrapped is not None:
                 extra = set(arguments) - {self.wrapped}
@@ -117,6 +146,40 @@ class OutputSpec(Generic[OutputT]):
         if isinstance(output, str):
             return output
         return orjson.dumps(self.dump(output)).decode()
+
+
+_LABEL = re.compile(r"\bK(\d{1,4})\b")
+_BRACKETS = re.compile(r"\[([^\[\]]{1,80})\]")
+
+
+def cited_labels(text: str) -> list[str]:
+    """The citation labels ``text`` names, in order, once each (``[K1]``, ``[K2, K3]``)."""
+    labels: list[str] = []
+    for group in _BRACKETS.findall(text):
+        for number in _LABEL.findall(group):
+            label = f"K{int(number)}"
+            if label not in labels:
+                labels.append(label)
+    return labels
+
+
+def _cited(arguments: JsonObject) -> str:
+    """A cited answer: its text, then the labels ``citations`` names that the text does not."""
+    extra = set(arguments) - {"answer", "citations"}
+    answer, citations = arguments.get("answer"), arguments.get("citations", [])
+    if extra or not isinstance(answer, str):
+        raise ModelRetry(
+            "invalid output: finish_task takes 'answer' (text) and 'citations' (labels like K1)"
+        )
+    if not isinstance(citations, list) or not all(
+        isinstance(c, str) and re.fullmatch(r"K[0-9]{1,4}", c) for c in citations
+    ):
+        raise ModelRetry("invalid output: citations: a list of labels like K1, as shown in [K1]")
+    present = cited_labels(answer)
+    missing = [c for c in dict.fromkeys(cast(list[str], citations)) if c not in present]
+    if not missing:
+        return answer
+    return f"{answer.rstrip()} [{', '.join(missing)}]"
 
 
 def ask_user_definition() -> ToolDefinition:
