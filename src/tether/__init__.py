@@ -23,6 +23,8 @@ from tether.errors import (
 )
 from tether.events import Event
 from tether.hooks import Hooks
+from tether.knowledge.base import KnowledgeBase
+from tether.knowledge.config import Knowledge
 from tether.limits import Limits, PhaseLimits
 from tether.loop import AgentRun
 from tether.memory.config import Remember, SessionHistory
@@ -57,6 +59,8 @@ __all__ = [
     "ImageBlock",
     "JsonObject",
     "JsonValue",
+    "Knowledge",
+    "KnowledgeBase",
     "Limits",
     "Model",
     "ModelError",

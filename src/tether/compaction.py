@@ -4,8 +4,9 @@ Before a model request that passes ``threshold`` of the model's context window (
 ``max_context_tokens``), the run replaces its older turns with one message: the calls it
 made and how each went (written by tether from the log, so it cannot be wrong) and a
 summary the model writes of what matters later (results, decisions and their reasons,
-what the user asked for, what is still open). The goal and the newest turns stay verbatim,
-and a call is never separated from its result. Each compaction is a ``context_compacted``
+what the user asked for, what is still open). The goal and the newest turns stay verbatim
+(unless the newest alone passes half the limit: one huge result is condensed too), and a
+call is never separated from its result. Each compaction is a ``context_compacted``
 event with the tokens before and after; the summary request is a ``model_responded`` with
 the purpose ``compact``, so replay and resume hold across it.
 

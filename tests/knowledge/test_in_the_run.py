@@ -334,3 +334,26 @@ def test_cited_output_validation() -> None:
         spec.validate({"answer": "x", "citations": ["leave.md"]})
     with pytest.raises(ModelRetry, match="takes 'answer'"):
         spec.validate({"answer": "x", "sources": []})
+
+
+async def test_a_secret_in_a_document_never_reaches_the_log_and_the_run_replays() -> None:
+    secret = "sk-proj-" + "a1B2c3D4e5F6g7H8i9J0" * 2
+    kb = KnowledgeBase(InProcessMemory())
+    await kb.add(
+        Document(source="keys.md", text=f"{RELEASE} The tether deploy key is {secret} for now.")
+    )
+    script = [
+        call(SEARCH_KNOWLEDGE, question="When was tether first released?"),
+        finish("In March 2026.", citations=["K1"]),
+    ]
+    agent = Agent(model=agent_model(script), knowledge=kb)
+    outcome = await agent.run("When was tether first released?")
+    assert outcome.status == "finished"
+    from tether.codec import encode_event
+
+    assert all(secret.encode() not in encode_event(e) for e in outcome.events)
+    (retrieved,) = of(outcome.events, KnowledgeRetrieved)
+    assert isinstance(retrieved, KnowledgeRetrieved)
+    assert retrieved.labels == ("K1",)  # the passage itself is still cited
+    report = await replay(outcome.events, agent=agent)
+    assert report.divergence is None

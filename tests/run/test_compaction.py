@@ -224,16 +224,34 @@ async def test_max_context_tokens_compacts_a_model_without_a_declared_window() -
     assert report.ok, report.divergence
 
 
-async def test_one_turn_too_large_is_still_refused() -> None:
-    """Nothing older than the newest turn: there is nothing to condense."""
+async def test_one_turn_too_large_is_condensed_to_what_bears_on_the_goal() -> None:
+    """The newest turn alone passes the window: its call and result are condensed together,
+    the result cut to the sentences about the goal, and the run goes on."""
 
     @tool(read_only=True, open_world=False)
     def read_huge() -> str:
         """Read a huge page."""
-        return "x " * 6000
+        return f"{FILLER * 12}The vault code is 7341. {FILLER * 12}"
 
-    model = Summarizing(ScriptedModel([call("read_huge"), finish("done")], context_window=2000))
-    outcome = await Agent(model=model, tools=[read_huge]).run("read it")
+    script = ScriptedModel([call("read_huge"), finish("7341")], context_window=2000)
+    model = Summarizing(script)
+    agent = Agent(model=model, tools=[read_huge], compaction=Compaction(summarizer=None))
+    outcome = await agent.run("What is the vault code?")
+    assert outcome.status == "finished", (outcome.status, outcome.limit)
+    (compacted,) = [e for e in outcome.events if isinstance(e, ContextCompacted)]
+    assert compacted.tokens_after < compacted.tokens_before * 0.8
+    assert "The vault code is 7341" in compacted.summary
+    last = model.requests[-1]
+    assert_valid_history(last.messages)
+    assert last.messages[-1] == UserMessage(text=compacted.summary)
+    report = await replay(outcome.events, agent=agent)
+    assert report.ok, report.divergence
+
+
+async def test_a_goal_too_large_for_the_window_is_still_refused() -> None:
+    """Nothing but the goal: there is nothing to condense."""
+    model = Summarizing(ScriptedModel([finish("done")], context_window=2000))
+    outcome = await Agent(model=model).run("read it " * 2000)
     assert outcome.limit == "context_window"
     assert not any(isinstance(e, ContextCompacted) for e in outcome.events)
 
