@@ -41,13 +41,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from qadata import disfl_qa
 
+from tether import Agent, Limits, tool
+from tether.events import KnowledgeRetrieved
 from tether.jsontypes import JsonValue
-from tether.knowledge import Document, KnowledgeBase, Passage, Retrieval, Retriever
+from tether.knowledge import (
+    DISCLAIMER,
+    Document,
+    Knowledge,
+    KnowledgeBase,
+    Passage,
+    Retrieval,
+    Retriever,
+    cited_labels,
+)
 from tether.memory import InProcessMemory
 from tether.memory.minilm import MiniLMEmbedder
 from tether.messages import UserMessage
 from tether.models.base import ModelRequest, ModelResponse, ModelSettings
 from tether.models.local import LocalModel
+from tether.thinking.base import Ask
 from tether.thinking.model import call_arguments
 from tether.tools.base import ToolDefinition
 
@@ -95,7 +107,8 @@ def _normalize(text: str) -> str:
 
 
 def _plain(text: str) -> str:
-    return " ".join(text.casefold().split()).strip(" .,;:!?\"'")
+    """Letters and digits only: ``D.C.`` in an answer is ``D . C .`` in tokenized text."""
+    return re.sub(r"[\W_]+", "", text.casefold())
 
 
 def _f1(prediction: str, gold: str) -> float:
@@ -155,7 +168,150 @@ async def _checked(
     return (answer, grounded) if grounded else (None, [])
 
 
-async def main(questions: int, seed: int, distractors: int, limit: int, verbose: bool) -> None:
+_IN_RUN = (
+    "You answer questions from the knowledge base. First call search_knowledge with the "
+    "question. Then call finish_task: the answer in a few words copied from the passages (a "
+    "name, a number, a date, a short phrase), with the labels of the passages you used in "
+    "citations. If no passage answers it, the answer is exactly: " + DISCLAIMER
+)
+_BASELINE = (
+    "You answer questions from the documents. First call search with the question. Then "
+    "call finish_task: the answer in a few words copied from the passages (a name, a "
+    "number, a date, a short phrase)."
+)
+
+
+def _bare(answer: str) -> str:
+    """An answer without its citation labels."""
+    return re.sub(r"\s*\[K[0-9, K]*\]", "", answer).strip()
+
+
+async def _in_run(
+    model: LocalModel, kb: KnowledgeBase, question: str, limit: int
+) -> tuple[str | None, list[str], int]:
+    """The answer of an agent run with ``Agent(knowledge=...)`` (``None``: it said the
+    knowledge base does not say, or gave none), the cited passages' sources, its requests."""
+    agent = Agent(
+        name="rag",
+        instructions=_IN_RUN,
+        model=model,
+        knowledge=Knowledge(base=kb, limit=limit),
+        limits=Limits(max_steps=5, max_seconds=600),
+    )
+    outcome = await agent.run(question)
+    retrieved = [e for e in outcome.events if isinstance(e, KnowledgeRetrieved)]
+    by_label = {
+        label: p.source
+        for e in retrieved
+        for label, pid in zip(e.labels, e.relevant, strict=True)
+        for p in e.passages
+        if p.id == pid
+    }
+    answer = str(outcome.output) if outcome.status == "finished" else None
+    if answer is None or DISCLAIMER.casefold() in answer.casefold():
+        return None, [], outcome.usage.requests
+    cited = [by_label[c] for c in cited_labels(answer) if c in by_label]
+    return _bare(answer) or None, cited, outcome.usage.requests
+
+
+async def _baseline_run(
+    model: LocalModel, kb: KnowledgeBase, question: str, limit: int
+) -> str | None:
+    """The same question, answered by an agent with a plain search (no grading, no refusal)."""
+
+    @tool(read_only=True, open_world=False)
+    async def search(question: str) -> str:
+        """Search the documents for passages about a question.
+
+        Args:
+            question: The question, in words.
+        """
+        found = await kb.search(question, limit=limit)
+        return "\n\n".join(p.text for p in found) or "nothing found"
+
+    agent = Agent(
+        name="rag-baseline",
+        instructions=_BASELINE,
+        model=model,
+        tools=[search],
+        limits=Limits(max_steps=4, max_seconds=600),
+    )
+    outcome = await agent.run(question)
+    return str(outcome.output) if outcome.status == "finished" else None
+
+
+class _Tally:
+    """The scores so far."""
+
+    def __init__(self) -> None:
+        self.em = self.f1 = self.base_em = self.base_f1 = 0.0
+        self.cited = self.cited_right = self.refused = self.answered = 0
+        self.answerable = self.unanswerable = 0
+
+    def add(
+        self, gold: str, own: str, answer: str | None, cited: list[str], base: str | None
+    ) -> None:
+        """One question: its answer (``None``: refused), cited sources and baseline answer."""
+        self.cited += len(cited)
+        self.cited_right += sum(s == own for s in cited)
+        if gold == "unknown":
+            self.unanswerable += 1
+            self.refused += answer is None
+            return
+        self.answerable += 1
+        if answer is not None:
+            self.answered += 1
+            self.em += float(_normalize(answer) == _normalize(gold))
+            self.f1 += _f1(answer, gold)
+        if base is not None:
+            self.base_em += float(_normalize(base) == _normalize(gold))
+            self.base_f1 += _f1(base, gold)
+
+
+async def _sub_loop(
+    model: LocalModel,
+    retriever: Retriever,
+    question: str,
+    ask: Ask,
+    gold: str,
+    detail: dict[str, Any],
+) -> tuple[str | None, list[str], str | None]:
+    """The retrieval sub-loop, then the checked answer; and the baseline's answer."""
+    retrieval: Retrieval = await retriever.retrieve(question, ask)
+    relevant = retrieval.relevant
+    raw: dict[str, Any] = {}
+    answer, citations = await _checked(model, question, relevant, raw)
+    sources = {p.id: p.source for p in relevant}
+    base = None
+    if gold != "unknown":
+        # the baseline answers from what was found, refusal or not
+        passages = relevant or tuple(g.passage for g in retrieval.rounds[0].grades)
+        if passages:
+            base, _ = await _answer(model, question, passages, refusal=False)
+    detail.update(
+        queries=[r.query for r in retrieval.rounds],
+        relevant=[sources[p.id] for p in relevant],
+        raw_answer=raw.get("answer"),
+        raw_cited=[sources.get(c, c) for c in raw.get("cited", [])],
+        grades=[
+            {
+                "round": n,
+                "source": g.passage.source,
+                "score": round(g.passage.score, 4),
+                "relevant": g.relevant,
+                "confidence": g.confidence,
+                "evidence": g.evidence,
+            }
+            for n, r in enumerate(retrieval.rounds)
+            for g in r.grades
+        ],
+    )
+    return answer, [sources[c] for c in citations], base
+
+
+async def main(
+    questions: int, seed: int, distractors: int, limit: int, verbose: bool, run: bool
+) -> None:
     data = disfl_qa()
     rng = random.Random(seed)
     answerable = [e for e in data if e["answer"] != "unknown"]
@@ -185,67 +341,24 @@ async def main(questions: int, seed: int, distractors: int, limit: int, verbose:
         except Exception:  # a failed request is what the sub-loop sees as no verdict
             return None
 
-    em = f1 = base_em = base_f1 = 0.0
-    cited = cited_right = refused_unanswerable = answered = 0
-    n_answerable = n_unanswerable = 0
+    tally = _Tally()
     t1 = time.perf_counter()
     for example in sample:
         question, gold = example["question"], example["answer"]
         own = source_of[example["context"]]
-        retrieval: Retrieval = await retriever.retrieve(question, ask)
-        relevant = retrieval.relevant
-        raw: dict[str, Any] = {}
-        answer, citations = await _checked(model, question, relevant, raw)
-        sources = {p.id: p.source for p in relevant}
-        cited += len(citations)
-        cited_right += sum(sources[c] == own for c in citations)
-        if gold == "unknown":
-            n_unanswerable += 1
-            refused_unanswerable += answer is None
+        detail: dict[str, Any] = {"q": question, "gold": gold, "own": own}
+        if run:  # through an agent's run: search_knowledge, finish_task's checked citations
+            answer, cited_sources, requests = await _in_run(model, kb, question, limit)
+            asked += requests
+            base = None if gold == "unknown" else await _baseline_run(model, kb, question, limit)
         else:
-            n_answerable += 1
-            if answer is not None:
-                answered += 1
-                em += float(_normalize(answer) == _normalize(gold))
-                f1 += _f1(answer, gold)
-            passages = relevant or tuple(
-                g.passage for g in retrieval.rounds[0].grades
-            )  # the baseline answers from what was found, refusal or not
-            if passages:
-                base, _ = await _answer(model, question, passages, refusal=False)
-                if base is not None:
-                    base_em += float(_normalize(base) == _normalize(gold))
-                    base_f1 += _f1(base, gold)
-        if verbose:
-            print(
-                json.dumps(
-                    {
-                        "q": question,
-                        "gold": gold,
-                        "answer": answer,
-                        "queries": [r.query for r in retrieval.rounds],
-                        "relevant": [sources[p.id] for p in relevant],
-                        "own": own,
-                        "cited": [sources[c] for c in citations],
-                        "raw_answer": raw.get("answer"),
-                        "raw_cited": [sources.get(c, c) for c in raw.get("cited", [])],
-                        "grades": [
-                            {
-                                "round": n,
-                                "source": g.passage.source,
-                                "score": round(g.passage.score, 4),
-                                "relevant": g.relevant,
-                                "confidence": g.confidence,
-                                "evidence": g.evidence,
-                            }
-                            for n, r in enumerate(retrieval.rounds)
-                            for g in r.grades
-                        ],
-                    }
-                ),
-                file=sys.stderr,
-                flush=True,
+            answer, cited_sources, base = await _sub_loop(
+                model, retriever, question, ask, gold, detail
             )
+        tally.add(gold, own, answer, cited_sources, base)
+        if verbose:
+            detail.update(answer=answer, cited=cited_sources, baseline=base)
+            print(json.dumps(detail), file=sys.stderr, flush=True)
     seconds = time.perf_counter() - t1
 
     def pct(a: float, b: int) -> float | None:
@@ -255,21 +368,22 @@ async def main(questions: int, seed: int, distractors: int, limit: int, verbose:
         json.dumps(
             {
                 "bench": "rag",
+                "mode": "run" if run else "sub-loop",
                 "data": "disfl-qa",
                 "model": model.name,
                 "embedder": "minilm",
                 "questions": len(sample),
-                "answerable": n_answerable,
-                "unanswerable": n_unanswerable,
+                "answerable": tally.answerable,
+                "unanswerable": tally.unanswerable,
                 "passages": len(contexts),
-                "exact_match": pct(em, n_answerable),
-                "f1": pct(f1, n_answerable),
-                "citation_precision": pct(cited_right, cited),
-                "citations": cited,
-                "refusal_unanswerable": pct(refused_unanswerable, n_unanswerable),
-                "answered_answerable": pct(answered, n_answerable),
-                "baseline_exact_match": pct(base_em, n_answerable),
-                "baseline_f1": pct(base_f1, n_answerable),
+                "exact_match": pct(tally.em, tally.answerable),
+                "f1": pct(tally.f1, tally.answerable),
+                "citation_precision": pct(tally.cited_right, tally.cited),
+                "citations": tally.cited,
+                "refusal_unanswerable": pct(tally.refused, tally.unanswerable),
+                "answered_answerable": pct(tally.answered, tally.answerable),
+                "baseline_exact_match": pct(tally.base_em, tally.answerable),
+                "baseline_f1": pct(tally.base_f1, tally.answerable),
                 "model_requests": asked,
                 "index_s": round(index_s, 1),
                 "s_per_question": round(seconds / max(1, len(sample)), 1),
@@ -286,5 +400,12 @@ if __name__ == "__main__":
     parser.add_argument("--distractors", type=int, default=1, help="other paragraphs per own")
     parser.add_argument("--limit", type=int, default=3, help="passages per search")
     parser.add_argument("-v", "--verbose", action="store_true", help="each question on stderr")
+    parser.add_argument(
+        "--run",
+        action="store_true",
+        help="through an agent's run (Agent(knowledge=...)); baseline: a plain search tool",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.questions, args.seed, args.distractors, args.limit, args.verbose))
+    asyncio.run(
+        main(args.questions, args.seed, args.distractors, args.limit, args.verbose, args.run)
+    )

@@ -137,3 +137,26 @@ async def test_evidence_about_something_else_is_not_relevant() -> None:
     retriever = Retriever(await kb(), limit=4, max_rewrites=0)
     found = await retriever.retrieve("How long is the warranty?", Judge(""))
     assert [p.source for p in found.relevant] == ["a"]
+
+
+async def test_a_quote_is_compared_by_its_words_not_its_spacing() -> None:
+    """Tokenized text (``D . C .``, ``Hill , Washington``) quoted with ordinary spacing."""
+    base = KnowledgeBase(InProcessMemory())
+    await base.add(
+        Document(
+            source="t", text="Singer held a press event on Capitol Hill , Washington , D . C . "
+        )
+    )
+
+    async def tidy(request: ModelRequest) -> ModelResponse | None:
+        if request.tools[0].name == "search":
+            return None
+        args: JsonObject = {
+            "evidence": "Singer held a press event on Capitol Hill, Washington, D.C.",
+            "relevant": True,
+            "confidence": 0.9,
+        }
+        return ModelResponse(tool_calls=(ToolCall(id="x", name="verdict", arguments=args),))
+
+    found = await Retriever(base, limit=1).retrieve("Where did Singer hold a press event?", tidy)
+    assert [p.source for p in found.relevant] == ["t"]

@@ -189,12 +189,12 @@ class Retriever:
         quoted = verdict.get("evidence") if verdict is not None else None
         evidence = quoted.strip() if isinstance(quoted, str) else ""
         # checked, not taken on trust: the quoted evidence must be in the passage
-        plain = _plain(evidence)
+        quoted = _letters(evidence)
         relevant = (
             relevant
-            and len(plain) >= 3
-            and plain in _plain(passage.text)
-            and _bears_on(plain, question)
+            and len(quoted) >= 3
+            and quoted in _letters(passage.text)
+            and _bears_on(evidence, question)
         )
         confidence = verdict.get("confidence") if verdict is not None else None
         score = (
@@ -320,6 +320,10 @@ def _bears_on(evidence: str, question: str) -> bool:
     return shared >= 1 or not wanted
 
 
-def _plain(text: str) -> str:
-    """``text`` compared loosely: case, spacing and the quote's own end punctuation aside."""
-    return " ".join(text.casefold().split()).strip(" .,;:!?\"'")
+def _letters(text: str) -> str:
+    """``text``'s letters and digits only, in lower case.
+
+    A quote is compared by its words, not by how it spaces them (tokenized text writes
+    ``D . C .`` and ``Hill , Washington``).
+    """
+    return re.sub(r"[\W_]+", "", text.casefold())
