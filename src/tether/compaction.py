@@ -5,8 +5,8 @@ Before a model request that passes ``threshold`` of the model's context window (
 made and how each went (written by tether from the log, so it cannot be wrong) and a
 summary the model writes of what matters later (results, decisions and their reasons,
 what the user asked for, what is still open). The goal and the newest turns stay verbatim
-(unless the newest alone passes half the limit: one huge result is condensed too), and a
-call is never separated from its result. Each compaction is a ``context_compacted``
+(unless the newest alone passes three quarters of the limit: one huge result is
+condensed too), and a call is never separated from its result. Each compaction is a ``context_compacted``
 event with the tokens before and after; the summary request is a ``model_responded`` with
 the purpose ``compact``, so replay and resume hold across it.
 

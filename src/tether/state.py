@@ -49,6 +49,7 @@ from tether.limits import Limits
 from tether.memory.config import lesson_view, recalled_view
 from tether.messages import (
     CONTROL_TOOLS,
+    SEARCH_KNOWLEDGE,
     AssistantMessage,
     Message,
     ToolCall,
@@ -191,6 +192,8 @@ class StateBuilder(EventHandler[None]):
     """The passages the run's knowledge searches graded relevant, by citation label (``K1``)."""
     knowledge_searches: int = 0
     """How many ``search_knowledge`` calls retrieved (``knowledge_retrieved``)."""
+    questions: set[str] = field(default_factory=lambda: set[str]())
+    """The questions searched for, case folded (the same one is not searched twice)."""
     written: set[str] = field(default_factory=lambda: set[str]())
     """The ids of the memory records the run has written (``memory_written``)."""
     asked: set[str] = field(default_factory=lambda: set[str]())
@@ -248,7 +251,7 @@ class StateBuilder(EventHandler[None]):
     def on_policy_decided(self, event: PolicyDecided) -> None:
         """Count calls allowed to run; remember tools the defaults denied."""
         if event.decision == "allow":
-            if event.tool not in CONTROL_TOOLS:
+            if event.tool not in CONTROL_TOOLS or event.tool == SEARCH_KNOWLEDGE:
                 self.tool_calls += 1
         elif event.decision == "deny" and event.rule.startswith("default:"):
             self.default_denied.add(event.tool)
@@ -444,6 +447,7 @@ class StateBuilder(EventHandler[None]):
     def on_knowledge_retrieved(self, event: KnowledgeRetrieved) -> None:
         """The passages that may be cited, by label (the call's result follows)."""
         self.knowledge_searches += 1
+        self.questions.add(event.question.casefold())
         self.citable.update(zip(event.labels, event.relevant, strict=False))
 
     def on_context_compacted(self, event: ContextCompacted) -> None:

@@ -357,3 +357,187 @@ async def test_a_secret_in_a_document_never_reaches_the_log_and_the_run_replays(
     assert retrieved.labels == ("K1",)  # the passage itself is still cited
     report = await replay(outcome.events, agent=agent)
     assert report.divergence is None
+
+
+MORE = [
+    Document(source="alpha.md", text="Alpha: the tether runtime was first released in March 2026."),
+    Document(source="beta.md", text="Beta: the tether runtime logs every decision first."),
+    Document(source="gamma.md", text="Gamma: the tether runtime replays any recorded run."),
+]
+
+
+async def test_labels_stay_one_per_passage_across_searches() -> None:
+    kb = KnowledgeBase(InProcessMemory())
+    await kb.add_all(MORE)
+    wanted = iter([{"Alpha"}, {"Alpha", "Beta"}, {"Gamma"}])
+    current: set[str] = set()
+
+    def turn(question: str) -> ScriptStep:
+        nonlocal current
+        current = next(wanted)
+        return call(SEARCH_KNOWLEDGE, question=question)
+
+    answers = iter(
+        [
+            lambda: turn("When was tether released?"),
+            lambda: turn("What does tether log?"),
+            lambda: turn("What does tether replay?"),
+            lambda: finish(
+                "Released in March 2026, logs first, replays.", citations=["K1", "K2", "K3"]
+            ),
+        ]
+    )
+
+    def respond(request: ModelRequest) -> ScriptStep:
+        if request.purpose == "grade":
+            last = request.messages[-1]
+            assert isinstance(last, UserMessage)
+            passage = last.text.partition("Passage:")[2].strip()
+            name = passage.split(":")[0]
+            if name in current:
+                return call("verdict", evidence=passage, relevant=True, confidence=0.9)
+            return call("verdict", evidence="", relevant=False, confidence=0.9)
+        if request.purpose == "rewrite":
+            return call("search", query="tether")
+        return next(answers)()
+
+    outcome = await Agent(model=FunctionModel(respond), knowledge=kb).run("Tell me about tether")
+    assert outcome.status == "finished"
+    retrieved = [e for e in outcome.events if isinstance(e, KnowledgeRetrieved)]
+    sources = {p.id: p.source for e in retrieved for p in e.passages}
+    named = [
+        {label: sources[pid] for label, pid in zip(e.labels, e.relevant, strict=True)}
+        for e in retrieved
+    ]
+    assert named == [
+        {"K1": "alpha.md"},
+        {"K1": "alpha.md", "K2": "beta.md"},
+        {"K3": "gamma.md"},
+    ]
+
+
+async def test_a_label_is_never_taken_unsearched_nor_in_a_plain_reply() -> None:
+    kb = await knowledge_base()
+    model = agent_model(
+        [finish("It weighs 3 kg [K7]."), "It weighs 3 kg [K1].", finish("I do not know.")]
+    )
+    outcome = await Agent(model=model, knowledge=kb).run("What does it weigh?")
+    assert outcome.status == "finished"
+    assert outcome.output == "I do not know."
+    refused = next(
+        e for e in outcome.events if isinstance(e, ToolCallFinished) and e.tool == "finish_task"
+    )
+    assert "none: search first" in content_text(refused.content)
+    prompted = [e for e in outcome.events if e.kind == "retry_prompted"]
+    assert len(prompted) == 1
+    assert "[K1] is not a passage" in prompted[0].text  # pyright: ignore[reportAttributeAccessIssue]
+
+
+class FailsSecond:
+    """A knowledge base that answers once, then is down."""
+
+    def __init__(self, base: KnowledgeBase) -> None:
+        self.base = base
+        self.searches = 0
+
+    async def search(self, query: str, *, limit: int = 5) -> list[Passage]:
+        self.searches += 1
+        if self.searches > 1:
+            raise StoreError("the knowledge store went down: start it, then try again")
+        return await self.base.search(query, limit=limit)
+
+
+async def test_a_search_that_fails_midway_keeps_its_rounds_and_replays() -> None:
+    kb = await knowledge_base()
+    model = agent_model(
+        [call(SEARCH_KNOWLEDGE, question="Who founded tether?"), finish(DISCLAIMER)],
+        relevant=lambda _: False,
+    )
+    agent = Agent(model=model, knowledge=Knowledge(base=FailsSecond(kb)))
+    outcome = await agent.run("Who founded tether?")
+    assert outcome.status == "finished"
+    (retrieved,) = of(outcome.events, KnowledgeRetrieved)
+    assert isinstance(retrieved, KnowledgeRetrieved)
+    assert len(retrieved.rounds) == 1  # the round done before the failure is kept
+    assert retrieved.warning is not None
+    assert "went down" in retrieved.warning
+    report = await replay(outcome.events, agent=agent)
+    assert report.divergence is None
+
+
+async def test_passages_that_could_not_be_graded_are_not_called_missing() -> None:
+    from tether import Limits
+
+    kb = await knowledge_base()
+    model = agent_model(
+        [call(SEARCH_KNOWLEDGE, question="When was tether released?"), finish(DISCLAIMER)]
+    )
+    agent = Agent(model=model, knowledge=kb, limits=Limits(max_tokens=10))
+    outcome = await agent.run("When was tether released?")
+    (retrieved,) = of(outcome.events, KnowledgeRetrieved)
+    assert isinstance(retrieved, KnowledgeRetrieved)
+    assert retrieved.warning is not None
+    assert "could not be graded" in retrieved.warning
+    assert not [e for e in outcome.events if isinstance(e, ModelResponded) and e.purpose == "grade"]
+    result = next(
+        e for e in outcome.events if isinstance(e, ToolCallFinished) and e.tool == SEARCH_KNOWLEDGE
+    )
+    assert content_text(result.content).startswith("Nothing found could be confirmed")
+
+
+async def test_searches_count_as_tool_calls_and_are_not_repeated() -> None:
+    from tether import Limits
+
+    kb = await knowledge_base()
+    question = "When was tether first released?"
+    model = agent_model(
+        [
+            call(SEARCH_KNOWLEDGE, question=question),
+            call(SEARCH_KNOWLEDGE, question=question.upper()),
+            [call(SEARCH_KNOWLEDGE, question="a"), call(SEARCH_KNOWLEDGE, question="b b")],
+            finish("In March 2026.", citations=["K1"]),
+        ]
+    )
+    agent = Agent(model=model, knowledge=kb, limits=Limits(max_tool_calls=2))
+    outcome = await agent.run(question)
+    results = [
+        e for e in outcome.events if isinstance(e, ToolCallFinished) and e.tool == SEARCH_KNOWLEDGE
+    ]
+    assert [r.error_type for r in results][:2] == [None, "repeated_search"]
+    assert "limit" in [r.error_type for r in results]
+    assert outcome.limit == "max_tool_calls"
+
+
+async def test_a_recovered_answer_is_checked_before_it_is_taken(tmp_path: Path) -> None:
+    kb = await knowledge_base()
+    script = [
+        call(SEARCH_KNOWLEDGE, question="When was tether first released?"),
+        finish("In 1999 [K9]."),
+    ]
+    outcome = await Agent(model=agent_model([*script, finish("-")]), knowledge=kb).run("When?")
+    first_finish = next(
+        i
+        for i, e in enumerate(outcome.events)
+        if isinstance(e, ToolCallFinished) and e.tool == "finish_task"
+    )
+    store = SqliteStore(tmp_path / "runs.db")
+    try:
+        await store.append(outcome.run_id, list(outcome.events[:first_finish]))  # crashed
+        agent = Agent(
+            model=agent_model([finish("In March 2026.", citations=["K1"])]),
+            knowledge=kb,
+            store=store,
+        )
+        resumed = await agent.resume(outcome.run_id)
+        assert resumed.status == "finished"
+        assert resumed.output == "In March 2026. [K1]"
+        refused = [
+            e
+            for e in resumed.events
+            if isinstance(e, ToolCallFinished) and e.tool == "finish_task" and e.is_error
+        ]
+        assert len(refused) == 1
+        assert "[K9] is not a passage" in content_text(refused[0].content)
+        assert_protocol_valid(resumed.events)
+    finally:
+        await store.close()

@@ -21,7 +21,7 @@ from tether.messages import SEARCH_KNOWLEDGE
 from tether.tools.base import ToolAnnotations, ToolDefinition
 from tether.tools.output import cited_labels
 
-__all__ = ["DISCLAIMER", "SEARCH_KNOWLEDGE", "Knowledge", "cited_labels", "search_definition"]
+__all__ = ["DISCLAIMER", "Knowledge", "cited_labels", "search_definition"]
 
 DISCLAIMER = "The knowledge base does not say."
 """How an answer begins when the run's searches found nothing relevant (the default)."""
@@ -90,7 +90,9 @@ class Knowledge:
             raise ConfigError(f"min_confidence takes 0 to 1, not {self.min_confidence!r}")
         if self.passage_chars < 100:
             raise ConfigError(f"passage_chars takes 100 or more, not {self.passage_chars!r}")
-        if self.disclaimer is not None and not self.disclaimer.strip():
+        if self.disclaimer is not None and (
+            not isinstance(self.disclaimer, str) or not self.disclaimer.strip()  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+        ):
             raise ConfigError("disclaimer takes a sentence, or None for no disclaimer check")
         self.retriever()  # limit and max_rewrites are checked now
 
@@ -103,11 +105,6 @@ class Knowledge:
             min_confidence=self.min_confidence,
             passage_chars=self.passage_chars,
         )
-
-    @property
-    def max_requests(self) -> int:
-        """The most model requests one search makes (grading and rewriting)."""
-        return self.limit * (self.max_rewrites + 1) + self.max_rewrites
 
     def describe(self) -> JsonObject:
         """What of it shapes a run (part of the agent's digest)."""

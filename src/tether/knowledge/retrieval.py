@@ -152,13 +152,21 @@ class Retriever:
         self.min_confidence = min_confidence
         self.passage_chars = passage_chars
 
-    async def retrieve(self, question: str, ask: Ask, *, rewrite: Ask | None = None) -> Retrieval:
+    async def retrieve(
+        self,
+        question: str,
+        ask: Ask,
+        *,
+        rewrite: Ask | None = None,
+        rounds: list[Round] | None = None,
+    ) -> Retrieval:
         """The rounds of search, grading and rewriting for ``question``.
 
         ``ask`` answers the grading requests, and the rewriting ones unless ``rewrite`` is
-        given; a ``None`` answer is no verdict (not relevant) or no new query.
+        given; a ``None`` answer is no verdict (not relevant) or no new query. ``rounds``, if
+        given, gets each round as it is done (what was done before a search that raised).
         """
-        rounds: list[Round] = []
+        rounds = [] if rounds is None else rounds
         query = question
         tried = {query.casefold()}
         for attempt in range(self.max_rewrites + 1):
@@ -192,7 +200,8 @@ class Retriever:
         quoted = _letters(evidence)
         relevant = (
             relevant
-            and len(quoted) >= 3
+            and len(quoted) >= 6
+            and len(evidence.split()) >= 2  # a phrase: letters alone match across words
             and quoted in _letters(passage.text)
             and _bears_on(evidence, question)
         )

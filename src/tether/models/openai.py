@@ -225,9 +225,7 @@ class OpenAIModel(Model):
         self._calls += 1
         cost = self._usage(*_counts(completion.usage)).cost
         reply = completion.model_dump()
-        return step_response(
-            reply, call_id=f"call_{self._calls}", cost=cost, plain=not request.tools
-        )
+        return step_response(reply, call_id=f"call_{self._calls}", cost=cost)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Text and tool-call pieces as they arrive, then the whole response."""

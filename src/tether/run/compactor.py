@@ -296,7 +296,8 @@ class Compactor(Generic[OutputT]):
     def _span(self, limit: int) -> tuple[int, int] | None:
         """The messages to condense: after the goal, before the newest turns kept.
 
-        The newest turn is kept unless it alone passes half the limit (a huge tool result):
+        The newest turn is kept unless it alone passes three quarters of the limit (a huge
+        tool result), when it and the condensed message (at most a quarter) could not fit:
         then it is condensed with the rest, its call and result together.
         """
         st = self._ctx.state
@@ -308,8 +309,8 @@ class Compactor(Generic[OutputT]):
             tail += _chars(messages[index:cut])
             if kept >= 1 and (kept >= self.config.keep_turns or estimate_tokens(tail) > limit // 3):
                 break
-            if kept == 0 and estimate_tokens(tail) > limit // 2:
-                break  # the newest turn alone would crowd the window out: condensed too
+            if kept == 0 and estimate_tokens(tail) > limit * 3 // 4:
+                break  # the newest turn and the condensed rest cannot fit: condensed too
             cut, kept = index, kept + 1
         if cut - head < 1:
             return None

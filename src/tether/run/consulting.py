@@ -18,10 +18,10 @@ from typing import Generic, cast
 
 from tether.content import TextBlock, ToolResult
 from tether.errors import UserError
-from tether.events import KnowledgeRetrieved, PassageVerdict, SearchRound
+from tether.events import KnowledgeRetrieved, PassageVerdict, Purpose, SearchRound
 from tether.knowledge.base import Passage
 from tether.knowledge.config import Knowledge, cited_labels
-from tether.knowledge.retrieval import Retrieval, Searchable
+from tether.knowledge.retrieval import Retrieval, Round, Searchable
 from tether.models.base import ModelRequest, ModelResponse
 from tether.run.base import Cancelled, OutputT, Planned
 from tether.run.context import RunContext
@@ -37,6 +37,14 @@ _GRADE_TOKENS = 600
 """About what one grading request costs (a passage, the question, the verdict)."""
 
 
+class _SearchFailed(Exception):
+    """The knowledge base raised ``cause`` on a search (not a bug of the sub-loop)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class _Recording:
     """The knowledge base as one retrieval searches it: what each search found is kept."""
 
@@ -47,7 +55,12 @@ class _Recording:
         self.found: dict[str, Passage] = {}
 
     async def search(self, query: str, *, limit: int = 5) -> list[Passage]:
-        passages = await self._base.search(query, limit=limit)
+        try:
+            passages = await self._base.search(query, limit=limit)
+        except (Cancelled, UserError):
+            raise
+        except Exception as exc:  # the base's failure, told apart from the sub-loop's bugs
+            raise _SearchFailed(exc) from exc
         for passage in passages:
             self.found.setdefault(passage.id, passage)
         return passages
@@ -72,39 +85,48 @@ class Consultant(Generic[OutputT]):
         assert item.search is not None
         ctx, step = self._ctx, self._step
         question = item.search
+        if question.casefold() in ctx.state.questions:
+            item.answered = ToolResult.error(
+                "this question was searched already in this run: its passages are in that "
+                "call's result. Search with other words, or answer"
+            )
+            item.error_type = "repeated_search"
+            return
         t0 = ctx.monotonic()
+        ungraded = 0
+
+        async def asked(request: ModelRequest, purpose: Purpose) -> ModelResponse | None:
+            nonlocal ungraded
+            response = None
+            if ctx.affords(_GRADE_TOKENS):  # else not asked: its passage is not relevant
+                response = await step.aside(request, purpose)
+            if response is None and purpose == "grade":
+                ungraded += 1
+            return response
 
         async def grade(request: ModelRequest) -> ModelResponse | None:
-            if not ctx.affords(_GRADE_TOKENS):
-                return None  # the run's limits leave no room: not relevant, not asked
-            return await step.aside(request, "grade")
+            return await asked(request, "grade")
 
         async def rewrite(request: ModelRequest) -> ModelResponse | None:
-            if not ctx.affords(_GRADE_TOKENS):
-                return None
-            return await step.aside(request, "rewrite")
+            return await asked(request, "rewrite")
 
         recording = _Recording(self.base)
-        retrieval: Retrieval | None = None
+        rounds: list[Round] = []
         warning: str | None = None
         try:
-            retrieval = await self.settings.retriever(recording).retrieve(
-                question, grade, rewrite=rewrite
+            await self.settings.retriever(recording).retrieve(
+                question, grade, rewrite=rewrite, rounds=rounds
             )
-        except (Cancelled, UserError):
-            raise
-        except Exception as exc:  # the knowledge base failed: the call's error, not the run's
-            warning = f"{FAILED}{why(exc)}"
+        except _SearchFailed as failed:  # the call's error, not the run's (rounds done kept)
+            warning = f"{FAILED}{why(failed.cause)}"
         item.seconds = ctx.monotonic() - t0
-        rounds = () if retrieval is None else retrieval.rounds
-        relevant = [] if retrieval is None else [p.id for p in retrieval.relevant]
-        by_id = {passage_id: label for label, passage_id in ctx.state.citable.items()}
-        labels: list[str] = []
-        for passage_id in relevant:
-            label = by_id.get(passage_id)
-            if label is None:
-                label = by_id[passage_id] = f"K{len(ctx.state.citable) + len(labels) + 1}"
-            labels.append(label)
+        if warning is None and ungraded:
+            warning = (
+                f"{ungraded} passage{'s' * (ungraded != 1)} could not be graded (the run's "
+                "limits are near, or the grader failed): not counted as relevant"
+            )
+        relevant = Retrieval(question=question, rounds=tuple(rounds)).relevant
+        labels = _labels([p.id for p in relevant], ctx.state.citable)
         recorded = ctx.add(
             KnowledgeRetrieved,
             call_id=item.call.id,
@@ -125,12 +147,12 @@ class Consultant(Generic[OutputT]):
                 for r in rounds
             ),
             passages=tuple(recording.found.values()),
-            relevant=tuple(relevant),
-            labels=tuple(labels),
+            relevant=tuple(p.id for p in relevant),
+            labels=labels,
             warning=warning,
         )
         event = cast(KnowledgeRetrieved, recorded)
-        if warning is not None:
+        if warning is not None and warning.startswith(FAILED) and not relevant:
             item.answered = ToolResult.error(f"{warning}; go on without it")
             item.error_type = "knowledge_unavailable"
             return
@@ -146,11 +168,16 @@ class Consultant(Generic[OutputT]):
                 if disclaimer is not None
                 else "say that the knowledge base does not tell"
             )
+            found = (
+                "Nothing in the knowledge base answers this"
+                if event.warning is None
+                else f"Nothing found could be confirmed ({event.warning})"
+            )
             return ToolResult(
                 content=(
                     TextBlock(
-                        text=f"Nothing in the knowledge base answers this (searched for: "
-                        f"{queries}). Do not guess. If nothing else tells you, {say}"
+                        text=f"{found} (searched for: {queries}). Do not guess. If nothing "
+                        f"else tells you, {say}"
                     ),
                 )
             )
@@ -169,48 +196,56 @@ class Consultant(Generic[OutputT]):
 
     def check(self, item: Planned) -> None:
         """Send back a ``finish_task`` whose citations do not hold (``item.synthetic``)."""
-        ctx, settings = self._ctx, self.settings
-        st = ctx.state
-        if st.knowledge_searches == 0:
-            return  # the run never searched: nothing to cite, nothing to disclaim
-        answer = ctx.spec.output.as_text(cast(OutputT, item.output))
-        cited = cited_labels(answer)
-        citable = st.citable
-        unknown = [label for label in cited if label not in citable]
-        reason: str | None = None
-        if unknown:
-            allowed = ", ".join(citable) or "none"
-            reason = (
-                f"{', '.join(f'[{u}]' for u in unknown)} is not a passage this run's knowledge "
-                f"searches found relevant (those are: {allowed}). Cite only those, or search again."
-            )
-        elif not citable and settings.disclaimer is not None:
-            if _plain(settings.disclaimer) not in _plain(answer):
-                reason = (
-                    "no search of the knowledge base found anything relevant, so the answer "
-                    f'must not guess: begin it with "{settings.disclaimer}", then add what '
-                    "you know from elsewhere, if anything."
-                )
-        elif citable and not cited and settings.require_citations:
-            disclaimer = settings.disclaimer
-            if disclaimer is None or _plain(disclaimer) not in _plain(answer):
-                reason = (
-                    "cite the passages the answer comes from, like [K1] (found relevant: "
-                    f"{', '.join(citable)}). If none of them answers, search again or say the "
-                    "knowledge base does not tell."
-                )
-                if isinstance(item.output, str):  # the fix, spelled out: small models copy it
-                    label = self._closest(answer)
-                    reason += (
-                        f' For example: finish_task(answer="{answer.rstrip()}", '
-                        f'citations=["{label}"])'
-                    )
-
+        output = cast(OutputT, item.output)
+        answer = self._ctx.spec.output.as_text(output)
+        reason = self.reason(answer, example=isinstance(output, str))
         if reason is None:
             return
         item.finish = False
         item.error_type = "not_accepted"
         item.synthetic = ToolResult.error(f"finish_task not accepted: {reason}")
+
+    def reason(self, answer: str, *, example: bool = False) -> str | None:
+        """Why ``answer`` cannot be taken (``None``: it can).
+
+        A label the run's searches did not grade relevant is never taken, searched or not;
+        after a search, an answer must cite (``require_citations``), or, when nothing was
+        found relevant, carry the disclaimer. ``example``: spell the fix out for a text answer.
+        """
+        settings, st = self.settings, self._ctx.state
+        cited = cited_labels(answer)
+        citable = st.citable
+        unknown = [label for label in cited if label not in citable]
+        if unknown:
+            allowed = ", ".join(citable) or "none: search first"
+            return (
+                f"{', '.join(f'[{u}]' for u in unknown)} is not a passage this run's knowledge "
+                f"searches found relevant (those are: {allowed}). Cite only those, or search again."
+            )
+        if st.knowledge_searches == 0:
+            return None  # the run never searched: nothing to disclaim
+        disclaimed = settings.disclaimer is not None and _plain(settings.disclaimer) in _plain(
+            answer
+        )
+        if not citable and settings.disclaimer is not None and not disclaimed:
+            return (
+                "no search of the knowledge base found anything relevant, so the answer "
+                f'must not guess: begin it with "{settings.disclaimer}", then add what '
+                "you know from elsewhere, if anything."
+            )
+        if citable and not cited and settings.require_citations and not disclaimed:
+            reason = (
+                "cite the passages the answer comes from, like [K1] (found relevant: "
+                f"{', '.join(citable)}). If none of them answers, search again or say the "
+                "knowledge base does not tell."
+            )
+            if example:  # the fix, spelled out: small models copy it
+                label = self._closest(answer)
+                reason += (
+                    f' For example: finish_task(answer="{answer.rstrip()}", citations=["{label}"])'
+                )
+            return reason
+        return None
 
     def _closest(self, answer: str) -> str:
         """The citable label whose passage shares the most words with ``answer``."""
@@ -223,6 +258,21 @@ class Consultant(Generic[OutputT]):
         }
         words = _words(answer)
         return max(citable, key=lambda label: len(words & _words(texts.get(citable[label], ""))))
+
+
+def _labels(relevant: list[str], citable: dict[str, str]) -> tuple[str, ...]:
+    """The citation label of each relevant passage: its earlier one, else the next number."""
+    by_id = {passage_id: label for label, passage_id in citable.items()}
+    taken = [int(label[1:]) for label in citable]
+    number = max(taken, default=0)
+    labels: list[str] = []
+    for passage_id in relevant:
+        label = by_id.get(passage_id)
+        if label is None:
+            number += 1
+            label = by_id[passage_id] = f"K{number}"
+        labels.append(label)
+    return tuple(labels)
 
 
 def _words(text: str) -> set[str]:

@@ -140,7 +140,17 @@ class Recovery(Generic[OutputT]):
             if approval is not None and approval.arguments is not None:
                 call = replace(call, arguments=approval.arguments)  # the approved, edited ones
             if call.name == FINISH_TASK:
-                self._ctx.output = spec.output.validate(call.arguments)
+                output = spec.output.validate(call.arguments)
+                if self._tools.check_citations is not None:  # not taken unchecked
+                    item = Planned(call)
+                    item.output, item.finish = output, True
+                    self._tools.check_citations(item)
+                    if item.synthetic is not None:
+                        self._tools.record_result(
+                            item, item.synthetic, item.error_type, 0.0, synthetic=True
+                        )
+                        continue
+                self._ctx.output = output
                 self._ctx.add(
                     ToolCallFinished,
                     call_id=call.id,

@@ -21,7 +21,13 @@ from tether.events import (
     Reflected,
     Routed,
 )
-from tether.messages import CONTROL_TOOLS, Message, ToolResultMessage, UserMessage
+from tether.messages import (
+    CONTROL_TOOLS,
+    SEARCH_KNOWLEDGE,
+    Message,
+    ToolResultMessage,
+    UserMessage,
+)
 from tether.models.base import ModelRequest, ModelResponse, check_model_requests_allowed
 from tether.outcome import ErrorInfo
 from tether.run.base import OutputT, Planned, Stop
@@ -30,6 +36,7 @@ from tether.run.modelstep import ModelStep
 from tether.thinking.base import DEFAULT_CRITERIA, Plan, ThinkingContext
 from tether.thinking.cache import goal_signature, tools_digest
 from tether.thinking.config import Thinking
+from tether.tools.base import ToolDefinition
 
 __all__ = ["Thinker"]
 
@@ -90,7 +97,7 @@ class Thinker(Generic[OutputT]):
             goal=first.text if isinstance(first, UserMessage) else st.goal,
             instructions=self._step.instructions(plan=False),
             messages=tuple(st.messages),
-            tools=tuple(d for d in ctx.spec.definitions if d.name not in CONTROL_TOOLS),
+            tools=_planned_tools(ctx.spec.definitions),
             plan=None if plan is None else Plan.of(plan),
             ask=ask,
         )
@@ -168,7 +175,7 @@ class Thinker(Generic[OutputT]):
             model=ctx.model.name,
             planner=planner.name,
         )
-        tools = tools_digest(tuple(d for d in ctx.spec.definitions if d.name not in CONTROL_TOOLS))
+        tools = tools_digest(_planned_tools(ctx.spec.definitions))
         return key, tools
 
     async def ended(self) -> None:
@@ -267,6 +274,13 @@ class Thinker(Generic[OutputT]):
                 f"{verdict.reasons} Unmet: {unmet}. Fix this (call tools if you need to), then "
                 "call finish_task again."
             )
+
+
+def _planned_tools(definitions: tuple[ToolDefinition, ...]) -> tuple[ToolDefinition, ...]:
+    """The tools a plan may use: the agent's own, and ``search_knowledge`` when offered."""
+    return tuple(
+        d for d in definitions if d.name not in CONTROL_TOOLS or d.name == SEARCH_KNOWLEDGE
+    )
 
 
 def _why_replan(planned: list[Planned], messages: list[Message]) -> str | None:

@@ -72,6 +72,8 @@ class ToolStage(Generic[OutputT]):
         "_state",
         "after_turn_recall",
         "check_answer",
+        "check_citations",
+        "check_reply",
         "consult",
         "memory",
         "policy",
@@ -94,6 +96,12 @@ class ToolStage(Generic[OutputT]):
         """How many calls of the turn just planned will run (more than one: in parallel)."""
         self.check_answer: Callable[[Planned], Awaitable[None]] | None = None
         """Checks ``finish_task``'s answer before it is taken (the reflector), if on."""
+        self.check_citations: Callable[[Planned], None] | None = None
+        """Sends back a ``finish_task`` whose citations do not hold (knowledge), the check a
+        recovered answer passes too."""
+        self.check_reply: Callable[[str], str | None] | None = None
+        """Why a plain-text reply cannot end the run (its citations), if the agent has a
+        knowledge base."""
         self.consult: Callable[[Planned], Awaitable[None]] | None = None
         """Answers a ``search_knowledge`` call (``item.answered``), when the agent has a
         knowledge base."""
@@ -179,6 +187,12 @@ class ToolStage(Generic[OutputT]):
                     )
                     item.error_type = "invalid_arguments"
                     continue
+                if budget <= 0:
+                    item.synthetic = ToolResult.error(
+                        f"not executed: the run's limit of {spec.limits.max_tool_calls} tool calls is reached"
+                    )
+                    item.error_type = "limit"
+                    continue
                 item.search = question
             else:
                 tool = spec.registry.get(name)
@@ -240,6 +254,8 @@ class ToolStage(Generic[OutputT]):
                 if item.tool is not None:
                     budget -= 1
                     runnable += 1
+                elif item.search is not None:  # a search counts as a call (it asks the model)
+                    budget -= 1
                 finishing = finishing or item.finish
             elif decision.decision == "deny":
                 item.tool, item.finish, item.question, item.search = None, False, None, None
@@ -578,8 +594,16 @@ class ToolStage(Generic[OutputT]):
         last = st.messages[-1]
         text = last.text if last.kind == "assistant" else ""
         if spec.output.is_text and text.strip():
-            self._ctx.output = cast(OutputT, text)
-            return Stop("finished")
+            refused = None if self.check_reply is None else self.check_reply(text)
+            if refused is None:
+                self._ctx.output = cast(OutputT, text)
+                return Stop("finished")
+            self._add(
+                RetryPrompted,
+                reason="not_accepted",
+                text=f"Your reply was not accepted: {refused} Then call finish_task.",
+            )
+            return None
         why = (
             "Your reply was empty. Call a tool, or call finish_task with the result."
             if not text.strip()
@@ -592,7 +616,9 @@ class ToolStage(Generic[OutputT]):
 def _question(call: ToolCall) -> str | None:
     """A ``search_knowledge`` call's question (``query`` is taken too: small models write it)."""
     arguments = call.arguments
-    question = arguments.get("question", arguments.get("query"))
+    question = arguments.get("question")
+    if not isinstance(question, str) or len(question.strip()) < 2:
+        question = arguments.get("query")
     if not isinstance(question, str) or len(question.strip()) < 2:
         return None
     return " ".join(question.split())[:500]

@@ -62,7 +62,7 @@ class OutputSpec(Generic[OutputT]):
     """The single argument holding the output, when the type is not an object."""
     cites: bool = False
     """Text whose ``finish_task`` also takes ``citations`` (an agent with knowledge): the
-    labels it names are appended to the answer as ``[K1, K2]``, unless the text has them."""
+    labels it names are appended to the answer as ``[K1] [K2]``, unless the text has them."""
 
     def citing(self) -> OutputSpec[OutputT]:
         """This text output with a ``citations`` argument (``Agent(knowledge=...)``)."""
@@ -179,7 +179,7 @@ def _cited(arguments: JsonObject) -> str:
     missing = [c for c in dict.fromkeys(cast(list[str], citations)) if c not in present]
     if not missing:
         return answer
-    return f"{answer.rstrip()} [{', '.join(missing)}]"
+    return " ".join([answer.rstrip(), *(f"[{c}]" for c in missing)])
 
 
 def ask_user_definition() -> ToolDefinition:
