@@ -10,8 +10,13 @@ right one; the model is the embedded Qwen2.5-Coder-1.5B (``LocalModel``).
 Per question: ``Retriever.retrieve`` (search, a constrained verdict per passage, at most two
 rewrites), then, when some passage was graded relevant, a constrained ``answer`` call whose
 citations can only be the relevant passages' ids (checked again after: a citation of a
-passage not graded relevant is not accepted), or, when none was, the refusal. The baseline
-answers the same answerable questions from the same retrieval with no refusal path.
+passage not graded relevant is not accepted), or, when none was, the refusal. A citation
+stands only where the passage holds the answer's words (none left: a refusal), and one is
+kept: the best-ranked, preferring a passage whose graded evidence holds the answer. The
+baseline answers the same answerable questions from the same retrieval with no refusal path.
+``--run`` measures the same through an agent's run (``Agent(knowledge=...)``: the model
+calls ``search_knowledge`` and cites labels in ``finish_task``), against a baseline agent
+with a plain search tool.
 
 One JSON line: ``questions``, ``exact_match``, ``f1`` (answerable questions, SQuAD's
 normalisation), ``citation_precision`` (cited passages that are the question's own
@@ -148,11 +153,18 @@ async def _answer(
 
 
 async def _checked(
-    model: LocalModel, question: str, relevant: tuple[Passage, ...], raw: dict[str, Any]
+    model: LocalModel,
+    question: str,
+    relevant: tuple[Passage, ...],
+    raw: dict[str, Any],
+    evidence: dict[str, str],
 ) -> tuple[str | None, list[str]]:
     """The answer with the refusal path, if it passes both checks; else a refusal.
 
-    ``raw`` gets what the model answered before the checks (for ``--verbose``).
+    The one citation kept is the best-ranked grounded passage, preferring one whose graded
+    evidence holds the answer: a short answer comes from one passage, and a name found in
+    several is not evidence from each. ``raw`` gets what the model answered before the
+    checks (for ``--verbose``).
     """
     if not relevant:
         return None, []  # nothing graded relevant: the answer says so, no model asked
@@ -164,8 +176,12 @@ async def _checked(
     if answer is None:
         return None, []
     # grounded: a citation stands only where the passage holds the answer's words
-    grounded = [c for c in citations if _plain(answer) in _plain(allowed[c].text)]
-    return (answer, grounded) if grounded else (None, [])
+    wanted = _plain(answer)
+    grounded = [p.id for p in relevant if p.id in citations and wanted in _plain(p.text)]
+    if not grounded:
+        return None, []
+    stated = [c for c in grounded if wanted in _plain(evidence.get(c, ""))]
+    return answer, (stated or grounded)[:1]
 
 
 _IN_RUN = (
@@ -280,7 +296,8 @@ async def _sub_loop(
     retrieval: Retrieval = await retriever.retrieve(question, ask)
     relevant = retrieval.relevant
     raw: dict[str, Any] = {}
-    answer, citations = await _checked(model, question, relevant, raw)
+    evidence = {g.passage.id: g.evidence for r in retrieval.rounds for g in r.grades if g.relevant}
+    answer, citations = await _checked(model, question, relevant, raw, evidence)
     sources = {p.id: p.source for p in relevant}
     base = None
     if gold != "unknown":
