@@ -22,13 +22,14 @@ from tether.events import KnowledgeRetrieved, PassageVerdict, Purpose, SearchRou
 from tether.knowledge.base import Passage
 from tether.knowledge.config import Knowledge, cited_labels
 from tether.knowledge.retrieval import Retrieval, Round, Searchable
+from tether.messages import ToolCall
 from tether.models.base import ModelRequest, ModelResponse
 from tether.run.base import Cancelled, OutputT, Planned
 from tether.run.context import RunContext
 from tether.run.modelstep import ModelStep
 from tether.run.remembering import why
 
-__all__ = ["FAILED", "Consultant"]
+__all__ = ["FAILED", "Consultant", "question_of"]
 
 FAILED = "the knowledge base could not be searched: "
 """How the warning of a search that failed begins (a replay fails it again the same way)."""
@@ -281,3 +282,14 @@ def _words(text: str) -> set[str]:
 
 def _plain(text: str) -> str:
     return " ".join(text.casefold().split()).strip(" .")
+
+
+def question_of(call: ToolCall) -> str | None:
+    """A ``search_knowledge`` call's question (``query`` is taken too: small models write it)."""
+    arguments = call.arguments
+    question = arguments.get("question")
+    if not isinstance(question, str) or len(question.strip()) < 2:
+        question = arguments.get("query")
+    if not isinstance(question, str) or len(question.strip()) < 2:
+        return None
+    return " ".join(question.split())[:500]

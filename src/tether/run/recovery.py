@@ -25,6 +25,7 @@ from tether.run.approvalargs import redacted_calls
 from tether.run.approving import Approving
 from tether.run.base import OutputT, Planned, Stop
 from tether.run.budget import warned_from
+from tether.run.consulting import question_of
 from tether.run.context import RunContext
 from tether.run.toolcalls import ToolStage
 from tether.run.unfinished import verdict
@@ -163,7 +164,18 @@ class Recovery(Generic[OutputT]):
                 stop = Stop("waiting_for_user")
                 continue
             if call.name == SEARCH_KNOWLEDGE:  # read-only: searched again
-                await self._tools.research(call)
+                item = Planned(call)
+                item.search = question_of(call)
+                if item.search is None or self._tools.consult is None:
+                    self._ctx.refuse(
+                        call,
+                        "not executed: the run stopped before this call started",
+                        "interrupted",
+                    )
+                    continue
+                await self._tools.consult(item)
+                assert item.answered is not None
+                self._tools.record_result(item, item.answered, item.error_type, item.seconds)
                 continue
             tool = spec.registry.get(call.name)
             if tool is not None and tool.safe_to_retry and call.id not in masked:

@@ -23,7 +23,7 @@ from tether.events import (
 )
 from tether.jsontypes import JsonObject
 from tether.memory.config import MEMORY_TOOLS
-from tether.messages import ASK_USER, FINISH_TASK, SEARCH_KNOWLEDGE, ToolCall
+from tether.messages import ASK_USER, FINISH_TASK, SEARCH_KNOWLEDGE
 from tether.models.base import (
     ModelResponse,
 )
@@ -32,6 +32,7 @@ from tether.policy.base import PolicyDecision
 from tether.run import vault
 from tether.run.approvalargs import arguments_hash
 from tether.run.base import Cancelled, OutputT, Planned, Stop
+from tether.run.consulting import question_of
 from tether.run.context import RunContext
 from tether.run.loopmonitor import Call
 from tether.run.policypoint import PolicyPoint
@@ -180,7 +181,7 @@ class ToolStage(Generic[OutputT]):
                 item.question = question
             elif name == SEARCH_KNOWLEDGE and spec.knowledge is not None:
                 definition = spec.tool_map[SEARCH_KNOWLEDGE]
-                question = _question(call)
+                question = question_of(call)
                 if question is None:
                     item.synthetic = ToolResult.error(
                         "invalid arguments: 'question' must be the question to search for, in words"
@@ -188,10 +189,7 @@ class ToolStage(Generic[OutputT]):
                     item.error_type = "invalid_arguments"
                     continue
                 if budget <= 0:
-                    item.synthetic = ToolResult.error(
-                        f"not executed: the run's limit of {spec.limits.max_tool_calls} tool calls is reached"
-                    )
-                    item.error_type = "limit"
+                    item.synthetic, item.error_type = _over_limit(spec.limits.max_tool_calls)
                     continue
                 item.search = question
             else:
@@ -220,10 +218,7 @@ class ToolStage(Generic[OutputT]):
                         item.synthetic, item.error_type = refused, "repeated_failure"
                         continue
                 if budget <= 0:
-                    item.synthetic = ToolResult.error(
-                        f"not executed: the run's limit of {spec.limits.max_tool_calls} tool calls is reached"
-                    )
-                    item.error_type = "limit"
+                    item.synthetic, item.error_type = _over_limit(spec.limits.max_tool_calls)
                     continue
                 definition = tool.definition
                 item.tool = tool
@@ -524,20 +519,6 @@ class ToolStage(Generic[OutputT]):
                 return  # not taken anyway (``_record_planned`` says why)
             await self.check_answer(item)
 
-    async def research(self, call: ToolCall) -> None:
-        """Search again for a ``search_knowledge`` call a crash left without its result."""
-        question = _question(call)
-        item = Planned(call)
-        if question is None or self.consult is None:
-            item.synthetic, item.error_type = (
-                ToolResult.error("not executed: the run stopped before this call started"),
-                "interrupted",
-            )
-        else:
-            item.search = question
-            await self.consult(item)
-        self._record_planned(item, [item])
-
     def _record_planned(self, item: Planned, planned: list[Planned]) -> None:
         """Results tether writes itself: errors, and the answer to ``finish_task``."""
         if item.synthetic is not None:
@@ -613,12 +594,7 @@ class ToolStage(Generic[OutputT]):
         return None
 
 
-def _question(call: ToolCall) -> str | None:
-    """A ``search_knowledge`` call's question (``query`` is taken too: small models write it)."""
-    arguments = call.arguments
-    question = arguments.get("question")
-    if not isinstance(question, str) or len(question.strip()) < 2:
-        question = arguments.get("query")
-    if not isinstance(question, str) or len(question.strip()) < 2:
-        return None
-    return " ".join(question.split())[:500]
+def _over_limit(maximum: int) -> tuple[ToolResult, str]:
+    """The result of a call past ``max_tool_calls``."""
+    message = f"not executed: the run's limit of {maximum} tool calls is reached"
+    return ToolResult.error(message), "limit"
