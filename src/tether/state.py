@@ -190,10 +190,9 @@ class StateBuilder(EventHandler[None]):
     """Recalled lessons about tools (reflexion), by tool, shown with the goal."""
     citable: dict[str, str] = field(default_factory=lambda: {})
     """The passages the run's knowledge searches graded relevant, by citation label (``K1``)."""
-    knowledge_searches: int = 0
-    """How many ``search_knowledge`` calls retrieved (``knowledge_retrieved``)."""
     questions: set[str] = field(default_factory=lambda: set[str]())
-    """The questions searched for, case folded (the same one is not searched twice)."""
+    """The questions ``search_knowledge`` searched for, case folded (one
+    ``knowledge_retrieved`` each: the same question is not searched twice)."""
     written: set[str] = field(default_factory=lambda: set[str]())
     """The ids of the memory records the run has written (``memory_written``)."""
     asked: set[str] = field(default_factory=lambda: set[str]())
@@ -446,7 +445,6 @@ class StateBuilder(EventHandler[None]):
 
     def on_knowledge_retrieved(self, event: KnowledgeRetrieved) -> None:
         """The passages that may be cited, by label (the call's result follows)."""
-        self.knowledge_searches += 1
         self.questions.add(event.question.casefold())
         self.citable.update(zip(event.labels, event.relevant, strict=False))
 

@@ -223,7 +223,7 @@ class Consultant(Generic[OutputT]):
                 f"{', '.join(f'[{u}]' for u in unknown)} is not a passage this run's knowledge "
                 f"searches found relevant (those are: {allowed}). Cite only those, or search again."
             )
-        if st.knowledge_searches == 0:
+        if not st.questions:
             return None  # the run never searched: nothing to disclaim
         disclaimed = settings.disclaimer is not None and _plain(settings.disclaimer) in _plain(
             answer
