@@ -98,6 +98,7 @@ def effective_annotations(
         open_world=_outside(base.open_world, claimed.open_world, danger=True),
         untrusted_output=_outside(untrusted, claimed.untrusted_output, danger=True),
         sensitive=base.sensitive if base.sensitive is not None else claimed.sensitive,
+        trusted_fields=base.trusted_fields,  # never the outside tool's own claim
     )
 
 
@@ -295,6 +296,7 @@ class RulePolicy(Policy):
                 believed.sensitive,
                 facts.sources,
                 run.events,
+                destructive=believed.is_destructive,
             )
             self._read(run.run_id, facts.sources)
         else:
@@ -527,16 +529,24 @@ class RulePolicy(Policy):
         """Record what the model read from ``event``, and whether that is trusted."""
         match event:
             case ApprovalGiven() if event.arguments is not None:
-                facts.sources.add(index, event.seq, "arguments a human gave", trusted=True)
+                facts.sources.add(
+                    index, event.seq, "arguments a human gave", trusted=True, user=True
+                )
             case ToolCallFinished() if not event.synthetic:
-                untrusted = self._untrusted_result(event, run.tools.get(event.tool))
+                tool = run.tools.get(event.tool)
+                untrusted = self._untrusted_result(event, tool)
                 if untrusted:
                     facts.tainted[event.tool] = None
-                facts.sources.add(index, event.seq, event.tool, trusted=not untrusted)
+                vouched = () if tool is None else self.annotations(tool).trusted_fields or ()
+                facts.sources.add(
+                    index, event.seq, event.tool, trusted=not untrusted, fields=vouched
+                )
             case RunStarted():
                 facts.sources.add(index, event.seq, "the goal and instructions", trusted=True)
+                goal = event.goal
+                facts.sources.add(lambda: goal, event.seq, "the goal", trusted=True, user=True)
             case UserReplied():
-                facts.sources.add(index, event.seq, "the user's reply", trusted=True)
+                facts.sources.add(index, event.seq, "the user's reply", trusted=True, user=True)
             case MemoryRecalled() if event.texts:
                 # earlier runs wrote it, and they may have read anything: never trusted
                 facts.tainted["recalled memory"] = None
@@ -546,7 +556,7 @@ class RulePolicy(Policy):
                 # words, and those runs may have read anything: never trusted
                 goals, answers = "\n".join(event.goals), "\n".join(event.answers)
                 facts.sources.add(
-                    lambda: goals, event.seq, "the user's earlier turns", trusted=True
+                    lambda: goals, event.seq, "the user's earlier turns", trusted=True, user=True
                 )
                 facts.tainted["earlier answers in the session"] = None
                 facts.sources.add(
