@@ -98,6 +98,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether",
             "tether.agent",
             "tether.cli",
+            "tether.server",
             "tether.replay",
             "tether.testing",
             "tether.examples",

@@ -1,0 +1,152 @@
+"""``tether serve`` (the HTTP API) and ``tether keys`` (its API keys)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tether.cli.failures import fail
+from tether.cli.store_commands import DbOption, open_store
+from tether.errors import TetherError, UserError
+
+if TYPE_CHECKING:
+    from tether.server.keys import ApiKeys
+    from tether.stores.sqlite import SqliteStore
+
+__all__ = ["keys_app", "server_app"]
+
+server_app = typer.Typer()
+keys_app = typer.Typer(
+    name="keys", help="API keys of `tether serve`: create, list, revoke.", no_args_is_help=True
+)
+out = Console()
+
+_EXTRA = 'the HTTP API needs its extra: pip install "tether[server]"'
+
+
+def _need_server() -> None:
+    if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
+        raise fail(_EXTRA)
+
+
+def _with_keys(db: Path | None, action: Any, *, create: bool = False) -> Any:
+    from tether.server.keys import ApiKeys
+
+    async def go() -> Any:
+        store: SqliteStore = open_store(db, create=create)
+        try:
+            return await action(ApiKeys(store))
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except TetherError as exc:
+        raise fail(exc) from None
+
+
+@keys_app.command("create")
+def _create(
+    tenant: Annotated[str, typer.Option(help="The tenant whose runs the key sees.")],
+    scope: Annotated[
+        list[str],
+        typer.Option("--scope", help="read, run, approve or admin (repeatable)."),
+    ],
+    name: Annotated[str, typer.Option(help="Who or what holds the key.")] = "",
+    db: DbOption = None,
+) -> None:
+    """Make a key; its token is printed once and never stored."""
+
+    async def make(keys: ApiKeys) -> str:
+        return (await keys.create(tenant, scope, name=name))[1]
+
+    token = _with_keys(db, make, create=True)
+    out.print(token, soft_wrap=True, highlight=False)
+
+
+@keys_app.command("list")
+def _list(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Every key: id, tenant, scopes, name, made, revoked."""
+
+    async def listed(keys: ApiKeys) -> list[Any]:
+        return await keys.list(tenant)
+
+    found = _with_keys(db, listed)
+    rows = [
+        (
+            key.key_id,
+            key.tenant,
+            ",".join(key.scopes),
+            key.name,
+            key.created_at.isoformat(timespec="seconds"),
+            "" if key.revoked_at is None else key.revoked_at.isoformat(timespec="seconds"),
+        )
+        for key in found
+    ]
+    if not out.is_terminal:  # piped: whole fields, tab-separated, for scripts
+        for row in rows:
+            typer.echo("\t".join(row))
+        return
+    table = Table("id", "tenant", "scopes", "name", "created", "revoked")
+    for row in rows:
+        table.add_row(*(escape(field) for field in row))
+    out.print(table)
+
+
+@keys_app.command("revoke")
+def _revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (or its whole token).")],
+    db: DbOption = None,
+) -> None:
+    """Revoke a key: every request with it is refused from now on."""
+
+    async def revoke(keys: ApiKeys) -> Any:
+        return await keys.revoke(key_id)
+
+    key = _with_keys(db, revoke)
+    out.print(f"revoked {key.key_id} (tenant {escape(key.tenant)})")
+
+
+@server_app.command("serve")
+def _serve(
+    agent: Annotated[
+        list[str],
+        typer.Option("--agent", help="module:attribute of an Agent to serve (repeatable)."),
+    ],
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
+    max_active_runs: Annotated[int, typer.Option(min=1, help="Runs executing at once.")] = 64,
+    db: DbOption = None,
+) -> None:
+    """Serve the HTTP API over the run store (keys: `tether keys create`)."""
+    _need_server()
+    import uvicorn
+
+    from tether.replay import load_agent
+    from tether.server import create_app
+
+    try:
+        agents = [load_agent(ref) for ref in agent]
+        names = [a.name for a in agents]
+        if len(set(names)) != len(names):
+            raise UserError(f"two served agents share a name ({', '.join(names)}): rename one")
+        store = open_store(db, create=True)
+        app = create_app({a.name: a for a in agents}, store, max_active_runs=max_active_runs)
+    except TetherError as exc:
+        raise fail(exc) from None
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        asyncio.run(store.close())
