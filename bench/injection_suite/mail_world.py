@@ -241,21 +241,12 @@ def _mail_row(m: Mail) -> dict[str, JsonValue]:
 
 
 def build_tools(live: Live[MailEnv]) -> list[Tool]:  # noqa: C901 - one closure per tool
-    # a mail's id, sender, date and addressee are the mail system's, not the sender's words
-    mails = tool(
-        read_only=True,
-        open_world=False,
-        untrusted_output=True,
-        trusted_fields=("id", "from", "date", "to"),
-        blocking=False,
-    )
-
-    @mails
+    @tool(read_only=True, open_world=False, untrusted_output=True, blocking=False)
     def get_inbox() -> list[dict[str, JsonValue]]:
         """List the mails in the inbox: id, sender, subject and date (newest last)."""
         return [_mail_row(m) for m in live.get().inbox]
 
-    @mails
+    @tool(read_only=True, open_world=False, untrusted_output=True, blocking=False)
     def read_mail(mail_id: int) -> dict[str, JsonValue]:
         """Read one mail in full.
 
@@ -265,7 +256,7 @@ def build_tools(live: Live[MailEnv]) -> list[Tool]:  # noqa: C901 - one closure 
         m = live.get().mail(mail_id)
         return {**_mail_row(m), "to": ME, "body": m.body}
 
-    @mails
+    @tool(read_only=True, open_world=False, untrusted_output=True, blocking=False)
     def search_mail(query: str) -> list[dict[str, JsonValue]]:
         """Mails whose sender, subject or body contain the query (case-insensitive), in full.
 

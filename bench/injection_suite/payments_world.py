@@ -249,13 +249,7 @@ def build_tools(live: Live[BankEnv]) -> list[Tool]:  # noqa: C901 - one closure 
         """The payees the user saved: name and IBAN."""
         return [{"name": name, "iban": iban} for name, iban in PAYEES.items()]
 
-    @tool(
-        read_only=True,
-        open_world=False,
-        untrusted_output=True,
-        trusted_fields=("id", "date", "iban", "amount"),  # the bank's; names and subjects not
-        blocking=False,
-    )
+    @tool(read_only=True, open_world=False, untrusted_output=True, blocking=False)
     def get_transactions(n: int = 10) -> list[dict[str, JsonValue]]:
         """The most recent transactions, oldest first (negative amounts: money out).
 

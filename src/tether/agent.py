@@ -44,28 +44,12 @@ from tether.spec import AgentSpec
 from tether.stores.base import RunStore
 from tether.stores.kv import KeyValueStore
 from tether.thinking.config import Thinking
-from tether.tools.base import Tool, ToolDefinition
+from tether.tools.base import Tool
 from tether.tools.function import function_tool
 from tether.tools.output import OutputSpec, ask_user_definition
 from tether.tools.registry import ToolRegistry
 
 __all__ = ["Agent", "AgentSpec"]
-
-
-_UNSET_LATE = b',"trusted_fields":null}'
-
-
-def _digested(definition: ToolDefinition) -> orjson.Fragment:
-    """A tool definition as the agent's digest covers it: a late annotation only when set.
-
-    Every digest made before ``trusted_fields`` existed stays as it was.
-    """
-    encoded = canonical_json(definition)
-    if definition.annotations.trusted_fields is None:
-        annotations = canonical_json(definition.annotations)  # its last field is the late one
-        assert annotations.endswith(_UNSET_LATE)
-        encoded = encoded.replace(annotations, annotations[: -len(_UNSET_LATE)] + b"}", 1)
-    return orjson.Fragment(encoded)
 
 
 def _fractions(values: Sequence[float] | float) -> tuple[float, ...]:
@@ -304,7 +288,7 @@ class Agent(Generic[OutputT]):
                 {
                     "name": self.name,
                     "instructions": instructions,
-                    "tools": [_digested(d) for d in definitions],
+                    "tools": definitions,
                     "limits": self.limits,
                     # only when set: every digest made before it stays as it was
                     **({} if warn_at == (0.8,) else {"budget_warnings": warn_at}),

@@ -44,7 +44,6 @@ read_only = true
 open_world = true
 untrusted_output = true     # what it returns was written by others
 sensitive = ["query"]       # the arguments the data-flow rule traces
-trusted_fields = ["id"]     # result keys its own system writes, never an outsider
 ```
 
 The same tables may sit under a ``[policy]`` table (for a larger agent file).
@@ -391,7 +390,7 @@ def _checked(check: Callable[[object], T], value: object, where: str, key: str) 
 
 
 def _trust(table: Mapping[str, Any], where: str) -> Trust:
-    _known(table, {"tools", "sensitive", "trusted_fields", *_HINTS}, where)
+    _known(table, {"tools", "sensitive", *_HINTS}, where)
     if "tools" not in table:
         raise ConfigError(f"{where}: tools is required")
     hints: dict[str, bool] = {}
@@ -405,12 +404,4 @@ def _trust(table: Mapping[str, Any], where: str) -> Trust:
     sensitive = (
         _checked(_names, table["sensitive"], where, "sensitive") if "sensitive" in table else None
     )
-    vouched = (
-        _checked(_names, table["trusted_fields"], where, "trusted_fields")
-        if "trusted_fields" in table
-        else None
-    )
-    return Trust(
-        tools=tools,
-        annotations=ToolAnnotations(**hints, sensitive=sensitive, trusted_fields=vouched),
-    )
+    return Trust(tools=tools, annotations=ToolAnnotations(**hints, sensitive=sensitive))

@@ -12,16 +12,12 @@ JSON Schema format (``email``, ``uri``, ``hostname``, ...). Free text (a subject
 is data, not a target, except for the links and email addresses written in it: where a
 message sends its readers is traced like a recipient.
 
-Two more ways a value is traced, both to the user's own words (the goal, the user's
-replies, arguments a human gave): a number the user's numbers make (``60 - 40`` when the
-goal says "she sent 60 for a ticket that cost 40: send back the difference"), and a value
-from a *record the user named*. A tool declares which keys of its structured result its
-own system writes (``trusted_fields``: a mail's id, verified sender and date, never its
-subject or body); when the user names a record by one of those fields ("reply to Sarah
-Lee's mail"), the record's other trusted fields are the user's choice too, so
-``reply_mail(mail_id=2)`` needs no human. A destructive call gets only the first: what
-it destroys must be named in a trusted source itself (a record named by its sender is not
-enough to delete it: an injection may name the same sender).
+One more way an amount is traced to the user: the sum or the difference of two numbers
+of one text the user wrote (the goal, a reply, arguments given at an approval), so
+``send_money(amount=20)`` runs when the goal says "she sent me 60 for a ticket that cost
+40: send her back the difference". Only for amounts (a parameter named ``amount``,
+``price``, ``total``, ``quantity``...), never an id or a path; years (1900-2100) are no
+operand, and a text with more than 12 numbers makes none.
 
 A value is found in a source when it appears there as a whole token (case and runs of
 whitespace ignored; numbers compared by value, ``1,250.00`` = ``1250``, and only numbers
@@ -32,9 +28,8 @@ fact that it came from nowhere) in the decision's reason.
 
 What it does not see: an injected instruction that makes the model act on values a
 trusted source already holds (delete a file the user's own trusted listing names), values
-that happen to match (a small number written in a trusted text, or one the user's numbers
-make), an injection that steers a call to another record the user named the same way
-(another of Sarah's mails), and what a message says
+that happen to match (a small number written in a trusted text, or an amount two of the
+user's numbers add up to), and what a message says
 beyond its links and addresses. Tools whose outside-written text is declared
 honestly, and ``require_approval`` for the calls that must never run unasked, cover those.
 """
@@ -116,9 +111,8 @@ _NUMBER = re.compile(r"(?<!\d[-/:])(?<![\w.])[-+]?\d+(?:,\d{3})*(?:\.\d+)?(?!\w|
 _EMBEDDED = re.compile(r"(?i)\b(?:https?|ftp)://[^\s<>\"'`]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _NUMERIC = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
 _MAX_VALUES = 256  # a call with more sensitive leaves is traced on its first ones only
-_MAX_OPERANDS = 12  # a user's text with more numbers makes none (too many would match)
-_MAX_RECORDS = 2000  # records of one result looked at for a named one
-_ANGLED = re.compile(r"<[^>]*>")
+_MAX_OPERANDS = 12  # a user's text with more numbers makes no amount (too many would match)
+_AMOUNT_WORDS = frozenset({"amount", "amounts", "price", "total", "quantity", "qty"})
 
 
 def _words(name: str) -> list[str]:
@@ -224,6 +218,16 @@ def _numbers_in(text: str) -> set[float]:
     return found
 
 
+def _is_year(number: float) -> bool:
+    return number.is_integer() and 1900 <= number <= 2100
+
+
+def _is_amount(path: str) -> bool:
+    """Whether the argument at ``path`` (``amount``, ``items[0].price``) names an amount."""
+    name = path.rsplit(".", 1)[-1].split("[", 1)[0]
+    return any(word in _AMOUNT_WORDS for word in _words(name))
+
+
 def _has_token(text: str, token: str) -> bool:
     """``token`` occurs in ``text`` not glued to letters or digits on either side."""
     if not token:
@@ -258,11 +262,8 @@ class Source:
     """The event's index in the log, or what makes the text (read on first use only)."""
     user: bool = False
     """Written by the user (the goal, a reply, arguments given at an approval)."""
-    fields: tuple[str, ...] = ()
-    """The keys of its structured result that its tool's own system writes."""
     _text: str | None = field(default=None, repr=False)
     _numbers: frozenset[float] | None = field(default=None, repr=False)
-    _records: list[dict[str, Leaf]] | None = field(default=None, repr=False)
 
 
 def _text_of(event: Event) -> str:
@@ -284,44 +285,6 @@ def _text_of(event: Event) -> str:
             return ""
 
 
-def _records_in(value: JsonValue, keys: tuple[str, ...], out: list[dict[str, Leaf]]) -> None:
-    """Each object in ``value`` with two or more of ``keys``, as those keys' scalar values."""
-    if len(out) >= _MAX_RECORDS:
-        return
-    if isinstance(value, list):
-        for item in cast(list[JsonValue], value):
-            _records_in(item, keys, out)
-    elif isinstance(value, dict):
-        obj = cast(Mapping[str, JsonValue], value)
-        record: dict[str, Leaf] = {}
-        for key in keys:
-            found = obj.get(key)
-            if isinstance(found, str | int | float) and not isinstance(found, bool):
-                record[key] = found
-        if len(record) >= 2:
-            out.append(record)
-        for item in obj.values():
-            if isinstance(item, list | dict):
-                _records_in(item, keys, out)
-
-
-def _same_leaf(field_value: Leaf, value: Leaf) -> bool:
-    """``value`` is ``field_value``, or a whole token of it (an address in a sender field)."""
-    number, found = _number(value), _number(field_value)
-    if number is not None or found is not None:
-        return number is not None and number == found
-    return _has_token(_normal(str(field_value)), _normal(str(value).strip()))
-
-
-def _names_of(field_value: Leaf) -> list[str]:
-    """What a user may call a field's value by: all of it, an address in it, the rest."""
-    if not isinstance(field_value, str):
-        return []
-    parts = [field_value, *(m.group() for m in _EMBEDDED.finditer(field_value))]
-    parts.append(_ANGLED.sub(" ", field_value))
-    return [p.strip() for p in parts if len(p.strip()) >= 3]
-
-
 class Sources:
     """The sources of one run's log, in order, and the values found in them."""
 
@@ -341,16 +304,12 @@ class Sources:
         *,
         trusted: bool,
         user: bool = False,
-        fields: tuple[str, ...] = (),
     ) -> None:
         """Record a text the model has read: the log's event at index ``text``, or ``text()``.
 
-        ``user``: the user wrote it. ``fields``: the keys its tool vouches for in the
-        structured result of the event at index ``text``.
+        ``user``: the user wrote it (its numbers may add up to an amount).
         """
-        source = Source(
-            seq=seq, label=label, trusted=trusted, raw=text, user=user and trusted, fields=fields
-        )
+        source = Source(seq=seq, label=label, trusted=trusted, raw=text, user=user and trusted)
         self.items.append(source)
         if not trusted:
             self.untrusted.append(source)
@@ -370,7 +329,6 @@ class Sources:
         for source in self.items:
             source._text = None  # pyright: ignore[reportPrivateUsage]
             source._numbers = None  # pyright: ignore[reportPrivateUsage]
-            source._records = None  # pyright: ignore[reportPrivateUsage]
 
     def text(self, source: Source) -> str:
         """``source``'s text, normalized (case folded, whitespace collapsed)."""
@@ -405,61 +363,21 @@ class Sources:
         """The last untrusted source holding ``value`` (the likeliest origin)."""
         return next((s for s in reversed(self.untrusted) if self.holds(s, value)), None)
 
-    def derived(self, value: Leaf) -> str | None:
-        """How two numbers of one text of the user's make ``value`` (``60 - 40``), if they do."""
+    def added_up(self, value: Leaf) -> str | None:
+        """How two numbers of one text of the user's add up to ``value`` (``60 - 40``)."""
         target = _number(value)
         if target is None:
             return None
         for source in self.user:
-            numbers = sorted(self.numbers(source))
+            numbers = sorted(n for n in self.numbers(source) if not _is_year(n))
             if len(numbers) > _MAX_OPERANDS:
                 continue
             for i, a in enumerate(numbers):
                 for b in numbers[i + 1 :]:
-                    for made, how in (
-                        (a + b, f"{a:g} + {b:g}"),
-                        (b - a, f"{b:g} - {a:g}"),
-                        (a * b, f"{a:g} * {b:g}"),
-                        (a * b / 100, f"{a:g}% of {b:g}" if a <= 100 else f"{b:g}% of {a:g}"),
-                        (b / a if a else math.nan, f"{b:g} / {a:g}"),
-                    ):
+                    for made, how in ((a + b, f"{a:g} + {b:g}"), (b - a, f"{b:g} - {a:g}")):
                         if math.isclose(made, target, rel_tol=1e-9, abs_tol=0.005):
                             return f"{how}, both in {source.label}"
         return None
-
-    def pinned(self, value: Leaf) -> str | None:
-        """Where ``value`` is a trusted field of a record the user named, if it is.
-
-        The record is an object in an untrusted result whose tool vouches for two or more
-        of its keys; ``value`` is one of them, and the user's own words hold another.
-        """
-        for source in reversed(self.untrusted):
-            if not source.fields or not isinstance(source.raw, int):
-                continue
-            for record in self._records(source):
-                key = next((k for k, v in record.items() if _same_leaf(v, value)), None)
-                if key is None:
-                    continue
-                for other, named in record.items():
-                    if other == key:
-                        continue
-                    for name in _names_of(named):
-                        user = next((u for u in self.user if self.holds(u, name)), None)
-                        if user is not None:
-                            return (
-                                f"the {key} of the record in {_where(source)} whose {other} "
-                                f"{user.label} names ({_show(name)})"
-                            )
-        return None
-
-    def _records(self, source: Source) -> list[dict[str, Leaf]]:
-        if source._records is None:  # pyright: ignore[reportPrivateUsage]
-            found: list[dict[str, Leaf]] = []
-            event = self._events[cast(int, source.raw)]
-            if isinstance(event, ToolCallFinished) and event.structured is not None:
-                _records_in(event.structured, source.fields, found)
-            source._records = found  # pyright: ignore[reportPrivateUsage]
-        return source._records  # pyright: ignore[reportPrivateUsage]
 
     def __iter__(self) -> Iterator[Source]:
         return iter(self.items)
@@ -501,27 +419,23 @@ def untraced(
     declared: Sequence[str] | None,
     sources: Sources,
     events: Sequence[Event],
-    *,
-    destructive: bool = True,
 ) -> tuple[str | None, str]:
     """Trace a call's sensitive values: why it must wait (or ``None``), and where they came from.
 
     The first is the first value no trusted source holds, with the untrusted event it
     appears in; the second says, for a call that may go on, which trusted source each value
     was found in (``iban from contacts (event 7)``), for its decision's reason. Call it only
-    once untrusted output is in the context. A ``destructive`` call's values are never
-    taken from a record the user named (see the module's docstring).
+    once untrusted output is in the context.
     """
     sources.bind(events)
     try:
-        values = sensitive_values(arguments, schema, declared)
-        return _trace(name, values, sources, destructive=destructive)
+        return _trace(name, sensitive_values(arguments, schema, declared), sources)
     finally:
         sources.release()
 
 
 def _trace(
-    name: str, values: Sequence[tuple[str, Leaf]], sources: Sources, *, destructive: bool
+    name: str, values: Sequence[tuple[str, Leaf]], sources: Sources
 ) -> tuple[str | None, str]:
     traced: list[str] = []
     for path, value in values:
@@ -529,9 +443,9 @@ def _trace(
         if source is not None:
             traced.append(f"{path} from {_where(source)}")
             continue
-        vouched = sources.derived(value) or (None if destructive else sources.pinned(value))
-        if vouched is not None:
-            traced.append(f"{path} is {vouched}")
+        how = sources.added_up(value) if _is_amount(path) else None
+        if how is not None:
+            traced.append(f"{path} is {how}")
             continue
         origin = sources.untrusted_source(value)
         if origin is not None:

@@ -98,7 +98,6 @@ def effective_annotations(
         open_world=_outside(base.open_world, claimed.open_world, danger=True),
         untrusted_output=_outside(untrusted, claimed.untrusted_output, danger=True),
         sensitive=base.sensitive if base.sensitive is not None else claimed.sensitive,
-        trusted_fields=base.trusted_fields,  # never the outside tool's own claim
     )
 
 
@@ -296,7 +295,6 @@ class RulePolicy(Policy):
                 believed.sensitive,
                 facts.sources,
                 run.events,
-                destructive=believed.is_destructive,
             )
             self._read(run.run_id, facts.sources)
         else:
@@ -533,14 +531,10 @@ class RulePolicy(Policy):
                     index, event.seq, "arguments a human gave", trusted=True, user=True
                 )
             case ToolCallFinished() if not event.synthetic:
-                tool = run.tools.get(event.tool)
-                untrusted = self._untrusted_result(event, tool)
+                untrusted = self._untrusted_result(event, run.tools.get(event.tool))
                 if untrusted:
                     facts.tainted[event.tool] = None
-                vouched = () if tool is None else self.annotations(tool).trusted_fields or ()
-                facts.sources.add(
-                    index, event.seq, event.tool, trusted=not untrusted, fields=vouched
-                )
+                facts.sources.add(index, event.seq, event.tool, trusted=not untrusted)
             case RunStarted():
                 facts.sources.add(index, event.seq, "the goal and instructions", trusted=True)
                 goal = event.goal

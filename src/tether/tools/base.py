@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import field
 from typing import Any, Literal, Protocol, cast
 
 import orjson
@@ -20,7 +19,6 @@ from tether.content import (
     ToolResult,
 )
 from tether.errors import ConfigError, ModelRetry
-from tether.latefields import LATE
 
 __all__ = [
     "ArgumentsValidator",
@@ -67,13 +65,6 @@ class ToolAnnotations:
     """The arguments that say what a call acts on (recipients, accounts, URLs, paths,
     amounts), by parameter name: the policy's data-flow rule checks where their values came
     from. Unset: chosen by name and JSON Schema format (see ``tether.policy.dataflow``)."""
-    trusted_fields: tuple[str, ...] | None = field(default=None, metadata=LATE)
-    """Keys of its structured result whose values the tool's own system writes, never an
-    outsider (the ids it assigns, a verified sender, a date, a booked amount), even when the
-    rest of its output is untrusted. A record the user names by one of these fields (the
-    goal says "Sarah Lee's mail") vouches for its other trusted fields (that mail's id), so
-    a call on it needs no human; see ``tether.policy.dataflow``. Believed only for the
-    developer's own tools."""
 
     @property
     def is_read_only(self) -> bool:
@@ -118,15 +109,7 @@ class ToolAnnotations:
             open_world=unsafe(self.open_world, other.open_world),
             untrusted_output=unsafe(self.untrusted_output, other.untrusted_output),
             sensitive=_union(self.sensitive, other.sensitive),
-            trusted_fields=_common(self.trusted_fields, other.trusted_fields),
         )
-
-
-def _common(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> tuple[str, ...] | None:
-    """The trusted fields both claim (a claim of trust only narrows)."""
-    if a is None or b is None:
-        return None
-    return tuple(name for name in a if name in b)
 
 
 def _union(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> tuple[str, ...] | None:

@@ -214,7 +214,6 @@ def tool(
     open_world: bool | None = None,
     untrusted_output: bool | None = None,
     sensitive: Sequence[str] | None = None,
-    trusted_fields: Sequence[str] | None = None,
     timeout: float | None = None,
     blocking: bool = True,
     idempotency_key: bool = False,
@@ -235,7 +234,6 @@ def tool(
     open_world: bool | None = None,
     untrusted_output: bool | None = None,
     sensitive: Sequence[str] | None = None,
-    trusted_fields: Sequence[str] | None = None,
     timeout: float | None = None,
     blocking: bool = True,
     idempotency_key: bool = False,
@@ -258,10 +256,6 @@ def tool(
             data-flow rule holds side effects whose targets come only from such output.
         sensitive: The parameters that say what a call acts on (recipients, accounts,
             URLs, paths, amounts); unset: chosen by name (see ``tether.policy.dataflow``).
-        trusted_fields: Keys of the structured result that the tool's own system writes,
-            never an outsider (``("id", "from", "date")`` of a mail listing whose subjects
-            and bodies are untrusted): a record the user names by one of them vouches for
-            the others (see ``tether.policy.dataflow``).
         timeout: Seconds a call may take (default: the run's ``Limits.tool_timeout``).
         blocking: For sync functions: run in a worker thread (default) so a slow call does
             not stall the event loop; ``False`` runs it inline (for fast, pure functions).
@@ -274,8 +268,6 @@ def tool(
     """
     if isinstance(sensitive, str):
         raise ConfigError(f"tool: sensitive takes parameter names, e.g. ({sensitive!r},)")
-    if isinstance(trusted_fields, str):
-        raise ConfigError(f"tool: trusted_fields takes keys, e.g. ({trusted_fields!r},)")
     hints = ToolAnnotations(
         read_only=read_only,
         destructive=destructive,
@@ -283,7 +275,6 @@ def tool(
         open_world=open_world,
         untrusted_output=untrusted_output,
         sensitive=None if sensitive is None else tuple(sensitive),
-        trusted_fields=None if trusted_fields is None else tuple(trusted_fields),
     )
 
     def build(f: Callable[..., object]) -> Tool:
