@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -12,6 +13,7 @@ import pytest
 
 from tether import Agent, tool
 from tether.messages import ToolCall
+from tether.policy import RulePolicy, Rules, require_approval
 from tether.server import ApiKeys, create_app
 from tether.server.app import MAX_BODY_BYTES
 from tether.stores.sqlite import SqliteStore
@@ -36,6 +38,26 @@ def slow() -> Agent[str]:
     return Agent(name="slow", model=ScriptedModel(script), tools=[wait_for_gate])
 
 
+@tool(destructive=True, open_world=False)
+def wire(amount: float) -> str:
+    """Wires money.
+
+    Args:
+        amount: How much.
+    """
+    wired.append(amount)
+    return "wired"
+
+
+wired: list[float] = []
+
+
+def wiring() -> Agent[str]:
+    script = [call("wire", amount=12.5), finish("wired")]
+    policy = RulePolicy(Rules(rules=(require_approval("wire"),)))
+    return Agent(name="wiring", model=ScriptedModel(script), tools=[wire], policy=policy)
+
+
 def asking() -> Agent[str]:
     script = [ToolCall(id="", name="ask_user", arguments={"question": "Which city?"}), finish("ok")]
     return Agent(name="asking", model=ScriptedModel(script), can_ask_user=True)
@@ -55,7 +77,7 @@ class Api:
             headers["Idempotency-Key"] = key
         return await self.client.post("/v1/runs", json={"goal": "hi", **body}, headers=headers)
 
-    async def settled(self, run_id: str, who: str = "a") -> dict[str, object]:
+    async def settled(self, run_id: str, who: str = "a") -> dict[str, Any]:
         for _ in range(200):
             got = (await self.client.get(f"/v1/runs/{run_id}", headers=self.auth(who))).json()
             if got["status"] != "running":
@@ -70,8 +92,10 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
     gate = asyncio.Event()  # of this test's event loop
     store = SqliteStore(tmp_path / "runs.db")
     keys = ApiKeys(store)
+    wired.clear()
     tokens = {
         "a": (await keys.create("acme", ["read", "run"], name="a"))[1],
+        "a_approve": (await keys.create("acme", ["read", "approve"], name="ops"))[1],
         "a_read": (await keys.create("acme", ["read"]))[1],
         "b": (await keys.create("globex", ["admin"]))[1],
     }
@@ -79,7 +103,9 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
     await keys.revoke(revoked.key_id)
     tokens["revoked"] = token
     app = create_app(
-        {"quick": quick(), "slow": slow(), "asking": asking()}, store, max_active_runs=2
+        {"quick": quick(), "slow": slow(), "asking": asking(), "wiring": wiring()},
+        store,
+        max_active_runs=2,
     )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
@@ -252,3 +278,71 @@ async def test_a_run_executing_here_can_be_cancelled(api: Api) -> None:
     again = await api.client.post(f"/v1/runs/{run_id}/cancel", headers=api.auth("a"))
     assert again.status_code == 400
     assert "not executing" in again.json()["error"]
+
+
+async def test_a_held_call_is_approved_over_http_bound_to_the_arguments_seen(api: Api) -> None:
+    run_id = (await api.start(agent="wiring")).json()["run_id"]
+    waiting = await api.settled(run_id)
+    assert waiting["status"] == "waiting_for_approval"
+    [pending] = waiting["pending"]
+    assert (pending["tool"], pending["arguments"]) == ("wire", {"amount": 12.5})
+    url = f"/v1/runs/{run_id}/approvals"
+    decision = {"call_id": pending["call_id"], "approve": True}
+    # the run key may not approve; a stale hash is refused; an unknown call is named
+    assert (
+        await api.client.post(
+            url,
+            json={"decisions": [{**decision, "arguments_hash": pending["arguments_hash"]}]},
+            headers=api.auth("a"),
+        )
+    ).status_code == 403
+    stale = await api.client.post(
+        url,
+        json={"decisions": [{**decision, "arguments_hash": "0" * 64}]},
+        headers=api.auth("a_approve"),
+    )
+    assert stale.status_code == 400, stale.text
+    assert "was given for other arguments" in stale.json()["error"]
+    unknown = await api.client.post(
+        url,
+        json={"decisions": [{**decision, "call_id": "nope", "arguments_hash": "0" * 64}]},
+        headers=api.auth("a_approve"),
+    )
+    assert "waits for no call 'nope'" in unknown.json()["error"]
+    assert wired == []
+    approved = await api.client.post(
+        url,
+        json={
+            "decisions": [{**decision, "arguments_hash": pending["arguments_hash"]}],
+            "by": "ops",
+        },
+        headers=api.auth("a_approve"),
+    )
+    assert approved.status_code == 202, approved.text
+    assert (await api.settled(run_id))["status"] == "finished"
+    assert wired == [12.5]
+    log = [
+        orjson.loads(line)
+        for line in (
+            await api.client.get(f"/v1/runs/{run_id}/log", headers=api.auth("a"))
+        ).content.splitlines()
+    ]
+    [given] = [e for e in log if e["kind"] == "approval_given"]
+    assert given["by"].startswith("API key ")
+    assert given["by"].endswith("(ops)")
+
+
+async def test_an_audit_over_http_verifies_the_chain(api: Api) -> None:
+    run_id = (await api.start(agent="quick")).json()["run_id"]
+    await api.settled(run_id)
+    report = (await api.client.get(f"/v1/runs/{run_id}/audit", headers=api.auth("a"))).json()
+    assert report["ok"] is True
+    assert report["events"] == (await api.store.info(run_id)).events
+
+
+async def test_resume_over_http_needs_a_run_that_can_go_on(api: Api) -> None:
+    run_id = (await api.start(agent="asking")).json()["run_id"]
+    await api.settled(run_id)
+    got = await api.client.post(f"/v1/runs/{run_id}/resume", headers=api.auth("a"))
+    assert got.status_code == 400
+    assert "answer" in got.json()["error"]

@@ -18,7 +18,7 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,8 +26,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.agent import Agent
+from tether.auditkey import audit_key_from_env
 from tether.errors import RunExists, RunNotFound, TetherError, UserError
+from tether.events import ApprovalGiven, ApprovalRequested
 from tether.jsontypes import JsonObject, JsonValue
+from tether.policy.approvals import Approval
+from tether.policy.audit import audit_encoded
 from tether.server.keys import ApiKey, ApiKeys, KeyRefused, Scope
 from tether.server.runs import ServerRuns, TooBusy, run_json
 from tether.server.sse import event_stream
@@ -35,7 +39,7 @@ from tether.status import RunStatus
 from tether.stores.base import RunQuery, RunStore
 from tether.stores.kv import KeyValueStore
 
-__all__ = ["MAX_BODY_BYTES", "Answer", "StartRun", "create_app"]
+__all__ = ["MAX_BODY_BYTES", "Answer", "Decision", "Decisions", "StartRun", "create_app"]
 
 MAX_BODY_BYTES = 1_000_000
 """Requests with a larger body are refused with 413."""
@@ -67,6 +71,27 @@ class Answer(_Strict):
     """The user's answer to a run that asked a question."""
 
     text: str = Field(min_length=1, max_length=100_000)
+
+
+class Decision(_Strict):
+    """A human's decision on one pending call, bound to the arguments they saw."""
+
+    call_id: str = Field(min_length=1, max_length=200)
+    approve: bool = Field(description="Run the call (true) or deny it (false).")
+    arguments_hash: str = Field(
+        min_length=64, max_length=64, description="The pending call's arguments_hash."
+    )
+    arguments: dict[str, Any] | None = Field(
+        default=None, description="Edited arguments to run with (the policy checks them again)."
+    )
+    reason: str = Field(default="", max_length=10_000, description="Why (the model reads it).")
+
+
+class Decisions(_Strict):
+    """Decisions on calls a run waits for; calls left out keep waiting."""
+
+    decisions: list[Decision] = Field(min_length=1, max_length=100)
+    by: str = Field(default="", max_length=200, description="Who decided (with the key's id).")
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
@@ -128,6 +153,9 @@ def create_app(
     app.add_api_route("/v1/runs/{run_id}/log", api.run_log, methods=["GET"])
     app.add_api_route("/v1/runs/{run_id}/answer", api.answer_run, methods=["POST"], status_code=202)
     app.add_api_route("/v1/runs/{run_id}/cancel", api.cancel_run, methods=["POST"], status_code=202)
+    app.add_api_route("/v1/runs/{run_id}/approvals", api.decide, methods=["POST"], status_code=202)
+    app.add_api_route("/v1/runs/{run_id}/resume", api.resume_run, methods=["POST"], status_code=202)
+    app.add_api_route("/v1/runs/{run_id}/audit", api.audit_run, methods=["GET"])
     return app
 
 
@@ -200,6 +228,7 @@ def _scoped(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
 
 _Reader = Annotated[ApiKey, Depends(_scoped("read"))]
 _Runner = Annotated[ApiKey, Depends(_scoped("run"))]
+_Approver = Annotated[ApiKey, Depends(_scoped("approve"))]
 
 
 class _Api:
@@ -260,8 +289,20 @@ class _Api:
         return {"runs": mine[:limit]}
 
     async def get_run(self, run_id: str, key: _Reader) -> JsonObject:
-        """One run: status, usage, steps."""
-        return await self.owned(run_id, key)
+        """One run: status, usage, steps, and the calls it waits for a human to decide."""
+        shown = await self.owned(run_id, key)
+        if shown["status"] == "waiting_for_approval":
+            waiting = await self._waiting(run_id)
+            shown["pending"] = [
+                {
+                    "call_id": r.call_id,
+                    "tool": r.tool,
+                    "arguments": r.arguments,
+                    "arguments_hash": r.arguments_hash,
+                }
+                for r in waiting.values()
+            ]
+        return shown
 
     async def run_events(
         self,
@@ -301,3 +342,66 @@ class _Api:
         await self.owned(run_id, key)
         await self.runs.cancel(run_id)
         return await self.owned(run_id, key)
+
+    async def decide(self, run_id: str, body: Decisions, key: _Approver) -> JsonObject:
+        """Approve or deny calls the run waits for (each bound to its arguments' hash)."""
+        info = await self.owned(run_id, key)
+        if info["status"] != "waiting_for_approval":
+            raise UserError(f"the run is {info['status']}: it waits for no approval")
+        waiting = await self._waiting(run_id)
+        unknown = [d.call_id for d in body.decisions if d.call_id not in waiting]
+        if unknown:
+            raise UserError(
+                f"the run waits for no call {', '.join(map(repr, unknown))}: it waits for "
+                f"{', '.join(waiting) or 'none'}"
+            )
+        who = f"API key {key.key_id}" + (f" ({body.by})" if body.by else "")
+        approvals = [
+            Approval(
+                call_id=d.call_id,
+                approved=d.approve,
+                run_id=run_id,
+                arguments_hash=d.arguments_hash,
+                arguments=cast(JsonObject, d.arguments) if d.arguments is not None else None,
+                by=who,
+                reason=d.reason,
+            )
+            for d in body.decisions
+        ]
+        agent = self._agent(str(info["agent"]))
+        await self.runs.resume(agent, run_id, approvals=approvals)
+        return await self.owned(run_id, key)
+
+    async def resume_run(self, run_id: str, key: _Runner) -> JsonObject:
+        """Continue a run whose process died (its log is repaired first, nothing repeated)."""
+        info = await self.owned(run_id, key)
+        await self.runs.resume(self._agent(str(info["agent"])), run_id)
+        return await self.owned(run_id, key)
+
+    async def audit_run(self, run_id: str, key: _Reader) -> JsonObject:
+        """Verify the run's hash chain (and its MACs, with the server's audit key)."""
+        info = await self.owned(run_id, key)
+        lines = await self.store.read_encoded(run_id)
+        macs = await self.store.read_macs(run_id)
+        report = audit_encoded(
+            lines, expected_events=cast(int, info["events"]), key=audit_key_from_env(), macs=macs
+        )
+        return {
+            "run_id": run_id,
+            "ok": report.ok,
+            "events": report.events,
+            "bad_seq": report.bad_seq,
+            "problem": report.problem,
+            "last_hash": report.last_hash,
+            "keyed": report.keyed,
+            "verified_through": report.verified_through,
+        }
+
+    async def _waiting(self, run_id: str) -> dict[str, ApprovalRequested]:
+        requested: dict[str, ApprovalRequested] = {}
+        for event in await self.store.read(run_id):
+            if isinstance(event, ApprovalRequested):
+                requested[event.call_id] = event
+            elif isinstance(event, ApprovalGiven):
+                requested.pop(event.call_id, None)
+        return requested

@@ -11,6 +11,7 @@ from tether.agent import Agent
 from tether.errors import TetherError, UserError
 from tether.jsontypes import JsonObject
 from tether.loop import AgentRun
+from tether.policy.approvals import Approval
 from tether.stores.base import RunInfo, RunStore
 
 __all__ = ["ServerRuns", "TooBusy", "run_json"]
@@ -96,12 +97,20 @@ class ServerRuns:
         )
         return await self._execute(run)
 
-    async def resume(self, agent: Agent[Any], run_id: str, *, answer: str) -> None:
-        """Continue a waiting run with the user's answer."""
+    async def resume(
+        self,
+        agent: Agent[Any],
+        run_id: str,
+        *,
+        answer: str | None = None,
+        approvals: Sequence[Approval] = (),
+    ) -> None:
+        """Continue a stored run: with the user's answer, decisions, or after a crash."""
         if run_id in self._active:
-            raise UserError("the run is executing: it has not asked anything yet")
-        self._room(run_id)
-        await self._execute(agent.resume_stream(run_id, answer=answer, store=self._store))
+            raise UserError("the run is executing in this server: there is nothing to continue")
+        self._room(None)
+        run = agent.resume_stream(run_id, answer=answer, approvals=approvals, store=self._store)
+        await self._execute(run)
 
     async def cancel(self, run_id: str) -> None:
         """Cancel a run executing here, and wait until it has ended."""
