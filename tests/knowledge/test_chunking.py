@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tether.errors import ConfigError
@@ -16,6 +16,7 @@ _WORDS = st.sampled_from(
 )
 
 
+@example(text=" ".join(["alpha", "x" * 150, "\n\n", "alpha", "x" * 150]), size=157, share=0.0)
 @settings(max_examples=150, deadline=None)
 @given(
     text=st.lists(_WORDS, max_size=400).map(" ".join),
@@ -31,7 +32,7 @@ def test_chunks_are_exact_bounded_slices_that_cover_the_text(
     for before, after in itertools.pairwise(chunks):
         assert after.start > before.start  # always moves on
         assert after.end > before.end  # and holds something new
-        assert after.start <= before.end  # no gap
+        assert not text[before.end : after.start].strip()  # no gap but whitespace
         assert before.end - after.start <= max(overlap, 0)  # shares at most the overlap
     for i, chunk in enumerate(chunks):
         assert chunk.index == i

@@ -3,98 +3,15 @@ event stream dropped mid-run and resumed with ``Last-Event-ID``."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import textwrap
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import orjson
-import pytest
 
-AGENT = textwrap.dedent(
-    '''
-    import asyncio
-    from tether import Agent, tool
-    from tether.testing import ScriptedModel, call, finish
-
-    @tool(read_only=True, open_world=False)
-    async def pause(seconds: float) -> str:
-        """Waits a while."""
-        await asyncio.sleep(seconds)
-        return "waited"
-
-    steps = [call("pause", seconds=0.3) for _ in range(6)] + [finish("done")]
-    agent = Agent(name="pauser", model=ScriptedModel(steps), tools=[pause])
-    '''
-)
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _tether(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tether", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(cwd)},
-    )
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
-    (tmp_path / "served.py").write_text(AGENT)
-    db = tmp_path / "runs.db"
-    made = _tether("keys", "create", "--tenant", "acme", "--scope", "run", "--scope", "read",
-                   "--db", str(db), cwd=tmp_path)  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    token = made.stdout.strip()
-    port = _port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tether",
-            "serve",
-            "--agent",
-            "served:agent",
-            "--port",
-            str(port),
-            "--db",
-            str(db),
-        ],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"{url}/v1/runs", timeout=1)
-            break
-        except httpx.TransportError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                _, err = proc.communicate()
-                raise AssertionError(f"tether serve did not start: {err.decode()}") from None
-            time.sleep(0.1)
-    yield url, token, db
-    proc.terminate()
-    _, err = proc.communicate(timeout=30)
-    assert b"Traceback" not in err, err.decode()
+from tests.server.conftest import serve, tether_cli
 
 
 def _events(lines: Iterator[str], until: int | None = None) -> list[tuple[int, str]]:
@@ -132,7 +49,7 @@ def test_a_live_stream_dropped_mid_run_resumes_with_no_gap_and_no_duplicate(
     assert seqs == list(range(len(seqs)))  # no gap, no duplicate
     assert rest[-1][1] == "run_finished"
     # the CLI reads the same store: the run is there, finished
-    shown = _tether("runs", "--db", str(db), cwd=db.parent)
+    shown = tether_cli("runs", "--db", str(db), cwd=db.parent)
     assert run_id in shown.stdout
     assert "finished" in shown.stdout
 
@@ -145,11 +62,37 @@ def test_a_key_revoked_by_the_cli_is_refused_by_the_running_server(
     assert got.status_code == 401
     assert "not a tether API key" in got.json()["error"]
     assert httpx.get(f"{url}/v1/runs", headers={"X-API-Key": token}).status_code == 200
-    listed = _tether("keys", "list", "--db", str(db), cwd=db.parent)
+    listed = tether_cli("keys", "list", "--db", str(db), cwd=db.parent)
     [row] = [line.split("\t") for line in listed.stdout.splitlines()]
     assert row[1:4] == ["acme", "read,run", ""]
-    revoked = _tether("keys", "revoke", row[0], "--db", str(db), cwd=db.parent)
+    revoked = tether_cli("keys", "revoke", row[0], "--db", str(db), cwd=db.parent)
     assert revoked.returncode == 0, revoked.stderr
     refused = httpx.get(f"{url}/v1/runs", headers={"X-API-Key": token})
     assert refused.status_code == 401
     assert "revoked" in refused.json()["error"]
+
+
+def test_runs_in_flight_when_the_server_is_killed_finish_after_it_restarts(
+    served: tuple[Path, str],
+) -> None:
+    db, token = served
+    auth = {"Authorization": f"Bearer {token}"}
+    proc, url = serve(db.parent, db)
+    run_id = httpx.post(f"{url}/v1/runs", json={"goal": "pause"}, headers=auth).json()["run_id"]
+    time.sleep(0.5)  # mid-run: a pause in flight
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert tether_cli("runs", "--db", str(db), cwd=db.parent).stdout.count("running") == 1
+    proc, url = serve(db.parent, db)  # resumes what the killed server left running
+    try:
+        deadline = time.monotonic() + 60
+        while (got := httpx.get(f"{url}/v1/runs/{run_id}", headers=auth).json())[
+            "status"
+        ] == "running" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert got["status"] == "finished"
+        audited = tether_cli("audit", run_id, "--db", str(db), cwd=db.parent)
+        assert audited.returncode == 0, audited.stdout + audited.stderr
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)

@@ -9,6 +9,7 @@ from typing import Any
 
 from tether.agent import Agent
 from tether.errors import TetherError, UserError
+from tether.events import Event
 from tether.jsontypes import JsonObject
 from tether.loop import AgentRun
 from tether.policy.approvals import Approval
@@ -55,10 +56,34 @@ class ServerRuns:
         self._max = max_active
         self._active: dict[str, tuple[AgentRun[Any], asyncio.Task[None]]] = {}
         self._changed: dict[str, asyncio.Event] = {}
+        self._feeds: dict[str, list[asyncio.Queue[Event | None]]] = {}
 
     def is_active(self, run_id: str) -> bool:
         """Whether the run executes in this server now."""
         return run_id in self._active
+
+    def subscribe(self, run_id: str) -> asyncio.Queue[Event | None] | None:
+        """A queue of the run's events as they are committed here, ``None`` ending it.
+
+        ``None`` instead of a queue: the run does not execute here (read the store).
+        """
+        if run_id not in self._active:
+            return None
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        self._feeds.setdefault(run_id, []).append(queue)
+        return queue
+
+    def unsubscribe(self, run_id: str, queue: asyncio.Queue[Event | None]) -> None:
+        """Stop feeding ``queue``."""
+        feeds = self._feeds.get(run_id)
+        if feeds is not None and queue in feeds:
+            feeds.remove(queue)
+            if not feeds:
+                del self._feeds[run_id]
+
+    def _feed(self, run_id: str, event: Event | None) -> None:
+        for queue in self._feeds.get(run_id, ()):
+            queue.put_nowait(event)
 
     def changed(self, run_id: str) -> asyncio.Event:
         """An event set at the run's next commit (or when it stops executing here)."""
@@ -128,11 +153,12 @@ class ServerRuns:
         async def drive() -> None:
             run_id = ""
             try:
-                async for event in run:
+                async for event in run:  # each one committed already
                     run_id = event.run_id
                     if not first.done():
                         self._active[run_id] = (run, task)
                         first.set_result(run_id)
+                    self._feed(run_id, event)
                     self.wake(run_id)
             except Exception as exc:
                 if not first.done():
@@ -142,6 +168,7 @@ class ServerRuns:
             finally:
                 if run_id:
                     self._active.pop(run_id, None)
+                    self._feed(run_id, None)
                     self.wake(run_id)
                 if not first.done():  # a stored run that had ended yields nothing
                     first.set_result(run.outcome.run_id)

@@ -1,0 +1,268 @@
+"""What each endpoint of the HTTP API does, over one store, its keys and the runs here."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, cast
+
+from fastapi import Depends, Request
+from fastapi.responses import Response, StreamingResponse
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from tether.agent import Agent
+from tether.auditkey import audit_key_from_env
+from tether.errors import RunNotFound, TetherError, UserError
+from tether.events import ApprovalGiven, ApprovalRequested
+from tether.jsontypes import JsonObject, JsonValue
+from tether.policy.approvals import Approval
+from tether.policy.audit import audit_encoded
+from tether.server.bodies import Answer, Decisions, StartRun
+from tether.server.keys import ApiKey, ApiKeys, KeyRefused, Scope
+from tether.server.runs import ServerRuns, run_json
+from tether.server.sse import event_stream
+from tether.stores.base import RunIndexStatus, RunQuery, RunStore
+from tether.stores.sqlite import SqliteStore
+from tether.stores.stale import stale_runs
+
+__all__ = [
+    "Approver",
+    "Conflict",
+    "Endpoints",
+    "Forbidden",
+    "Reader",
+    "Runner",
+    "idempotent_run_id",
+]
+
+TENANT_TAG = "tenant:"
+_log = logging.getLogger("tether.server")
+_bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer tether_...")
+_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="Or X-API-Key.")
+
+
+class Forbidden(TetherError):
+    """The key is valid but its scopes do not cover the request: HTTP 403."""
+
+
+class Conflict(TetherError):
+    """The run is not in a state that allows the request (it is executing, or ended): 409."""
+
+
+def _scoped(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
+    """A dependency: the request's key, if it is live and may do ``scope``."""
+
+    async def check(
+        request: Request,
+        bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+        header: Annotated[str | None, Depends(_header)],
+    ) -> ApiKey:
+        token = header if header is not None else None if bearer is None else bearer.credentials
+        if token is None and request.headers.get("authorization"):
+            raise KeyRefused("use 'Authorization: Bearer tether_...'")
+        api: Endpoints = request.app.state.api
+        key = await api.keys.verify(token)
+        if not key.allows(scope):
+            raise Forbidden(f"this key may not {scope}: it has {', '.join(key.scopes)}")
+        return key
+
+    return check
+
+
+Reader = Annotated[ApiKey, Depends(_scoped("read"))]
+Runner = Annotated[ApiKey, Depends(_scoped("run"))]
+Approver = Annotated[ApiKey, Depends(_scoped("approve"))]
+
+
+def idempotent_run_id(tenant: str, key: str) -> str:
+    """The run id an ``Idempotency-Key`` names, for one tenant."""
+    h = hashlib.sha256(f"{tenant}\0{key}".encode()).hexdigest()[:32]
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+class Endpoints:
+    """The endpoints, over one store, its keys and the runs executing here."""
+
+    def __init__(
+        self, agents: dict[str, Agent[Any]], store: RunStore, keys: ApiKeys, runs: ServerRuns
+    ) -> None:
+        self.agents, self.store, self.keys, self.runs = agents, store, keys, runs
+
+    async def owned(self, run_id: str, key: ApiKey) -> JsonObject:
+        """The run as the API shows it, if it is the key's tenant's (else ``RunNotFound``)."""
+        info = await self.store.info(run_id)
+        if f"{TENANT_TAG}{key.tenant}" not in info.tags:
+            raise RunNotFound(run_id)
+        return run_json(info, TENANT_TAG)
+
+    def _agent(self, name: str | None) -> Agent[Any]:
+        if name is None and len(self.agents) > 1:
+            raise UserError(f"say which agent: one of {', '.join(sorted(self.agents))}")
+        chosen = name or next(iter(self.agents))
+        agent = self.agents.get(chosen)
+        if agent is None:
+            raise UserError(f"no agent named {chosen!r}: one of {', '.join(sorted(self.agents))}")
+        return agent
+
+    async def _stopped(self, run_id: str, key: ApiKey, wanted: str) -> JsonObject:
+        """The run, if it is not executing here and its status is ``wanted`` (else 409)."""
+        info = await self.owned(run_id, key)
+        if self.runs.is_active(run_id):
+            raise Conflict("the run is executing in this server: wait until it stops")
+        if info["status"] != wanted:
+            raise Conflict(f"the run is {info['status']}, not {wanted}")
+        return info
+
+    async def start_run(
+        self, body: StartRun, key: ApiKey, idempotency_key: str | None
+    ) -> JsonObject:
+        """Start a run (``Idempotency-Key``: the same key returns the same run)."""
+        agent = self._agent(body.agent)
+        if any(t.startswith(TENANT_TAG) for t in body.tags):
+            raise UserError(f"tags beginning with {TENANT_TAG!r} are the server's")
+        run_id = None if idempotency_key is None else idempotent_run_id(key.tenant, idempotency_key)
+        started = await self.runs.start(
+            agent,
+            body.goal,
+            run_id=run_id,
+            context=body.context,
+            tags=(f"{TENANT_TAG}{key.tenant}", *body.tags),
+        )
+        return await self.owned(started, key)
+
+    async def list_runs(
+        self, key: ApiKey, status: RunIndexStatus | None, agent: str | None, limit: int
+    ) -> JsonObject:
+        """The tenant's runs, newest first."""
+        tag = f"{TENANT_TAG}{key.tenant}"
+        found = await self.store.runs(RunQuery(status=status, agent=agent, limit=100_000))
+        mine: list[JsonValue] = [run_json(r, TENANT_TAG) for r in found if tag in r.tags]
+        return {"runs": mine[:limit]}
+
+    async def get_run(self, run_id: str, key: Reader) -> JsonObject:
+        """One run: status, usage, steps, and the calls it waits for a human to decide."""
+        shown = await self.owned(run_id, key)
+        if shown["status"] == "waiting_for_approval":
+            waiting = await self._waiting(run_id)
+            shown["pending"] = [
+                {
+                    "call_id": r.call_id,
+                    "tool": r.tool,
+                    "arguments": r.arguments,
+                    "arguments_hash": r.arguments_hash,
+                }
+                for r in waiting.values()
+            ]
+        return shown
+
+    async def run_events(self, run_id: str, key: ApiKey, after: int) -> StreamingResponse:
+        """The run's events as Server-Sent Events, from after seq ``after``."""
+        await self.owned(run_id, key)
+        return StreamingResponse(
+            event_stream(self.store, self.runs, run_id, after),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    async def run_log(self, run_id: str, key: Reader) -> Response:
+        """The run's log as stored, one event per line (what ``tether audit`` verifies)."""
+        await self.owned(run_id, key)
+        lines = await self.store.read_encoded(run_id)
+        return Response(b"".join(line + b"\n" for line in lines), media_type="application/jsonl")
+
+    async def answer_run(self, run_id: str, body: Answer, key: Runner) -> JsonObject:
+        """Answer the question a waiting run asked; it goes on here."""
+        info = await self._stopped(run_id, key, "waiting_for_user")
+        await self.runs.resume(self._agent(str(info["agent"])), run_id, answer=body.text)
+        return await self.owned(run_id, key)
+
+    async def cancel_run(self, run_id: str, key: Runner) -> JsonObject:
+        """Cancel a run executing in this server (it ends ``cancelled``)."""
+        await self.owned(run_id, key)
+        if not self.runs.is_active(run_id):
+            raise Conflict("the run is not executing in this server: nothing to cancel")
+        await self.runs.cancel(run_id)
+        return await self.owned(run_id, key)
+
+    async def decide(self, run_id: str, body: Decisions, key: Approver) -> JsonObject:
+        """Approve or deny calls the run waits for (each bound to its arguments' hash)."""
+        info = await self._stopped(run_id, key, "waiting_for_approval")
+        waiting = await self._waiting(run_id)
+        unknown = [d.call_id for d in body.decisions if d.call_id not in waiting]
+        if unknown:
+            raise Conflict(
+                f"the run waits for no call {', '.join(map(repr, unknown))}: it waits for "
+                f"{', '.join(waiting) or 'none'}"
+            )
+        who = f"API key {key.key_id}" + (f" ({body.by})" if body.by else "")
+        approvals = [
+            Approval(
+                call_id=d.call_id,
+                approved=d.approve,
+                run_id=run_id,
+                arguments_hash=d.arguments_hash,
+                arguments=cast(JsonObject, d.arguments) if d.arguments is not None else None,
+                by=who,
+                reason=d.reason,
+            )
+            for d in body.decisions
+        ]
+        await self.runs.resume(self._agent(str(info["agent"])), run_id, approvals=approvals)
+        return await self.owned(run_id, key)
+
+    async def resume_run(self, run_id: str, key: Runner) -> JsonObject:
+        """Continue a run whose process died (its log is repaired first, nothing repeated)."""
+        info = await self._stopped(run_id, key, "running")
+        await self.runs.resume(self._agent(str(info["agent"])), run_id)
+        return await self.owned(run_id, key)
+
+    async def audit_run(self, run_id: str, key: Reader) -> JsonObject:
+        """Verify the run's hash chain (and its MACs, with the server's audit key)."""
+        info = await self.owned(run_id, key)
+        lines = await self.store.read_encoded(run_id)
+        macs = await self.store.read_macs(run_id)
+        report = audit_encoded(
+            lines, expected_events=cast(int, info["events"]), key=audit_key_from_env(), macs=macs
+        )
+        return {
+            "run_id": run_id,
+            "ok": report.ok,
+            "events": report.events,
+            "bad_seq": report.bad_seq,
+            "problem": report.problem,
+            "last_hash": report.last_hash,
+            "keyed": report.keyed,
+            "verified_through": report.verified_through,
+        }
+
+    async def resume_stale(self) -> list[str]:
+        """Continue the runs this API started whose process died (a server killed mid-run).
+
+        Only runs of agents served here; each is resumed by the crash rules (its log
+        repaired, no completed call repeated). One that cannot be is left as it is, logged.
+        """
+        if not isinstance(self.store, SqliteStore):
+            return []
+        resumed: list[str] = []
+        for stale in await stale_runs(self.store):
+            info = stale.info
+            agent = self.agents.get(info.agent)
+            if agent is None or not any(t.startswith(TENANT_TAG) for t in info.tags):
+                continue
+            try:
+                await self.runs.resume(agent, info.run_id)
+            except TetherError as exc:
+                _log.warning("run %s was not resumed: %s", info.run_id, exc)
+                continue
+            resumed.append(info.run_id)
+        return resumed
+
+    async def _waiting(self, run_id: str) -> dict[str, ApprovalRequested]:
+        requested: dict[str, ApprovalRequested] = {}
+        for event in await self.store.read(run_id):
+            if isinstance(event, ApprovalRequested):
+                requested[event.call_id] = event
+            elif isinstance(event, ApprovalGiven):
+                requested.pop(event.call_id, None)
+        return requested
