@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether._internal.linearregex",
             "tether._internal.eventmaker",
             "tether._internal.lazy",
+            "tether._internal.configfiles",
             "tether.jsontypes",
             "tether.content",
             "tether.messages",
@@ -97,6 +98,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "tether",
             "tether.agent",
+            "tether.agentfile",
             "tether.cli",
             "tether.server",
             "tether.replay",

@@ -8,11 +8,11 @@ differs is reported as the divergence.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
+from tether._internal.configfiles import import_ref
 from tether._internal.frozen import frozen
 from tether.agent import Agent
 from tether.codec import event_to_dict, verify_chain
@@ -76,14 +76,15 @@ class ReplayReport:
 
 
 def load_agent(ref: str) -> Agent[Any]:
-    """Import an agent from ``module:attribute`` (a callable attribute is called)."""
-    module_name, _, attribute = ref.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"agent reference {ref!r} must look like 'package.module:attribute'")
-    try:
-        value: object = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot import agent {ref!r}: {exc}") from None
+    """Import an agent from ``module:attribute``, or read the one a TOML file declares.
+
+    A callable attribute is called; a ``.toml`` path is read by ``tether.agentfile``.
+    """
+    if ref.endswith(".toml"):
+        from tether.agentfile import load_agent_file
+
+        return load_agent_file(ref)
+    value = import_ref(ref, "agent")
     if not isinstance(value, Agent) and callable(value):
         value = value()
     if not isinstance(value, Agent):

@@ -50,11 +50,11 @@ def tether_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def serve(cwd: Path, db: Path) -> tuple[subprocess.Popen[bytes], str]:
+def serve(cwd: Path, db: Path, agent: str = "served:agent") -> tuple[subprocess.Popen[bytes], str]:
     """Start ``tether serve`` on a free port over ``db``; returns the process and its URL."""
     port = _port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tether", "serve", "--agent", "served:agent",
+        [sys.executable, "-m", "tether", "serve", "--agent", agent,
          "--port", str(port), "--db", str(db)],
         cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(cwd)},

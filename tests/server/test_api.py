@@ -5,17 +5,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
 import pytest
+from fastapi import FastAPI
 
 from tether import Agent, tool
 from tether.messages import ToolCall
 from tether.policy import RulePolicy, Rules, require_approval
 from tether.server import ApiKeys, create_app
+from tether.server import sse as server_sse
 from tether.server.app import MAX_BODY_BYTES
+from tether.server.runs import ServerRuns
 from tether.stores.sqlite import SqliteStore
 from tether.testing import ScriptedModel, call, finish
 
@@ -186,6 +189,13 @@ async def test_no_key_sees_or_touches_another_tenants_runs(api: Api) -> None:
         ("GET", f"/v1/runs/{run_id}/log", None),
         ("POST", f"/v1/runs/{run_id}/answer", {"text": "Paris"}),
         ("POST", f"/v1/runs/{run_id}/cancel", None),
+        ("POST", f"/v1/runs/{run_id}/resume", None),
+        ("GET", f"/v1/runs/{run_id}/audit", None),
+        (
+            "POST",
+            f"/v1/runs/{run_id}/approvals",
+            {"decisions": [{"call_id": "c", "approve": True, "arguments_hash": "0" * 64}]},
+        ),
     ]:
         got = await api.client.request(method, path, json=body, headers=other)
         assert got.status_code == 404, (path, got.text)
@@ -348,3 +358,68 @@ async def test_resume_over_http_needs_a_run_that_can_go_on(api: Api) -> None:
     got = await api.client.post(f"/v1/runs/{run_id}/resume", headers=api.auth("a"))
     assert got.status_code == 409
     assert got.json()["error"] == "the run is waiting_for_user, not running"
+
+
+async def test_concurrent_starts_never_pass_the_limit(api: Api) -> None:
+    got = await asyncio.gather(*(api.start(agent="slow") for _ in range(6)))
+    assert sorted(r.status_code for r in got) == [202, 202, 429, 429, 429, 429]
+    assert len(app_runs(api)._active) == 2  # pyright: ignore[reportPrivateUsage]
+
+
+async def test_the_same_idempotency_key_at_once_is_one_run(api: Api) -> None:
+    got = await asyncio.gather(
+        *(api.start(agent="slow", goal="once", idempotency_key="same") for _ in range(4))
+    )
+    assert [r.status_code for r in got] == [202] * 4, [r.text for r in got]
+    assert len({r.json()["run_id"] for r in got}) == 1
+    other_goal = await api.start(agent="slow", goal="twice", idempotency_key="same")
+    assert other_goal.status_code == 409  # while it executes, as after
+
+
+async def test_a_chunked_body_past_the_limit_is_refused(api: Api) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"agent": "quick", "goal": "'
+        for _ in range(MAX_BODY_BYTES // 10_000 + 1):
+            yield b"x" * 10_000
+        yield b'"}'
+
+    got = await api.client.post(
+        "/v1/runs",
+        content=chunks(),
+        headers={**api.auth("a"), "Content-Type": "application/json"},
+    )
+    assert got.status_code == 413
+    assert "over 1000000 bytes" in got.json()["error"]
+    assert (await api.client.get("/v1/runs", headers=api.auth("a"))).json() == {"runs": []}
+
+
+async def test_two_different_keys_in_one_request_are_refused(api: Api) -> None:
+    got = await api.client.get("/v1/runs", headers={**api.auth("a"), "X-API-Key": api.tokens["b"]})
+    assert got.status_code == 401
+    assert "two different keys" in got.json()["error"]
+
+
+def app_runs(api: Api) -> ServerRuns:
+    app = cast(FastAPI, cast(httpx.ASGITransport, api.client._transport).app)  # pyright: ignore[reportPrivateUsage]
+    return app.state.api.runs
+
+
+async def test_a_stream_ends_once_its_key_is_revoked(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_sse, "_KEEPALIVE_S", 0.05)
+    run_id = (await api.start(agent="slow")).json()["run_id"]
+    live = {"allowed": True}
+
+    async def allowed() -> bool:
+        return live["allowed"]
+
+    stream = server_sse.event_stream(api.store, app_runs(api), run_id, -1, allowed)
+    received: list[bytes] = []
+    async for chunk in stream:
+        received.append(chunk)
+        if chunk.startswith(b": keep-alive"):
+            live["allowed"] = False  # revoked while the run waits: the next check ends it
+    assert received[0].startswith(b"id: 0\n")
+    assert app_runs(api).is_active(run_id)  # the run goes on; only the stream ended
+    assert not await ApiKeys(api.store).live("0123456789abcdef")

@@ -4,6 +4,7 @@ event stream dropped mid-run and resumed with ``Last-Event-ID``."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,9 +77,7 @@ def test_runs_in_flight_when_the_server_is_killed_finish_after_it_restarts(
     served: tuple[Path, str],
 ) -> None:
     db, token = served
-    auth = {"Authorization": f"Bearer {token}"}
-    proc, url = serve(db.parent, db)
-    run_id = httpx.post(f"{url}/v1/runs", json={"goal": "pause"}, headers=auth).json()["run_id"]
+    proc, url, auth, run_id = _serve_and_start(db, token)
     time.sleep(0.5)  # mid-run: a pause in flight
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
@@ -96,3 +95,30 @@ def test_runs_in_flight_when_the_server_is_killed_finish_after_it_restarts(
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+def test_sigterm_with_a_stream_open_stops_the_server_and_ends_the_run_cancelled(
+    served: tuple[Path, str],
+) -> None:
+    db, token = served
+    proc, url, auth, run_id = _serve_and_start(db, token)
+    with httpx.stream("GET", f"{url}/v1/runs/{run_id}/events", headers=auth, timeout=30) as r:
+        _events(r.iter_lines(), until=2)  # the stream is open, the run mid-way
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 15
+    assert b"Traceback" not in err, err.decode()
+    listed = tether_cli("runs", "--db", str(db), cwd=db.parent).stdout
+    assert "cancelled" in listed or "finished" in listed
+    assert "running" not in listed
+
+
+def _serve_and_start(
+    db: Path, token: str
+) -> tuple[subprocess.Popen[bytes], str, dict[str, str], str]:
+    """A server over ``db``, and a run started on it."""
+    auth = {"Authorization": f"Bearer {token}"}
+    proc, url = serve(db.parent, db)
+    run_id = httpx.post(f"{url}/v1/runs", json={"goal": "pause"}, headers=auth).json()["run_id"]
+    return proc, url, auth, run_id

@@ -467,6 +467,20 @@ async def test_runs_filtered_by_status_and_agent(store: RunStore) -> None:
     assert await stored_ids(store, RunQuery(agent="nobody")) == []
 
 
+async def test_runs_filtered_by_tag(store: RunStore) -> None:
+    tagged = await agent_log(tags=("tenant:acme", "demo"), start=T0)
+    other = await agent_log(tags=("tenant:acme-2",), start=T0 + DAY)
+    quoted = await agent_log(tags=('ta"g', "%"), start=T0 + 2 * DAY)
+    for log in (tagged, other, quoted):
+        await store.append(log[0].run_id, log)
+    assert await stored_ids(store, RunQuery(tag="tenant:acme")) == [tagged[0].run_id]
+    assert await stored_ids(store, RunQuery(tag="tenant:acme-2")) == [other[0].run_id]
+    assert await stored_ids(store, RunQuery(tag='ta"g')) == [quoted[0].run_id]
+    assert await stored_ids(store, RunQuery(tag="tenant:")) == []  # whole tags, never a prefix
+    assert await stored_ids(store, RunQuery(tag="%")) == [quoted[0].run_id]
+    assert await stored_ids(store, RunQuery(tag="_")) == []
+
+
 async def test_runs_filtered_by_time_and_limited(store: RunStore) -> None:
     a0, b1, a2, b3 = [log[0].run_id for log in await _four_runs(store)]
     assert await stored_ids(store, RunQuery(since=T0 + DAY)) == [b3, a2, b1]  # inclusive

@@ -121,7 +121,11 @@ def _revoke(
 def _serve(
     agent: Annotated[
         list[str],
-        typer.Option("--agent", help="module:attribute of an Agent to serve (repeatable)."),
+        typer.Option(
+            "--agent",
+            help="module:attribute of an Agent, an agent's TOML file, or a folder of them "
+            "(repeatable).",
+        ),
     ],
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = (
         "127.0.0.1"
@@ -134,11 +138,16 @@ def _serve(
     _need_server()
     import uvicorn
 
+    from tether.agentfile import agents_in
     from tether.replay import load_agent
     from tether.server import create_app
 
     try:
-        agents = [load_agent(ref) for ref in agent]
+        agents = [
+            a
+            for ref in agent
+            for a in (agents_in(ref) if Path(ref).is_dir() else [load_agent(ref)])
+        ]
         names = [a.name for a in agents]
         if len(set(names)) != len(names):
             raise UserError(f"two served agents share a name ({', '.join(names)}): rename one")
@@ -147,6 +156,7 @@ def _serve(
     except TetherError as exc:
         raise fail(exc) from None
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        # open event streams would hold shutdown forever: 3 s, then the runs end cancelled
+        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
     finally:
         asyncio.run(store.close())

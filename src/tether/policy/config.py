@@ -99,18 +99,9 @@ def load_rules(path: str | Path) -> Rules:
         ConfigError: the file is missing, is not TOML, or holds an unknown key or bad value
             (the message names the file and the key).
     """
-    import tomllib  # only a policy file needs it: not loaded by ``import tether``
+    from tether._internal.configfiles import read_toml
 
-    file = Path(path)
-    try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"no policy file at {file}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{file} is not valid TOML: {exc}") from None
-    except OSError as exc:  # a directory, no permission, ...
-        raise ConfigError(f"cannot read the policy file {file}: {exc}") from None
-    return rules_from_mapping(data, source=str(file))
+    return rules_from_mapping(read_toml(path, "policy file"), source=str(Path(path)))
 
 
 def rules_from_mapping(data: Mapping[str, Any], *, source: str = "<policy>") -> Rules:

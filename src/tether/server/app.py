@@ -20,21 +20,23 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tether.agent import Agent
-from tether.errors import RunExists, RunNotFound, TetherError, UserError
+from tether.errors import LeaseHeld, RunExists, RunNotFound, TetherError, UserError
 from tether.jsontypes import JsonObject
 from tether.server.bodies import ERRORS, StartRun, start_run_body
 from tether.server.endpoints import Conflict, Endpoints, Forbidden, Reader, Runner
 from tether.server.keys import ApiKeys, KeyRefused
-from tether.server.runs import ServerRuns, TooBusy
+from tether.server.runs import Busy, ServerRuns, TooBusy
 from tether.stores.base import RunIndexStatus, RunStore
 from tether.stores.kv import KeyValueStore
 
@@ -167,6 +169,7 @@ def _routes(app: FastAPI, api: Endpoints, body: type[StartRun]) -> None:
         "/v1/runs/{run_id}/log", api.run_log, methods=get, response_class=Response, responses=jsonl
     )
     app.add_api_route("/v1/runs/{run_id}/audit", api.audit_run, methods=get)
+    app.add_api_route("/", _page, methods=get, response_class=HTMLResponse, include_in_schema=False)
     for path, endpoint in (
         ("answer", api.answer_run),
         ("approvals", api.decide),
@@ -174,6 +177,24 @@ def _routes(app: FastAPI, api: Endpoints, body: type[StartRun]) -> None:
         ("cancel", api.cancel_run),
     ):
         app.add_api_route(f"/v1/runs/{{run_id}}/{path}", endpoint, methods=post, status_code=202)
+
+
+_PAGE = Path(__file__).with_name("page.html")
+
+
+async def _page() -> HTMLResponse:
+    """The trace page: runs, and one run's timeline live (the key is asked on the page)."""
+    return HTMLResponse(
+        _PAGE.read_bytes(),
+        headers={
+            "Cache-Control": "no-store",
+            # the page's own inline script and style, nothing from anywhere else
+            "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
+            "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'",
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+        },
+    )
 
 
 def _answer_errors(app: FastAPI) -> None:
@@ -202,6 +223,8 @@ def _answer_errors(app: FastAPI) -> None:
         if status == 400 and not isinstance(exc, UserError):
             status = 503  # a store that fails, a model that is missing: not the client's doing
         message = "no such run" if isinstance(exc, RunNotFound) else str(exc)
+        if isinstance(exc, LeaseHeld):  # its message names the owner's host and pid
+            message = "the run is executing in another process"
         return _error(status, message, headers)
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -217,6 +240,7 @@ def _answer_errors(app: FastAPI) -> None:
             headers["Allow"] = ", ".join(sorted(methods))
         return _error(exc.status_code, str(exc.detail), headers)
 
+    app.add_middleware(_BodyLimit)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(TetherError, tether_error)
@@ -224,6 +248,41 @@ def _answer_errors(app: FastAPI) -> None:
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=dict(headers or {}))
+
+
+class _BodyLimit:
+    """Reads a request's body before the app does, and refuses one past the limit with 413.
+
+    A chunked body has no Content-Length to check first; a body's JSON is small, so holding
+    it (at most ``MAX_BODY_BYTES``) costs little.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        held: list[Message] = []
+        seen = 0
+        while True:
+            message = await receive()
+            held.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY_BYTES:
+                refused = _error(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+                await refused(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return held.pop(0) if held else await receive()
+
+        await self.app(scope, replay, send)
 
 
 class Invalid(UserError):
@@ -237,5 +296,7 @@ _STATUS: dict[type[Exception], tuple[int, dict[str, str]]] = {
     RunNotFound: (404, {}),
     RunExists: (409, {}),
     Conflict: (409, {}),
+    Busy: (409, {}),
+    LeaseHeld: (409, {}),
     TooBusy: (429, {"Retry-After": "1"}),
 }

@@ -27,6 +27,7 @@ from tether.stores.sqlite import SqliteStore
 from tether.stores.stale import stale_runs
 
 __all__ = [
+    "TENANT_TAG",
     "Approver",
     "Conflict",
     "Endpoints",
@@ -58,7 +59,10 @@ def _scoped(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
         bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
         header: Annotated[str | None, Depends(_header)],
     ) -> ApiKey:
-        token = header if header is not None else None if bearer is None else bearer.credentials
+        given = None if bearer is None else bearer.credentials
+        if header is not None and given is not None and header != given:
+            raise KeyRefused("two different keys (Authorization and X-API-Key): send one")
+        token = header if header is not None else given
         if token is None and request.headers.get("authorization"):
             raise KeyRefused("use 'Authorization: Bearer tether_...'")
         api: Endpoints = request.app.state.api
@@ -136,9 +140,9 @@ class Endpoints:
     ) -> JsonObject:
         """The tenant's runs, newest first."""
         tag = f"{TENANT_TAG}{key.tenant}"
-        found = await self.store.runs(RunQuery(status=status, agent=agent, limit=100_000))
-        mine: list[JsonValue] = [run_json(r, TENANT_TAG) for r in found if tag in r.tags]
-        return {"runs": mine[:limit]}
+        found = await self.store.runs(RunQuery(status=status, agent=agent, limit=limit, tag=tag))
+        mine: list[JsonValue] = [run_json(r, TENANT_TAG) for r in found]
+        return {"runs": mine}
 
     async def get_run(self, run_id: str, key: Reader) -> JsonObject:
         """One run: status, usage, steps, and the calls it waits for a human to decide."""
@@ -160,7 +164,7 @@ class Endpoints:
         """The run's events as Server-Sent Events, from after seq ``after``."""
         await self.owned(run_id, key)
         return StreamingResponse(
-            event_stream(self.store, self.runs, run_id, after),
+            event_stream(self.store, self.runs, run_id, after, lambda: self.keys.live(key.key_id)),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )

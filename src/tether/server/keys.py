@@ -159,6 +159,11 @@ class ApiKeys:
             raise KeyRefused(f"this API key was revoked at {key.revoked_at.isoformat()}")
         return key
 
+    async def live(self, key_id: str) -> bool:
+        """Whether the key is still there and not revoked (an open stream asks now and then)."""
+        loaded = await self._load(key_id)
+        return loaded is not None and loaded[0].revoked_at is None
+
     async def _load(self, key_id: str) -> tuple[ApiKey, str] | None:
         entry = await self._store.kv_get(_NAMESPACE, key_id)
         if entry is None or not isinstance(entry.value, dict):

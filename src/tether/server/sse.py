@@ -3,24 +3,27 @@
 Each event goes out as ``id: <seq>``, ``event: <kind>``, ``data: <its JSON>``. A client that
 reconnects with ``Last-Event-ID: <seq>`` gets the events after that seq: no gap, no
 duplicate. The stream ends when the run is not executing and has no event left to send
-(it ended, or waits for a human: reconnect once it goes on); a comment line every 15 s
-keeps proxies from closing a quiet stream.
+(it ended, or waits for a human: reconnect once it goes on), or, for a run executing in
+another process (or left running by a dead one), after 60 s without an event; a comment
+line every 15 s keeps proxies from closing a quiet stream.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from tether.codec import encode_event
 from tether.events import Event
 from tether.server.runs import ServerRuns
 from tether.stores.base import RunStore
 
-__all__ = ["event_stream"]
+__all__ = ["Allowed", "event_stream"]
 
 _KEEPALIVE_S = 15.0
 _ELSEWHERE_POLL_S = 1.0  # a run another process executes: how often to look
+_ELSEWHERE_QUIET_S = 60.0  # and how long a stream of it may see nothing before it ends
 
 
 def _sse(event: Event) -> bytes:
@@ -31,46 +34,76 @@ def _sse(event: Event) -> bytes:
     )
 
 
+Allowed = Callable[[], Awaitable[bool]]
+"""Whether the stream's key is still allowed (a revoked key's streams end)."""
+
+
+class _Cursor:
+    """The seq of the last event sent, and whether the key was found revoked."""
+
+    def __init__(self, last: int) -> None:
+        self.last = last
+        self.refused = False
+
+
+async def _live(
+    queue: asyncio.Queue[Event | None], at: _Cursor, allowed: Allowed
+) -> AsyncIterator[bytes]:
+    """The events a run executing here commits, until it stops (or this reader falls behind)."""
+    while True:
+        try:
+            event = await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
+        except TimeoutError:
+            if not await allowed():
+                at.refused = True
+                return
+            yield b": keep-alive\n\n"
+            continue
+        if event is None:
+            return  # it stopped executing here (or this reader fell behind): read the store
+        if event.seq > at.last:  # else: read from the store already
+            yield _sse(event)
+            at.last = event.seq
+
+
 async def event_stream(
-    store: RunStore, runs: ServerRuns, run_id: str, after: int
+    store: RunStore, runs: ServerRuns, run_id: str, after: int, allowed: Allowed
 ) -> AsyncIterator[bytes]:
     """The SSE bytes of ``run_id``'s events after seq ``after``, live until it stops.
 
     A run executing here is followed from memory (each event as its commit returns); what
     came before the stream, and a run executing elsewhere, is read from the store.
     """
-    last = after
+    at = _Cursor(after)
+    quiet_since: float | None = None  # since when a run executing elsewhere sent nothing
     while True:
         changed = runs.changed(run_id)  # taken before reading: no commit slips between
         queue = runs.subscribe(run_id)  # likewise: what commits from now on is queued
         try:
-            events = await store.read(run_id, after_seq=last)
+            events = await store.read(run_id, after_seq=at.last)
             for event in events:
                 yield _sse(event)
-                last = event.seq
+                at.last = event.seq
             if queue is not None:
-                while True:
-                    try:
-                        event = await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
-                    except TimeoutError:
-                        yield b": keep-alive\n\n"
-                        continue
-                    if event is None:
-                        break  # it stopped executing here: the store has the rest
-                    if event.seq <= last:
-                        continue  # read from the store already
-                    yield _sse(event)
-                    last = event.seq
+                async for chunk in _live(queue, at, allowed):
+                    yield chunk
+                if at.refused:
+                    return
                 continue
         finally:
             if queue is not None:
                 runs.unsubscribe(run_id, queue)
         if events:
+            quiet_since = None
             continue
-        info = await store.info(run_id)
-        if info.status != "running":
+        if (await store.info(run_id)).status != "running":
             return
-        # executing in another process (or abandoned there): look again now and then
+        # executing in another process, or abandoned there: look again now and then, and
+        # end a stream that has seen nothing for a while (reconnect with Last-Event-ID)
+        now = time.monotonic()
+        quiet_since = now if quiet_since is None else quiet_since
+        if now - quiet_since > _ELSEWHERE_QUIET_S or not await allowed():
+            return
         try:
             await asyncio.wait_for(changed.wait(), _ELSEWHERE_POLL_S)
         except TimeoutError:

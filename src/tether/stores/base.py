@@ -106,6 +106,8 @@ class RunQuery:
     """Only runs created before this time."""
     limit: int = 100
     """At most this many."""
+    tag: str | None = None
+    """Only runs with this tag."""
 
 
 def default_owner() -> str:

@@ -188,4 +188,5 @@ def _matches(row: RunInfo, query: RunQuery) -> bool:
         and (query.agent is None or row.agent == query.agent)
         and (query.since is None or row.created_at >= query.since)
         and (query.until is None or row.created_at < query.until)
+        and (query.tag is None or query.tag in row.tags)
     )

@@ -311,6 +311,9 @@ class SqliteStore(RunStore, KeyValueStore):
         if query.until is not None:
             where.append("created_at < ?")
             params.append(utc_text(query.until))
+        if query.tag is not None:
+            where.append("EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value = ?)")
+            params.append(query.tag)
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)

@@ -1,0 +1,45 @@
+"""Reading the files users write (TOML), and the ``module:attribute`` references in them."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from tether.errors import ConfigError
+
+__all__ = ["import_ref", "read_toml"]
+
+
+def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+    """The TOML file at ``path`` (``what`` it is, for errors: "policy file", "agent file").
+
+    Raises:
+        ConfigError: it is missing, unreadable or not TOML; the message names the file.
+    """
+    import tomllib  # only a file needs it: not loaded by ``import tether``
+
+    file = Path(path)
+    try:
+        return tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"no {what} at {file}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file} is not valid TOML: {exc}") from None
+    except OSError as exc:  # a directory, no permission, ...
+        raise ConfigError(f"cannot read the {what} {file}: {exc}") from None
+
+
+def import_ref(ref: object, what: str) -> object:
+    """What ``package.module:attribute`` names (``what`` it should be, for errors).
+
+    Raises:
+        ConfigError: ``ref`` is not such a reference, or it cannot be imported.
+    """
+    module_name, _, attribute = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+    if not module_name or not attribute:
+        raise ConfigError(f"{what} reference {ref!r} must look like 'package.module:attribute'")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import {what} {ref!r}: {exc}") from None

@@ -1,0 +1,246 @@
+"""Agents declared in TOML files: ``tether run --agent support.toml``, ``tether serve``.
+
+```toml
+name = "support"
+instructions = "You answer questions about our product."   # or instructions_file = "x.md"
+model = "local"                       # a model string (optional: $TETHER_MODEL, the default)
+can_ask_user = true
+
+[limits]                              # any Limits field; phases as [limits.think] tables
+max_steps = 12
+max_seconds = 120
+
+[[tools]]
+builtin = "calculator"                # calculator, clock, files, http, shell, sql
+[[tools]]
+builtin = "files"
+root = "docs"                         # the factory's options; paths relative to this file
+trusted = true
+[[tools]]
+function = "mypackage.tools:lookup"   # a Tool, or a typed function made one with @tool
+
+[policy]                              # the tables of a policy file (tether.policy.config)
+require_approval = [{ tools = ["write_file"] }]
+```
+
+Every key is checked: a mistake is a ``ConfigError`` that names the file and the key.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+from tether._internal.configfiles import import_ref, read_toml
+from tether.agent import Agent
+from tether.errors import ConfigError
+from tether.limits import Limits, PhaseLimits
+from tether.tools.base import Tool
+
+__all__ = ["BUILTINS", "agents_in", "load_agent_file"]
+
+_TOP = frozenset(
+    {"name", "instructions", "instructions_file", "model", "can_ask_user", "limits", "tools",
+     "policy"}
+)  # fmt: skip
+_PHASES = ("plan", "think", "reflect", "respond")
+_PATHS = {"files": ("root",), "shell": ("workspace",), "sql": ("database",)}
+
+
+def _calculator() -> list[Tool]:
+    from tether.tools.builtin import calculate
+
+    return [calculate]
+
+
+def _clock() -> list[Tool]:
+    from tether.tools.builtin import current_time, days_until
+
+    return [current_time, days_until]
+
+
+def _files(**options: Any) -> list[Tool]:
+    from tether.tools.builtin import file_tools
+
+    return file_tools(**options)
+
+
+def _http(**options: Any) -> list[Tool]:
+    from tether.tools.builtin import http_tools
+
+    return http_tools(**options)
+
+
+def _shell(**options: Any) -> list[Tool]:
+    from tether.tools.builtin import shell_tool
+
+    return [shell_tool(**options)]
+
+
+def _sql(**options: Any) -> list[Tool]:
+    from tether.tools.builtin import sql_tool
+
+    return [sql_tool(**options)]
+
+
+BUILTINS: Mapping[str, Callable[..., list[Tool]]] = {
+    "calculator": _calculator,
+    "clock": _clock,
+    "files": _files,
+    "http": _http,
+    "shell": _shell,
+    "sql": _sql,
+}
+"""The built-in tool sets a file may name, each made by its factory with the table's options."""
+
+
+def load_agent_file(path: str | Path) -> Agent[Any]:
+    """The agent a TOML file declares (see the module's docstring).
+
+    Raises:
+        ConfigError: the file is missing, not TOML, or holds an unknown key or a bad value;
+            the message names the file and the key.
+    """
+    file = Path(path)
+    data = read_toml(file, "agent file")
+    return _agent(data, file)
+
+
+def agents_in(folder: str | Path) -> list[Agent[Any]]:
+    """Every agent declared by a ``*.toml`` file of ``folder``, by file name."""
+    found = sorted(Path(folder).glob("*.toml"))
+    if not found:
+        raise ConfigError(f"no agent files (*.toml) in {folder}")
+    return [load_agent_file(f) for f in found]
+
+
+def _agent(data: Mapping[str, Any], file: Path) -> Agent[Any]:
+    unknown = sorted(set(data) - _TOP)
+    if unknown:
+        raise ConfigError(f"{file}: unknown keys {unknown} (known: {', '.join(sorted(_TOP))})")
+    name = _required(data, "name", file)
+    if "instructions" in data and "instructions_file" in data:
+        raise ConfigError(f"{file}: give instructions or instructions_file, not both")
+    instructions = _string(data, "instructions", file) or ""
+    if "instructions_file" in data:
+        text_file = file.parent / _required(data, "instructions_file", file)
+        try:
+            instructions = text_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"{file}: instructions_file: cannot read {text_file}: {exc}"
+            ) from None
+    can_ask = data.get("can_ask_user", False)
+    if not isinstance(can_ask, bool):
+        raise ConfigError(f"{file}: can_ask_user must be true or false, not {can_ask!r}")
+    options: dict[str, Any] = {}
+    if "policy" in data:
+        from tether.policy import RulePolicy
+        from tether.policy.config import rules_from_mapping
+
+        table = _table(data["policy"], file, "[policy]")
+        options["policy"] = RulePolicy(rules_from_mapping(table, source=f"{file}: [policy]"))
+    model = _string(data, "model", file)
+    tools = _tools(data.get("tools", []), file)
+    limits = _limits(data.get("limits", {}), file)
+    try:
+        return Agent(
+            name=name,
+            instructions=instructions,
+            model=model,
+            tools=tools,
+            limits=limits,
+            can_ask_user=can_ask,
+            **options,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {exc}") from None
+
+
+def _string(data: Mapping[str, Any], key: str, file: Path) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    return _required(data, key, file)
+
+
+def _required(data: Mapping[str, Any], key: str, file: Path) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{file}: {key} must be a non-empty string, not {value!r}")
+    return value
+
+
+def _table(value: object, file: Path, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{file}: {where} must be a table, not {value!r}")
+    return cast(dict[str, Any], value)
+
+
+def _limits(value: object, file: Path) -> Limits:
+    table = dict(_table(value, file, "[limits]"))
+    for phase in _PHASES:
+        if phase in table:
+            sub = _table(table[phase], file, f"[limits.{phase}]")
+            table[phase] = _built(PhaseLimits, sub, file, f"[limits.{phase}]")
+    return _built(Limits, table, file, "[limits]")
+
+
+def _built(kind: Callable[..., Any], table: Mapping[str, Any], file: Path, where: str) -> Any:
+    parameters = inspect.signature(kind).parameters
+    known = set(parameters)
+    unknown = sorted(set(table) - known)
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    if unknown and not open_ended:  # a factory's own keywords: its TypeError names the key
+        raise ConfigError(
+            f"{file}: {where}: unknown keys {unknown} (known: {', '.join(sorted(known))})"
+        )
+    try:
+        return kind(**table)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{file}: {where}: {exc}") from None
+
+
+def _tools(value: object, file: Path) -> list[Tool]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{file}: tools must be an array of [[tools]] tables, not {value!r}")
+    tools: list[Tool] = []
+    for index, entry in enumerate(cast(list[object], value), start=1):
+        where = f"[[tools]] #{index}"
+        table = dict(_table(entry, file, where))
+        if ("builtin" in table) == ("function" in table):
+            raise ConfigError(f"{file}: {where}: give builtin = NAME or function = 'module:name'")
+        if "function" in table:
+            ref = table.pop("function")
+            if table:
+                raise ConfigError(f"{file}: {where}: unknown keys {sorted(table)} beside function")
+            tools.append(_function(ref, file, where))
+            continue
+        name = table.pop("builtin")
+        factory = BUILTINS.get(name) if isinstance(name, str) else None
+        if factory is None:
+            raise ConfigError(
+                f"{file}: {where}: builtin {name!r} is not one of {', '.join(sorted(BUILTINS))}"
+            )
+        for key in _PATHS.get(cast(str, name), ()):
+            if isinstance(table.get(key), str):
+                table[key] = str((file.parent / table[key]).resolve())
+        made: list[Tool] = _built(factory, table, file, f"{where} ({name})")
+        tools.extend(made)
+    return tools
+
+
+def _function(ref: object, file: Path, where: str) -> Tool:
+    from tether.tools.function import function_tool
+
+    try:
+        value = import_ref(ref, "function")
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {where}: {exc}") from None
+    if isinstance(value, Tool):
+        return value
+    if callable(value):
+        return function_tool(value)
+    raise ConfigError(f"{file}: {where}: {ref!r} is a {type(value).__name__}, not a tool")

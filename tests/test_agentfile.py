@@ -1,0 +1,128 @@
+"""Agents declared in TOML files: what a file gives, and errors that name the file and key."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tether.agentfile import agents_in, load_agent_file
+from tether.cli.app import app
+from tether.errors import ConfigError
+from tether.events import ToolCallFinished
+from tether.limits import Limits, PhaseLimits
+from tether.policy import RulePolicy
+from tether.testing import ScriptedModel, call, finish
+
+FULL = """
+name = "support"
+instructions_file = "prompt.md"
+model = "scripted:script.json"
+can_ask_user = true
+
+[limits]
+max_steps = 7
+max_seconds = 60
+[limits.think]
+max_steps = 2
+
+[[tools]]
+builtin = "calculator"
+[[tools]]
+builtin = "files"
+root = "docs"
+trusted = true
+[[tools]]
+function = "tests.agentfile_tools:lookup"
+
+[policy]
+require_approval = [{ tools = ["write_file"] }]
+"""
+
+
+def write(folder: Path, text: str, name: str = "agent.toml") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+async def test_a_file_declares_the_whole_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "hello.txt").write_text("hello from the docs")
+    (tmp_path / "prompt.md").write_text("You answer from the docs.")
+    agent = load_agent_file(write(tmp_path, FULL))
+    assert agent.name == "support"
+    assert agent.instructions == "You answer from the docs."
+    assert agent.can_ask_user
+    assert agent.limits == Limits(max_steps=7, max_seconds=60, think=PhaseLimits(max_steps=2))
+    names = set(agent.spec.tool_map)
+    assert {"calculate", "read_file", "write_file", "lookup"} <= names
+    assert isinstance(agent.policy, RulePolicy)
+    [rule] = agent.policy.rules.rules
+    assert rule.decision == "needs_approval"
+    # the files root is the file's folder's docs/, wherever the command runs
+    monkeypatch.chdir(Path("/"))
+    model = ScriptedModel([call("read_file", path="hello.txt"), finish("read")])
+    outcome = await agent.run("read hello.txt", model=model)
+    [result] = [e for e in outcome.events if isinstance(e, ToolCallFinished)][:1]
+    assert "hello from the docs" in str(result.content)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('name = "a"\nmodle = "local"\n', "unknown keys ['modle']"),
+        ('instructions = "x"\n', "name must be a non-empty string"),
+        ('name = "a"\n[limits]\nmax_stepz = 3\n', "[limits]: unknown keys ['max_stepz']"),
+        ('name = "a"\n[limits.think]\ntimeout = "soon"\n', "[limits.think]"),
+        ('name = "a"\n[[tools]]\nbuiltin = "rocket"\n', "[[tools]] #1: builtin 'rocket' is not"),
+        (
+            'name = "a"\n[[tools]]\nbuiltin = "files"\nrot = "."\n',
+            "(files): file_tools() got an unexpected keyword argument 'rot'",
+        ),
+        (
+            'name = "a"\n[[tools]]\nfunction = "nowhere:nothing"\n',
+            "cannot import function 'nowhere:nothing'",
+        ),
+        ('name = "a"\n[[tools]]\nbuiltin = "calculator"\nfunction = "x:y"\n', "give builtin"),
+        ('name = "a"\n[policy]\nalow = []\n', "[policy]"),
+        ('name = "a"\ncan_ask_user = "yes"\n', "can_ask_user must be true or false"),
+        ("name = \n", "is not valid TOML"),
+    ],
+)
+def test_every_mistake_names_the_file_and_the_key(tmp_path: Path, text: str, says: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as raised:
+        load_agent_file(path)
+    assert str(path) in str(raised.value)
+    assert says in str(raised.value)
+
+
+def test_a_folder_of_files_is_several_agents(tmp_path: Path) -> None:
+    write(tmp_path, 'name = "one"\n', "one.toml")
+    write(tmp_path, 'name = "two"\n[[tools]]\nbuiltin = "clock"\n', "two.toml")
+    assert [a.name for a in agents_in(tmp_path)] == ["one", "two"]
+    with pytest.raises(ConfigError, match="no agent files"):
+        agents_in(tmp_path / "one.toml.d")
+
+
+def test_tether_run_takes_an_agent_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "script.json"
+    script.write_text('[{"tool_calls": [{"name": "calculate", "arguments": {"expression": "6*7"}}]},'
+                      ' {"tool_calls": [{"name": "finish_task", "arguments": {"answer": "42"}}]}]')  # fmt: skip
+    path = write(tmp_path, 'name = "calc"\n[[tools]]\nbuiltin = "calculator"\n')
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(
+        app,
+        ["run", "what is 6*7?", "--agent", str(path), "--model", f"scripted:{script}", "--no-log"],
+    )
+    assert done.exit_code == 0, done.output
+    assert "42" in done.output
+    bad = write(tmp_path, 'name = "calc"\n[[tools]]\nbuiltin = "calculater"\n', "bad.toml")
+    failed = CliRunner().invoke(app, ["run", "x", "--agent", str(bad)])
+    assert failed.exit_code == 2
+    assert "bad.toml: [[tools]] #1: builtin 'calculater'" in failed.output
