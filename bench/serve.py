@@ -6,9 +6,12 @@ directory, a scripted agent: no model time), driven by an httpx client in this p
 - ``runs_per_s``: ``--runs`` quick runs (one model turn, then finished) started by 16
   concurrent clients, over the wall time of their POSTs;
 - ``sse_p50_ms`` / ``sse_p99_ms``: ``--streams`` runs of an agent that calls a tool 8 times
-  (each waits 0.25 s), one SSE stream open on each; the latency of an event is when the
-  stream delivered it minus its ``at`` (taken before it is committed, so this includes the
-  commit); only events committed after the stream was connected count;
+  (each waits 0.25 s, all in step), one SSE stream open on each; the latency of an event is
+  when the stream delivered it minus its ``at`` (taken before it is committed, so this
+  includes the commit); only events committed once the stream was open (its response had
+  begun) count: the rest came as its backlog;
+- ``sse_open_p50_ms`` / ``sse_open_p99_ms``: from asking for a stream to its response
+  beginning, the 100 asked at once (key check, the run's row, its backlog read);
 - ``rss_per_stream_kib``: the server's RSS with ``--streams`` idle streams open (their runs
   wait in a 60-s tool) minus its RSS before they opened, per stream (each idle stream also
   holds its run);
@@ -93,9 +96,13 @@ async def _started(client: httpx.AsyncClient, agent: str, n: int, workers: int) 
     return ids
 
 
-async def _stream(client: httpx.AsyncClient, run_id: str, latencies: list[float]) -> None:
-    connected = time.time()
+async def _stream(
+    client: httpx.AsyncClient, run_id: str, latencies: list[float], opening: list[float]
+) -> None:
+    asked = time.time()
     async with client.stream("GET", f"/v1/runs/{run_id}/events", timeout=120) as r:
+        connected = time.time()  # the server answered: it follows the run from now on
+        opening.append((connected - asked) * 1000)
         async for line in r.aiter_lines():
             if line.startswith("data: "):
                 now = time.time()
@@ -128,7 +135,8 @@ async def measure(url: str, token: str, pid: int, streams: int, runs: int) -> di
 
         busy = await _started(client, "busy", streams, workers=16)
         latencies: list[float] = []
-        await asyncio.gather(*(_stream(client, run_id, latencies) for run_id in busy))
+        opening: list[float] = []
+        await asyncio.gather(*(_stream(client, run_id, latencies, opening) for run_id in busy))
 
         before = _rss_kib(pid)
         idle = await _started(client, "idle", streams, workers=16)
@@ -151,6 +159,8 @@ async def measure(url: str, token: str, pid: int, streams: int, runs: int) -> di
         "sse_events": len(latencies),
         "sse_p50_ms": round(statistics.median(latencies), 2),
         "sse_p99_ms": round(_pct(latencies, 0.99), 2),
+        "sse_open_p50_ms": round(statistics.median(opening), 2),
+        "sse_open_p99_ms": round(_pct(opening, 0.99), 2),
         "rss_per_stream_kib": round((after - before) / streams, 1),
         "rss_before_streams_mib": round(before / 1024, 1),
         "baseline_rtt_p50_ms": round(statistics.median(rtts), 2),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -17,7 +18,7 @@ from tether.cli.store_commands import DbOption, open_store
 from tether.errors import TetherError, UserError
 
 if TYPE_CHECKING:
-    from tether.server.keys import ApiKeys
+    from tether.server.keys import ApiKey, ApiKeys
     from tether.stores.sqlite import SqliteStore
 
 __all__ = ["keys_app", "server_app"]
@@ -27,6 +28,7 @@ keys_app = typer.Typer(
     name="keys", help="API keys of `tether serve`: create, list, revoke.", no_args_is_help=True
 )
 out = Console()
+T = TypeVar("T")
 
 _EXTRA = 'the HTTP API needs its extra: pip install "tether[server]"'
 
@@ -36,10 +38,12 @@ def _need_server() -> None:
         raise fail(_EXTRA)
 
 
-def _with_keys(db: Path | None, action: Any, *, create: bool = False) -> Any:
+def _with_keys(
+    db: Path | None, action: Callable[[ApiKeys], Awaitable[T]], *, create: bool = False
+) -> T:
     from tether.server.keys import ApiKeys
 
-    async def go() -> Any:
+    async def go() -> T:
         store: SqliteStore = open_store(db, create=create)
         try:
             return await action(ApiKeys(store))
@@ -78,7 +82,7 @@ def _list(
 ) -> None:
     """Every key: id, tenant, scopes, name, made, revoked."""
 
-    async def listed(keys: ApiKeys) -> list[Any]:
+    async def listed(keys: ApiKeys) -> list[ApiKey]:
         return await keys.list(tenant)
 
     found = _with_keys(db, listed)
@@ -110,7 +114,7 @@ def _revoke(
 ) -> None:
     """Revoke a key: every request with it is refused from now on."""
 
-    async def revoke(keys: ApiKeys) -> Any:
+    async def revoke(keys: ApiKeys) -> ApiKey:
         return await keys.revoke(key_id)
 
     key = _with_keys(db, revoke)
