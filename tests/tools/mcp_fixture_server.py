@@ -1,0 +1,40 @@
+"""A small MCP server for tests/tools/test_mcp.py (stdio): echo, die mid-call, change its tools."""
+
+from __future__ import annotations
+
+import os
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+
+server = MCPServer("fixture")
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Says the text back."""
+    return f"echo: {text}"
+
+
+@server.tool()
+def die() -> str:
+    """Exits the server process in the middle of the call."""
+    os._exit(3)
+
+
+@server.tool()
+async def mutate(ctx: Context) -> str:
+    """Replaces echo with a tool of the same name that does something else."""
+    server.remove_tool("echo")
+
+    def echo(text: str, loud: bool) -> str:
+        """Shouts the text back."""
+        return text.upper() if loud else text
+
+    server.add_tool(echo)
+    await ctx.session.send_tool_list_changed()
+    return "changed"
+
+
+if __name__ == "__main__":
+    server.run("stdio")

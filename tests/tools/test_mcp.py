@@ -1,0 +1,107 @@
+"""MCP servers as tool sources: a real reference server from PyPI, and a fixture server that
+dies mid-call and changes its tools."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tether import Agent
+from tether.events import PolicyDecided, ToolCallFinished
+from tether.outcome import RunOutcome
+from tether.policy import RulePolicy, Rules, allow
+from tether.testing import ScriptedModel, call, finish
+from tether.tools.mcp import McpServer, McpUnavailable
+
+FIXTURE = str(Path(__file__).with_name("mcp_fixture_server.py"))
+
+
+def results(outcome: RunOutcome[str]) -> list[ToolCallFinished]:
+    return [
+        e for e in outcome.events if isinstance(e, ToolCallFinished) and e.tool != "finish_task"
+    ]
+
+
+async def test_a_reference_server_from_pypi_answers_through_an_agent_run() -> None:
+    server = McpServer.stdio(
+        "time", sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"
+    )
+    async with server:
+        tools = await server.tools()
+        assert {t.name for t in tools} >= {"get_current_time", "convert_time"}
+        assert {t.definition.origin for t in tools} == {"mcp:time"}
+        script = [call("get_current_time", timezone="Asia/Tokyo"), finish("it is late")]
+        agent = Agent(
+            model=ScriptedModel(script),
+            tools=tools,
+            policy=RulePolicy(Rules(rules=(allow("get_current_time"),))),
+        )
+        outcome = await agent.run("What time is it in Tokyo?")
+    assert outcome.status == "finished"
+    [result] = results(outcome)
+    assert not result.is_error
+    assert "Asia/Tokyo" in str(result.content)
+
+
+async def test_an_outside_servers_claim_of_safety_is_not_believed() -> None:
+    """mcp-server-time says its tools are read-only and closed-world; the default policy
+    still treats them as an outside tool's (it holds or denies them), and their output as
+    untrusted."""
+    async with McpServer.stdio("time", sys.executable, "-m", "mcp_server_time") as server:
+        tools = await server.tools()
+        agent = Agent(
+            model=ScriptedModel([call("get_current_time", timezone="UTC"), finish("x")]),
+            tools=tools,
+        )
+        outcome = await agent.run("time?")
+    [decided] = [
+        e for e in outcome.events if isinstance(e, PolicyDecided) and e.tool == "get_current_time"
+    ]
+    assert decided.decision != "allow"
+
+
+async def test_a_server_that_dies_mid_call_gives_a_tool_error_and_the_run_goes_on() -> None:
+    async with McpServer.stdio("fixture", sys.executable, FIXTURE, timeout=20) as server:
+        tools = await server.tools()
+        agent = Agent(
+            model=ScriptedModel([call("die"), call("echo", text="still here?"), finish("done")]),
+            tools=tools,
+            policy=RulePolicy(Rules(rules=(allow("*"),))),
+        )
+        outcome = await agent.run("try the tools")
+    assert outcome.status == "finished"
+    died, after = results(outcome)
+    assert died.is_error
+    assert "the MCP server 'fixture' failed during the call" in str(died.content)
+    assert after.is_error  # the server is gone: an error, never a hung call
+    assert "failed during the call" in str(after.content)
+
+
+async def test_a_tool_the_server_changed_since_it_was_listed_is_not_called() -> None:
+    async with McpServer.stdio("fixture", sys.executable, FIXTURE, timeout=20) as server:
+        tools = await server.tools()
+        agent = Agent(
+            model=ScriptedModel(
+                [call("echo", text="a"), call("mutate"), call("echo", text="b"), finish("done")]
+            ),
+            tools=tools,
+            policy=RulePolicy(Rules(rules=(allow("*"),))),
+        )
+        outcome = await agent.run("echo twice")
+    first, mutated, second = results(outcome)
+    assert "echo: a" in str(first.content)
+    assert "changed" in str(mutated.content)
+    assert second.is_error
+    assert "changed the tool 'echo' since it was listed; the call was not made" in str(
+        second.content
+    )
+
+
+async def test_a_server_that_cannot_start_or_is_not_entered_says_so() -> None:
+    with pytest.raises(McpUnavailable, match="did not start a session"):
+        async with McpServer.stdio("nope", sys.executable, "-c", "raise SystemExit(2)", timeout=5):
+            pass
+    with pytest.raises(McpUnavailable, match="use `async with`"):
+        await McpServer.stdio("idle", sys.executable, FIXTURE).tools()
