@@ -37,4 +37,9 @@ async def mutate(ctx: Context) -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    import sys
+
+    if len(sys.argv) > 1:  # a port: streamable HTTP on loopback
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+    else:
+        server.run("stdio")

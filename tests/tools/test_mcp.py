@@ -3,8 +3,12 @@ dies mid-call and changes its tools."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import sys
+import time
 from pathlib import Path
+from subprocess import DEVNULL
 
 import pytest
 
@@ -105,3 +109,34 @@ async def test_a_server_that_cannot_start_or_is_not_entered_says_so() -> None:
             pass
     with pytest.raises(McpUnavailable, match="use `async with`"):
         await McpServer.stdio("idle", sys.executable, FIXTURE).tools()
+
+
+async def test_a_server_over_streamable_http_on_loopback() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, FIXTURE, str(port), stdout=DEVNULL, stderr=DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the fixture server did not listen"
+                await asyncio.sleep(0.1)
+        async with McpServer.http("fixture", f"http://127.0.0.1:{port}/mcp") as server:
+            tools = {t.name: t for t in await server.tools()}
+            agent = Agent(
+                model=ScriptedModel([call("echo", text="over http"), finish("done")]),
+                tools=[tools["echo"]],
+                policy=RulePolicy(Rules(rules=(allow("echo"),))),
+            )
+            outcome = await agent.run("echo over http")
+        [result] = results(outcome)
+        assert "echo: over http" in str(result.content)
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 10)
