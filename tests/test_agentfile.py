@@ -82,7 +82,7 @@ async def test_a_file_declares_the_whole_agent(
         ('name = "a"\n[[tools]]\nbuiltin = "rocket"\n', "[[tools]] #1: builtin 'rocket' is not"),
         (
             'name = "a"\n[[tools]]\nbuiltin = "files"\nrot = "."\n',
-            "(files): file_tools() got an unexpected keyword argument 'rot'",
+            "(files): TypeError: file_tools() got an unexpected keyword argument 'rot'",
         ),
         (
             'name = "a"\n[[tools]]\nfunction = "nowhere:nothing"\n',
@@ -92,6 +92,11 @@ async def test_a_file_declares_the_whole_agent(
         ('name = "a"\n[policy]\nalow = []\n', "[policy]"),
         ('name = "a"\ncan_ask_user = "yes"\n', "can_ask_user must be true or false"),
         ("name = \n", "is not valid TOML"),
+        (
+            'name = "a"\n[[tools]]\nbuiltin = "shell"\nworkspace = "."\nallow = { ls = "x" }\n',
+            "(shell): ",
+        ),
+        ('name = "a"\n[[tools]]\nfunction = "json:JSONDecoder"\n', "is a type, not a tool"),
     ],
 )
 def test_every_mistake_names_the_file_and_the_key(tmp_path: Path, text: str, says: str) -> None:

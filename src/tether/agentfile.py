@@ -23,7 +23,8 @@ function = "mypackage.tools:lookup"   # a Tool, or a typed function made one wit
 require_approval = [{ tools = ["write_file"] }]
 ```
 
-Every key is checked: a mistake is a ``ConfigError`` that names the file and the key.
+Every key is checked: a mistake is a ``ConfigError`` that names the file and the key. A
+``function`` entry imports and runs Python code: an agent file is as trusted as code.
 """
 
 from __future__ import annotations
@@ -199,8 +200,10 @@ def _built(kind: Callable[..., Any], table: Mapping[str, Any], file: Path, where
         )
     try:
         return kind(**table)
-    except (TypeError, ValueError) as exc:
+    except ConfigError as exc:
         raise ConfigError(f"{file}: {where}: {exc}") from None
+    except Exception as exc:  # a value of the wrong shape deep in a factory's options
+        raise ConfigError(f"{file}: {where}: {type(exc).__name__}: {exc}") from None
 
 
 def _tools(value: object, file: Path) -> list[Tool]:
@@ -225,8 +228,14 @@ def _tools(value: object, file: Path) -> list[Tool]:
                 f"{file}: {where}: builtin {name!r} is not one of {', '.join(sorted(BUILTINS))}"
             )
         for key in _PATHS.get(cast(str, name), ()):
-            if isinstance(table.get(key), str):
-                table[key] = str((file.parent / table[key]).resolve())
+            given = table.get(key)
+            if isinstance(given, str) and "://" not in given:  # a file, not a database URL
+                table[key] = str((file.parent / given).resolve())
+            elif isinstance(given, dict):  # named roots
+                table[key] = {
+                    k: str((file.parent / v).resolve()) if isinstance(v, str) else v
+                    for k, v in cast(dict[str, object], given).items()
+                }
         made: list[Tool] = _built(factory, table, file, f"{where} ({name})")
         tools.extend(made)
     return tools
@@ -241,6 +250,9 @@ def _function(ref: object, file: Path, where: str) -> Tool:
         raise ConfigError(f"{file}: {where}: {exc}") from None
     if isinstance(value, Tool):
         return value
-    if callable(value):
-        return function_tool(value)
+    if callable(value) and not isinstance(value, type):
+        try:
+            return function_tool(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{file}: {where}: {exc}") from None
     raise ConfigError(f"{file}: {where}: {ref!r} is a {type(value).__name__}, not a tool")

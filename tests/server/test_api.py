@@ -423,3 +423,15 @@ async def test_a_stream_ends_once_its_key_is_revoked(
     assert received[0].startswith(b"id: 0\n")
     assert app_runs(api).is_active(run_id)  # the run goes on; only the stream ended
     assert not await ApiKeys(api.store).live("0123456789abcdef")
+
+
+async def test_the_trace_page_runs_only_its_own_script(api: Api) -> None:
+    page = await api.client.get("/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'sha256-" in policy
+    assert "style-src 'sha256-" in policy
+    assert "unsafe-inline" not in policy
+    assert "frame-ancestors 'none'" in policy
+    assert "innerHTML" not in page.text  # run data goes in as text, never as markup

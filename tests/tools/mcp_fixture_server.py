@@ -17,6 +17,18 @@ def echo(text: str) -> str:
 
 
 @server.tool()
+def noop() -> str:
+    """Does nothing."""
+    return "nothing"
+
+
+@server.tool()
+def big() -> str:
+    """A result far too long to keep."""
+    return "x" * 300_000
+
+
+@server.tool()
 def die() -> str:
     """Exits the server process in the middle of the call."""
     os._exit(3)

@@ -13,6 +13,7 @@ from subprocess import DEVNULL
 import pytest
 
 from tether import Agent
+from tether.errors import ConfigError
 from tether.events import PolicyDecided, ToolCallFinished
 from tether.outcome import RunOutcome
 from tether.policy import RulePolicy, Rules, allow
@@ -88,19 +89,28 @@ async def test_a_tool_the_server_changed_since_it_was_listed_is_not_called() -> 
         tools = await server.tools()
         agent = Agent(
             model=ScriptedModel(
-                [call("echo", text="a"), call("mutate"), call("echo", text="b"), finish("done")]
+                [
+                    call("echo", text="a"),
+                    call("mutate"),
+                    call("noop"),  # an unchanged tool: runs
+                    call("echo", text="b"),  # the changed one: refused,
+                    call("echo", text="c"),  # and again: never the replaced tool
+                    finish("done"),
+                ]
             ),
             tools=tools,
             policy=RulePolicy(Rules(rules=(allow("*"),))),
         )
         outcome = await agent.run("echo twice")
-    first, mutated, second = results(outcome)
+    first, mutated, noop, second, third = results(outcome)
     assert "echo: a" in str(first.content)
     assert "changed" in str(mutated.content)
-    assert second.is_error
-    assert "changed the tool 'echo' since it was listed; the call was not made" in str(
-        second.content
-    )
+    assert "nothing" in str(noop.content)
+    for refused in (second, third):
+        assert refused.is_error
+        assert "changed the tool 'echo' since it was listed; the call was not made" in str(
+            refused.content
+        )
 
 
 async def test_a_server_that_cannot_start_or_is_not_entered_says_so() -> None:
@@ -140,3 +150,31 @@ async def test_a_server_over_streamable_http_on_loopback() -> None:
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 10)
+
+
+async def test_a_server_that_never_answers_is_unavailable_within_the_timeout() -> None:
+    silent = McpServer.stdio(
+        "silent", sys.executable, "-c", "import time; time.sleep(60)", timeout=2
+    )
+    started = time.monotonic()
+    with pytest.raises(McpUnavailable, match="did not start a session"):
+        async with silent:
+            pass
+    assert time.monotonic() - started < 20
+
+
+async def test_a_huge_result_is_cut() -> None:
+    async with McpServer.stdio("fixture", sys.executable, FIXTURE, timeout=20) as server:
+        [big] = await server.tools(only=["big"])
+        agent = Agent(
+            model=ScriptedModel([call("big"), finish("done")]),
+            tools=[big],
+            policy=RulePolicy(Rules(rules=(allow("big"),))),
+        )
+        outcome = await agent.run("big")
+        with pytest.raises(ConfigError, match="lists no tools"):
+            await server.tools(only=["nothing_like_it"])
+    [result] = results(outcome)
+    text = str(result.content)
+    assert "[cut: the result is over 100000 characters]" in text
+    assert len(text) < 110_000

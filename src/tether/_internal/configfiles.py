@@ -41,5 +41,5 @@ def import_ref(ref: object, what: str) -> object:
         raise ConfigError(f"{what} reference {ref!r} must look like 'package.module:attribute'")
     try:
         return getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot import {what} {ref!r}: {exc}") from None
+    except Exception as exc:  # ImportError, AttributeError, or the module's own error
+        raise ConfigError(f"cannot import {what} {ref!r}: {type(exc).__name__}: {exc}") from None

@@ -17,6 +17,7 @@ tool's timeout).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 from collections.abc import Mapping, Sequence
@@ -30,9 +31,12 @@ from tether.errors import ConfigError, TetherError
 from tether.jsontypes import JsonObject, JsonValue
 from tether.tools.base import Tool, ToolAnnotations, ToolContext
 
-__all__ = ["McpServer", "McpUnavailable"]
+__all__ = ["MAX_RESULT_CHARS", "McpServer", "McpUnavailable"]
 
 _MAX_TOOLS = 1000
+_MAX_PAGES = 100
+MAX_RESULT_CHARS = 100_000
+"""A result's text past this many characters is cut (and said to be)."""
 
 
 class McpUnavailable(TetherError):
@@ -48,7 +52,11 @@ class McpServer:
     """One MCP server, connected for as long as ``async with`` lasts."""
 
     def __init__(self, name: str, transport: Any, *, timeout: float = 60.0) -> None:
-        if not name or not name.replace("-", "").replace("_", "").isalnum():
+        if (
+            not name
+            or not name.replace("-", "").replace("_", "").isascii()
+            or not name.replace("-", "").replace("_", "").isalnum()
+        ):
             raise ConfigError(f"an MCP server's name is letters, digits, '-' or '_', not {name!r}")
         self.name = name
         self._transport = transport
@@ -56,7 +64,10 @@ class McpServer:
         self._stack: contextlib.AsyncExitStack | None = None
         self._session: Any = None
         self._listed: dict[str, str] = {}  # tool name -> digest of what was listed
+        self._current: dict[str, str] = {}  # the same, as the server lists it now
         self._list_changed = False
+        self.skipped: list[str] = []
+        """Tools the server listed that tether could not take, and why."""
 
     @classmethod
     def stdio(
@@ -90,13 +101,25 @@ class McpServer:
         stack = contextlib.AsyncExitStack()
         try:
             streams = await stack.enter_async_context(self._transport)
-            session = ClientSession(streams[0], streams[1], message_handler=self._on_message)
+            session = ClientSession(
+                streams[0],
+                streams[1],
+                read_timeout_seconds=self._timeout,
+                message_handler=self._on_message,
+            )
             self._session = await stack.enter_async_context(session)
             await self._session.initialize()
-        except Exception as exc:
-            await stack.aclose()
+        except BaseException as exc:
+            with contextlib.suppress(BaseException):
+                await stack.aclose()
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
+                raise  # the caller is being cancelled: not the server's failure
+            if not isinstance(exc, Exception | asyncio.CancelledError):
+                raise  # KeyboardInterrupt, SystemExit
+            self._session = None
             raise McpUnavailable(
-                f"MCP server {self.name!r} did not start a session: {exc}"
+                f"MCP server {self.name!r} did not start a session: {type(exc).__name__}: {exc}"
             ) from None
         self._stack = stack
         return self
@@ -120,31 +143,51 @@ class McpServer:
             self._list_changed = True
 
     async def _list(self) -> list[Any]:
+        """Every tool the server lists (at most ``_MAX_TOOLS``, over at most ``_MAX_PAGES``)."""
+        from mcp import types
+
         if self._session is None:
             raise McpUnavailable(f"MCP server {self.name!r} is not connected: use `async with`")
         found: list[Any] = []
+        seen: set[str] = set()
         cursor: str | None = None
-        from mcp import types
-
-        while len(found) < _MAX_TOOLS:
-            params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
-            page = await self._session.list_tools(params=params)
-            found.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                break
+        try:
+            for _ in range(_MAX_PAGES):
+                params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+                page = await self._session.list_tools(params=params)
+                found.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor or cursor in seen or len(found) >= _MAX_TOOLS:
+                    break
+                seen.add(cursor)
+        except Exception as exc:  # a timeout, a dead server, a list the SDK cannot read
+            raise McpUnavailable(
+                f"MCP server {self.name!r} did not list its tools: {type(exc).__name__}: {exc}"
+            ) from None
         return found[:_MAX_TOOLS]
 
     async def tools(self, *, prefix: str = "", only: Sequence[str] | None = None) -> list[Tool]:
-        """The server's tools as tether tools (``prefix`` before each name, ``only`` these)."""
+        """The server's tools as tether tools (``prefix`` before each name, ``only`` these).
+
+        A tool tether cannot take (an invalid name, a schema that is not an object) is left
+        out and named in ``skipped``; a name in ``only`` the server does not list is an error.
+        """
         listed = await self._list()
         self._list_changed = False
+        self._current = {t.name: _digest(t) for t in listed}
+        missing = sorted(set(only or ()) - set(self._current))
+        if missing:
+            raise ConfigError(f"MCP server {self.name!r} lists no tools {missing}")
         made: list[Tool] = []
         for tool in listed:
             if only is not None and tool.name not in only:
                 continue
-            self._listed[tool.name] = _digest(tool)
-            made.append(self._tool(tool, prefix))
+            try:
+                made.append(self._tool(tool, prefix))
+            except ConfigError as exc:
+                self.skipped.append(f"{tool.name}: {exc}")
+                continue
+            self._listed[tool.name] = self._current[tool.name]
         return made
 
     def _tool(self, tool: Any, prefix: str) -> Tool:
@@ -176,15 +219,18 @@ class McpServer:
         if session is None:
             return ToolResult.error(f"the MCP server {self.name!r} is not connected")
         try:
-            if self._list_changed:
+            if self._list_changed:  # the server announced a new list: see what it is now
+                self._current = {t.name: _digest(t) for t in await self._list()}
                 self._list_changed = False
-                now = {t.name: _digest(t) for t in await self._list()}
-                if now.get(name) != self._listed.get(name):
-                    gone = "removed" if name not in now else "changed"
-                    return ToolResult.error(
-                        f"the MCP server {self.name!r} {gone} the tool {name!r} since it was "
-                        "listed; the call was not made (the agent must list its tools again)"
-                    )
+        except McpUnavailable as exc:
+            return ToolResult.error(f"{exc}; the call was not made")
+        if self._current.get(name) != self._listed.get(name):
+            gone = "removed" if name not in self._current else "changed"
+            return ToolResult.error(
+                f"the MCP server {self.name!r} {gone} the tool {name!r} since it was listed; "
+                "the call was not made (the agent must list its tools again)"
+            )
+        try:
             result = await session.call_tool(name, arguments, read_timeout_seconds=self._timeout)
         except Exception as exc:  # the server died, closed the pipe or broke the protocol
             return ToolResult.error(
@@ -195,13 +241,18 @@ class McpServer:
 
 def _result(result: Any) -> ToolResult:
     blocks: list[TextBlock] = []
+    room = MAX_RESULT_CHARS
     for item in getattr(result, "content", None) or ():
         text = getattr(item, "text", None)
-        if isinstance(text, str):
-            blocks.append(TextBlock(text=text))
-        else:
-            blocks.append(TextBlock(text=f"[{getattr(item, 'type', 'content')} content left out]"))
+        if not isinstance(text, str):
+            text = f"[{getattr(item, 'type', 'content')} content left out]"
+        if len(text) > room:
+            text = f"{text[:room]}\n[cut: the result is over {MAX_RESULT_CHARS} characters]"
+        room = max(0, room - len(text))
+        blocks.append(TextBlock(text=text))
     structured = cast(JsonValue, getattr(result, "structured_content", None))
+    if structured is not None and len(orjson.dumps(structured)) > MAX_RESULT_CHARS:
+        structured = None  # its text is in the content, cut
     return ToolResult(
         content=tuple(blocks),
         structured=structured,
