@@ -14,12 +14,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from tether.cli.failures import fail
-from tether.cli.store_commands import DbOption, open_store
+from tether.cli.store_commands import DbOption, open_store, with_store
 from tether.errors import TetherError, UserError
 
 if TYPE_CHECKING:
     from tether.server.keys import ApiKey, ApiKeys
-    from tether.stores.sqlite import SqliteStore
 
 __all__ = ["keys_app", "server_app"]
 
@@ -43,17 +42,7 @@ def _with_keys(
 ) -> T:
     from tether.server.keys import ApiKeys
 
-    async def go() -> T:
-        store: SqliteStore = open_store(db, create=create)
-        try:
-            return await action(ApiKeys(store))
-        finally:
-            await store.close()
-
-    try:
-        return asyncio.run(go())
-    except TetherError as exc:
-        raise fail(exc) from None
+    return with_store(db, lambda store: action(ApiKeys(store)), create=create)
 
 
 @keys_app.command("create")

@@ -34,7 +34,14 @@ from tether.stores.sqlite import SqliteStore, default_store_path
 from tether.stores.stale import Abandoned, StaleRun, abandon_run, stale_runs
 from tether.stores.transfer import decode_jsonl_log, export_run, import_events
 
-__all__ = ["BusyTimeoutOption", "DbOption", "open_store", "resolve_run_id", "store_app"]
+__all__ = [
+    "BusyTimeoutOption",
+    "DbOption",
+    "open_store",
+    "resolve_run_id",
+    "store_app",
+    "with_store",
+]
 
 T = TypeVar("T")
 
@@ -146,7 +153,7 @@ def _existing_store(db: Path | None) -> Path | None:
     return path if path.exists() else None
 
 
-def _with_store(
+def with_store(
     db: Path | None,
     action: Callable[[SqliteStore], Awaitable[T]],
     *,
@@ -207,13 +214,13 @@ def _runs(
         err.print(f"no runs: no store at {escape(str(_store_path(db)))} yet")
         return
     if stale:
-        found = _with_store(
+        found = with_store(
             db, lambda store: stale_runs(store, agent=agent), busy_timeout=busy_timeout
         )
         _print_stale(found[:limit])
         return
     query = RunQuery(status=cast(RunIndexStatus | None, status), agent=agent, limit=limit)
-    rows = _with_store(db, lambda store: store.runs(query), busy_timeout=busy_timeout)
+    rows = with_store(db, lambda store: store.runs(query), busy_timeout=busy_timeout)
     if not rows:
         err.print("no runs match")
         return
@@ -338,7 +345,7 @@ def _show(
         elif _looks_like_a_path(run):
             raise UserError(f"the file {run} does not exist (and it is not a run id)")
         else:
-            events = _with_store(db, lambda store: _read_run(store, run), busy_timeout=busy_timeout)
+            events = with_store(db, lambda store: _read_run(store, run), busy_timeout=busy_timeout)
     except TetherError as exc:
         raise fail(exc) from None
     for event in events:
@@ -359,7 +366,7 @@ def _export_command(
 
     Events stored with an audit key's MAC carry it on their line (`tether import` keeps it).
     """
-    data = _with_store(db, lambda store: _export(store, run), busy_timeout=busy_timeout)
+    data = with_store(db, lambda store: _export(store, run), busy_timeout=busy_timeout)
     stdout = typer.get_binary_stream("stdout")
     stdout.write(data)
     stdout.flush()
@@ -389,7 +396,7 @@ def _import_command(
     except TetherError as exc:
         raise fail(exc) from None
     # Only a log that decodes and verifies opens (or creates) the store.
-    run_id = _with_store(
+    run_id = with_store(
         db,
         lambda store: import_events(store, log.events, macs=log.macs),
         create=True,
@@ -429,7 +436,7 @@ def _prune(
     if path is None:
         err.print(f"nothing to prune: no store at {escape(str(_store_path(db)))}")
         return
-    deleted = _with_store(
+    deleted = with_store(
         db,
         lambda store: prune(
             store, older_than=age, keep_last=keep_last, agent=agent, dry_run=dry_run
@@ -472,7 +479,7 @@ def _abandon_command(
     lists the runs it applies to; `tether resume RUN` continues one instead.
     """
     who = _user() if by is None else by
-    done = _with_store(
+    done = with_store(
         db, lambda store: _abandon(store, run, reason, who), busy_timeout=busy_timeout
     )
     calls = done.closed_calls
