@@ -92,6 +92,8 @@ async def test_a_file_declares_the_whole_agent(
         ('name = "a"\n[policy]\nalow = []\n', "[policy]"),
         ('name = "a"\ncan_ask_user = "yes"\n', "can_ask_user must be true or false"),
         ("name = \n", "is not valid TOML"),
+        ('name = "a"\n[limits]\nmax_steps = 7.5\n', "Limits.max_steps must be an int"),
+        ('name = "a"\n[limits]\nmax_tool_calls = true\n', "Limits.max_tool_calls must be an int"),
         (
             'name = "a"\n[[tools]]\nbuiltin = "shell"\nworkspace = "."\nallow = { ls = "x" }\n',
             "(shell): ",

@@ -137,6 +137,24 @@ def test_bad_phase_limits_are_config_errors(fields: dict[str, Any], says: str) -
         PhaseLimits(**fields)
 
 
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"max_steps": 2.5}, "Limits.max_steps must be an int >= 0"),
+        ({"max_tool_calls": True}, "Limits.max_tool_calls must be an int >= 0"),
+        ({"max_tokens": "1000"}, "Limits.max_tokens must be an int >= 0"),
+        ({"max_cost": False}, "Limits.max_cost must be a number >= 0"),
+        ({"max_seconds": "10"}, "Limits.max_seconds must be a number >= 0"),
+    ],
+)
+def test_a_count_or_a_bound_of_the_wrong_type_is_a_config_error(
+    fields: dict[str, Any], says: str
+) -> None:
+    """As the phase limits are: 2.5 steps or True tool calls are mistakes, never bounds."""
+    with pytest.raises(ConfigError, match=says):
+        Limits(**fields)
+
+
 def test_a_phase_given_as_a_dict_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"Limits\.reflect must be a PhaseLimits"):
         Limits(reflect={"max_steps": 1})  # type: ignore[arg-type]

@@ -109,6 +109,14 @@ class Limits:
                 object.__setattr__(self, name, float(value))
         for name in _FIELDS:
             value = getattr(self, name)
+            counted = name not in _FLOAT_FIELDS  # a count: 7.5 steps or True steps mean nothing
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int if counted else float)
+            ):
+                kind = "an int" if counted else "a number"
+                raise ConfigError(
+                    f"Limits.{name} must be {kind} >= 0 (or None for no limit), got {value!r}"
+                )
             if value is not None and not (0 <= value < math.inf):
                 raise ConfigError(
                     f"Limits.{name} must be a finite number >= 0 (or None for no limit), got {value!r}"
