@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -168,3 +170,23 @@ def send_money(iban: str) -> str:
     """
     SENT.append(iban)
     return "sent"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_listening(port: int, alive: Callable[[], bool], *, seconds: float = 60) -> None:
+    """Wait until something listens on the loopback ``port``, while ``alive()`` holds."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            assert alive(), f"the process meant to listen on {port} has ended"
+            assert time.monotonic() < deadline, f"nothing listens on {port} after {seconds} s"
+            time.sleep(0.1)

@@ -101,6 +101,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.agentfile",
             "tether.cli",
             "tether.server",
+            "tether.mcpserve",
             "tether.replay",
             "tether.testing",
             "tether.examples",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.support import free_port
 
 AGENT = textwrap.dedent(
     '''
@@ -32,12 +33,6 @@ AGENT = textwrap.dedent(
 )
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def tether_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tether", *args],
@@ -52,7 +47,7 @@ def tether_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def serve(cwd: Path, db: Path, agent: str = "served:agent") -> tuple[subprocess.Popen[bytes], str]:
     """Start ``tether serve`` on a free port over ``db``; returns the process and its URL."""
-    port = _port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tether", "serve", "--agent", agent,
          "--port", str(port), "--db", str(db)],

@@ -6,6 +6,7 @@ import os
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from pydantic import BaseModel, Field
 
 server = MCPServer("fixture")
 
@@ -32,6 +33,26 @@ def big() -> str:
 def die() -> str:
     """Exits the server process in the middle of the call."""
     os._exit(3)
+
+
+class Trip(BaseModel):
+    city: str = Field(description="Where to")
+    days: int = Field(default=3, description="How long")
+
+
+@server.tool()
+async def ask(ctx: Context) -> str:
+    """Asks the user where to go, mid-call."""
+    reply = await ctx.elicit("Where to?", Trip)
+    if reply.action != "accept":
+        return f"the user would not say ({reply.action})"
+    return f"{reply.data.city} for {reply.data.days} days"
+
+
+@server.tool()
+async def team(ctx: Context) -> str:
+    """Says the X-Team header the request came with."""
+    return (ctx.headers or {}).get("x-team", "none")
 
 
 @server.tool()

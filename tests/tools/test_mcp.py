@@ -4,21 +4,23 @@ dies mid-call and changes its tools."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import time
 from pathlib import Path
 from subprocess import DEVNULL
+from typing import cast
 
 import pytest
 
+from tests.support import free_port, wait_listening
 from tether import Agent
 from tether.errors import ConfigError
 from tether.events import PolicyDecided, ToolCallFinished
+from tether.jsontypes import JsonObject
 from tether.outcome import RunOutcome
 from tether.policy import RulePolicy, Rules, allow
 from tether.testing import ScriptedModel, call, finish
-from tether.tools.mcp import McpServer, McpUnavailable
+from tether.tools.mcp import Elicit, McpServer, McpUnavailable
 
 FIXTURE = str(Path(__file__).with_name("mcp_fixture_server.py"))
 
@@ -122,31 +124,24 @@ async def test_a_server_that_cannot_start_or_is_not_entered_says_so() -> None:
 
 
 async def test_a_server_over_streamable_http_on_loopback() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, FIXTURE, str(port), stdout=DEVNULL, stderr=DEVNULL
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "the fixture server did not listen"
-                await asyncio.sleep(0.1)
-        async with McpServer.http("fixture", f"http://127.0.0.1:{port}/mcp") as server:
+        wait_listening(port, lambda: proc.returncode is None, seconds=30)
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with McpServer.http("fixture", url, headers={"X-Team": "blue"}) as server:
             tools = {t.name: t for t in await server.tools()}
             agent = Agent(
-                model=ScriptedModel([call("echo", text="over http"), finish("done")]),
-                tools=[tools["echo"]],
-                policy=RulePolicy(Rules(rules=(allow("echo"),))),
+                model=ScriptedModel([call("echo", text="over http"), call("team"), finish("ok")]),
+                tools=[tools["echo"], tools["team"]],
+                policy=RulePolicy(Rules(rules=(allow("echo"), allow("team")))),
             )
             outcome = await agent.run("echo over http")
-        [result] = results(outcome)
-        assert "echo: over http" in str(result.content)
+        echoed, team = results(outcome)
+        assert "echo: over http" in str(echoed.content)
+        assert "blue" in str(team.content)  # the headers went with every request
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 10)
@@ -178,3 +173,43 @@ async def test_a_huge_result_is_cut() -> None:
     text = str(result.content)
     assert "[cut: the result is over 100000 characters]" in text
     assert len(text) < 110_000
+
+
+async def _ask(elicit: Elicit | None) -> str:
+    server = McpServer.stdio("fixture", sys.executable, FIXTURE, timeout=20, elicit=elicit)
+    async with server:
+        agent = Agent(
+            model=ScriptedModel([call("ask"), finish("done")]),
+            tools=await server.tools(only=["ask"]),
+            policy=RulePolicy(Rules(rules=(allow("ask"),))),
+        )
+        outcome = await agent.run("plan a trip")
+    [result] = results(outcome)
+    return str(result.content)
+
+
+async def test_without_a_handler_the_client_does_not_offer_elicitation() -> None:
+    """An unattended run has no one to ask: the server is told so, and the call is an error."""
+    assert "Elicitation not supported" in await _ask(None)
+
+
+async def test_a_handler_fills_the_form_and_the_schemas_defaults_fill_the_rest() -> None:
+    asked: list[tuple[str, JsonObject]] = []
+
+    async def elicit(message: str, schema: JsonObject) -> JsonObject | None:
+        asked.append((message, schema))
+        return {"city": "Oslo"}
+
+    assert "Oslo for 3 days" in await _ask(elicit)
+    [(message, schema)] = asked
+    assert message == "Where to?"
+    assert "city" in cast(JsonObject, schema["properties"])
+
+    async def declines(message: str, schema: JsonObject) -> JsonObject | None:
+        return None
+
+    async def breaks(message: str, schema: JsonObject) -> JsonObject | None:
+        raise RuntimeError("the UI crashed")
+
+    assert "(decline)" in await _ask(declines)
+    assert "(cancel)" in await _ask(breaks)

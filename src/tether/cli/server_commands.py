@@ -6,7 +6,7 @@ import asyncio
 import importlib.util
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -18,11 +18,13 @@ from tether.cli.store_commands import DbOption, open_store, with_store
 from tether.errors import TetherError, UserError
 
 if TYPE_CHECKING:
+    from tether.agent import Agent
     from tether.server.keys import ApiKey, ApiKeys
 
-__all__ = ["keys_app", "server_app"]
+__all__ = ["keys_app", "mcp_app", "server_app"]
 
 server_app = typer.Typer()
+mcp_app = typer.Typer(name="mcp", help="MCP: serve agents to MCP clients.", no_args_is_help=True)
 keys_app = typer.Typer(
     name="keys", help="API keys of `tether serve`: create, list, revoke.", no_args_is_help=True
 )
@@ -110,15 +112,29 @@ def _revoke(
     out.print(f"revoked {key.key_id} (tenant {escape(key.tenant)})")
 
 
+def _agents(refs: list[str]) -> list[Agent[Any]]:
+    from tether.agentfile import agents_in
+    from tether.replay import load_agent
+
+    agents = [
+        a for ref in refs for a in (agents_in(ref) if Path(ref).is_dir() else [load_agent(ref)])
+    ]
+    names = [a.name for a in agents]
+    if len(set(names)) != len(names):
+        raise UserError(f"two served agents share a name ({', '.join(names)}): rename one")
+    return agents
+
+
+_AGENT_HELP = (
+    "module:attribute of an Agent, an agent's TOML file, or a folder of them (repeatable)."
+)
+
+
 @server_app.command("serve")
 def _serve(
     agent: Annotated[
         list[str],
-        typer.Option(
-            "--agent",
-            help="module:attribute of an Agent, an agent's TOML file, or a folder of them "
-            "(repeatable).",
-        ),
+        typer.Option("--agent", help=_AGENT_HELP),
     ],
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = (
         "127.0.0.1"
@@ -131,19 +147,10 @@ def _serve(
     _need_server()
     import uvicorn
 
-    from tether.agentfile import agents_in
-    from tether.replay import load_agent
     from tether.server import create_app
 
     try:
-        agents = [
-            a
-            for ref in agent
-            for a in (agents_in(ref) if Path(ref).is_dir() else [load_agent(ref)])
-        ]
-        names = [a.name for a in agents]
-        if len(set(names)) != len(names):
-            raise UserError(f"two served agents share a name ({', '.join(names)}): rename one")
+        agents = _agents(agent)
         store = open_store(db, create=True)
         app = create_app({a.name: a for a in agents}, store, max_active_runs=max_active_runs)
     except TetherError as exc:
@@ -151,5 +158,44 @@ def _serve(
     try:
         # open event streams would hold shutdown forever: 3 s, then the runs end cancelled
         uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
+    finally:
+        asyncio.run(store.close())
+
+
+@mcp_app.command("serve")
+def _mcp_serve(
+    agent: Annotated[list[str], typer.Option("--agent", help=_AGENT_HELP)],
+    http: Annotated[
+        bool, typer.Option("--http", help="Streamable HTTP on loopback instead of stdio.")
+    ] = False,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="The --http port.")] = 8001,
+    max_active_runs: Annotated[int, typer.Option(min=1, help="Agent calls at once.")] = 16,
+    db: DbOption = None,
+) -> None:
+    """Serve agents to MCP clients: each agent is a tool whose input is the goal.
+
+    stdio by default (what desktop MCP clients start); `--http` listens on 127.0.0.1 only,
+    with the SDK's DNS-rebinding protection. Runs land in the run store as any other.
+    """
+    if importlib.util.find_spec("mcp") is None:
+        raise fail('serving MCP needs its extra: pip install "tether[mcp]"')
+    from tether.mcpserve import mcp_server
+
+    try:
+        store = open_store(db, create=True)
+        server = mcp_server(_agents(agent), store, max_active_runs=max_active_runs)
+    except TetherError as exc:
+        raise fail(exc) from None
+    try:
+        if http:
+            import uvicorn
+
+            app = server.streamable_http_app(host="127.0.0.1")
+            # open streams would hold shutdown forever: 3 s, then the calls end cancelled
+            uvicorn.run(
+                app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=3
+            )
+        else:
+            asyncio.run(server.run_stdio_async())
     finally:
         asyncio.run(store.close())

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, cast
 
@@ -31,7 +31,13 @@ from tether.errors import ConfigError, TetherError
 from tether.jsontypes import JsonObject, JsonValue
 from tether.tools.base import Tool, ToolAnnotations, ToolContext
 
-__all__ = ["MAX_RESULT_CHARS", "McpServer", "McpUnavailable"]
+__all__ = ["MAX_RESULT_CHARS", "Elicit", "McpServer", "McpUnavailable"]
+
+Elicit = Callable[[str, JsonObject], Awaitable[JsonObject | None]]
+"""Answers a form an MCP server asks for mid-call: its message and JSON Schema in, the
+filled fields out (the schema's defaults fill what is left out), or ``None`` to decline.
+Without one, tether does not offer elicitation (an unattended run has no one to ask): a
+server that asks anyway gets an error, and so does the call."""
 
 _MAX_TOOLS = 1000
 _MAX_PAGES = 100
@@ -51,7 +57,9 @@ def _digest(tool: Any) -> str:
 class McpServer:
     """One MCP server, connected for as long as ``async with`` lasts."""
 
-    def __init__(self, name: str, transport: Any, *, timeout: float = 60.0) -> None:
+    def __init__(
+        self, name: str, transport: Any, *, timeout: float = 60.0, elicit: Elicit | None = None
+    ) -> None:
         if (
             not name
             or not name.replace("-", "").replace("_", "").isascii()
@@ -61,6 +69,7 @@ class McpServer:
         self.name = name
         self._transport = transport
         self._timeout = timeout
+        self._elicit = elicit
         self._stack: contextlib.AsyncExitStack | None = None
         self._session: Any = None
         self._listed: dict[str, str] = {}  # tool name -> digest of what was listed
@@ -78,6 +87,7 @@ class McpServer:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         timeout: float = 60.0,
+        elicit: Elicit | None = None,
     ) -> McpServer:
         """A server this process starts and talks to over stdin/stdout."""
         from mcp import StdioServerParameters
@@ -86,14 +96,25 @@ class McpServer:
         params = StdioServerParameters(
             command=command, args=list(args), env=None if env is None else dict(env), cwd=cwd
         )
-        return cls(name, stdio_client(params), timeout=timeout)
+        return cls(name, stdio_client(params), timeout=timeout, elicit=elicit)
 
     @classmethod
-    def http(cls, name: str, url: str, *, timeout: float = 60.0) -> McpServer:
-        """A server reached over streamable HTTP at ``url``."""
-        from mcp.client.streamable_http import streamable_http_client
+    def http(
+        cls,
+        name: str,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        auth: Any = None,
+        timeout: float = 60.0,
+        elicit: Elicit | None = None,
+    ) -> McpServer:
+        """A server reached over streamable HTTP at ``url``.
 
-        return cls(name, streamable_http_client(url), timeout=timeout)
+        ``headers`` go with every request (an API key, say); ``auth`` is any ``httpx2.Auth``,
+        such as the SDK's ``mcp.client.auth.OAuthClientProvider`` for servers behind OAuth.
+        """
+        return cls(name, _http(url, headers, auth, timeout), timeout=timeout, elicit=elicit)
 
     async def __aenter__(self) -> McpServer:
         from mcp import ClientSession
@@ -106,6 +127,7 @@ class McpServer:
                 streams[1],
                 read_timeout_seconds=self._timeout,
                 message_handler=self._on_message,
+                elicitation_callback=None if self._elicit is None else self._on_elicit,
             )
             self._session = await stack.enter_async_context(session)
             await self._session.initialize()
@@ -141,6 +163,26 @@ class McpServer:
         notice = getattr(message, "root", message)
         if isinstance(notice, types.ToolListChangedNotification):
             self._list_changed = True
+
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        """A form the server asks the user to fill in mid-call, through ``elicit``."""
+        from mcp import types
+
+        schema: Any = getattr(params, "requested_schema", None)
+        if self._elicit is None or not isinstance(schema, dict):
+            return types.ElicitResult(action="decline")  # a URL to open: not for a run
+        try:
+            reply = await self._elicit(str(params.message), cast(JsonObject, schema))
+        except Exception:
+            return types.ElicitResult(action="cancel")
+        if reply is None:
+            return types.ElicitResult(action="decline")
+        filled: dict[str, Any] = dict(reply)
+        properties = cast(dict[str, Any], cast(JsonObject, schema).get("properties") or {})
+        for key, field in properties.items():  # SEP-1034: a default stands for an omitted field
+            if key not in filled and isinstance(field, dict) and "default" in field:
+                filled[key] = field["default"]
+        return types.ElicitResult(action="accept", content=filled)
 
     async def _list(self) -> list[Any]:
         """Every tool the server lists (at most ``_MAX_TOOLS``, over at most ``_MAX_PAGES``)."""
@@ -237,6 +279,21 @@ class McpServer:
                 f"the MCP server {self.name!r} failed during the call: {type(exc).__name__}: {exc}"
             )
         return _result(result)
+
+
+@contextlib.asynccontextmanager
+async def _http(
+    url: str, headers: Mapping[str, str] | None, auth: Any, timeout: float
+) -> AsyncGenerator[Any]:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    limits = httpx2.Timeout(timeout, read=max(timeout, 300.0))  # a stream may stay open
+    async with (
+        httpx2.AsyncClient(headers=dict(headers or {}), auth=auth, timeout=limits) as client,
+        streamable_http_client(url, http_client=client) as streams,
+    ):
+        yield streams
 
 
 def _result(result: Any) -> ToolResult:

@@ -1,0 +1,377 @@
+"""``tether mcp serve``: agents as tools of any MCP client (``pip install "tether[mcp]"``).
+
+Each agent is one MCP tool named after it, whose input is the goal (and, optionally, a
+``run_id`` that makes a retried call the same run). A call is a tether run in the server's
+run store like any other (``tether show RUN`` reads it); while it runs, each committed
+event reaches the client as an MCP progress notification (when the client asked for
+progress). A call the policy holds for approval, or a question the agent asks the user,
+surfaces as MCP elicitation where the client supports it; elsewhere the result says that
+the run waits and how to continue it (``tether approve``, ``tether resume --answer``).
+
+```python
+server = mcp_server([agent], store)
+await server.run_stdio_async()
+```
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import orjson
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.types import (
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    TextContent,
+    ToolAnnotations,
+)
+from mcp_types.version import is_version_at_least
+from pydantic import BaseModel, Field
+
+from tether.agent import Agent
+from tether.errors import ConfigError, TetherError
+from tether.events import Event
+from tether.jsontypes import JsonObject
+from tether.loop import AgentRun
+from tether.outcome import PendingCall, RunOutcome
+from tether.policy.approvals import Approval
+from tether.stores.base import RunStore
+
+__all__ = ["MAX_DECISION_ROUNDS", "mcp_server"]
+
+MAX_DECISION_ROUNDS = 20
+"""Approval and question rounds one call goes through before it returns the run waiting."""
+
+_INPUT_REQUIRED_VERSION = "2026-07-28"  # from this protocol on, a tool asks in its result
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_SHOWN = 2000  # characters of a call's arguments an approval request shows
+
+
+class _Decision(BaseModel):
+    approve: bool = Field(description="Run the call exactly as shown (false: deny it).")
+    reason: str = Field(default="", description="Why (a denial's reason is told to the agent).")
+
+
+class _Answer(BaseModel):
+    answer: str = Field(description="Your answer to the agent's question.")
+
+
+def mcp_server(
+    agents: Sequence[Agent[Any]],
+    store: RunStore,
+    *,
+    name: str = "tether",
+    max_active_runs: int = 16,
+) -> MCPServer:
+    """An MCP server whose tools run ``agents`` (one tool each) in ``store``."""
+    if max_active_runs < 1:
+        raise ConfigError(f"max_active_runs must be at least 1, not {max_active_runs}")
+    server = MCPServer(
+        name,
+        instructions="Each tool runs a tether agent on the goal you give.",
+        log_level="WARNING",  # not a line on stderr per request
+    )
+    active: set[str] = set()  # a token per call executing now
+    seen: set[str] = set()
+    for agent in agents:
+        if not _NAME.fullmatch(agent.name):
+            raise ConfigError(
+                f"agent {agent.name!r} cannot be an MCP tool: its name must be 1-128 of "
+                "letters, digits, '_', '-' or '.'"
+            )
+        if agent.name in seen:
+            raise ConfigError(f"two agents are named {agent.name!r}: rename one")
+        seen.add(agent.name)
+        server.add_tool(
+            _tool(agent, store, active, max_active_runs),
+            name=agent.name,
+            title=agent.name,
+            description=_describe(agent),
+            annotations=ToolAnnotations(
+                read_only_hint=False, destructive_hint=not _reads_only(agent), open_world_hint=True
+            ),
+            structured_output=False,
+        )
+    return server
+
+
+def _describe(agent: Agent[Any]) -> str:
+    instructions = agent.spec.instructions.strip()
+    head = instructions.split("\n\n", 1)[0][:500] if instructions else ""
+    tools = ", ".join(agent.spec.tool_names) or "none"
+    return (
+        f"Runs the tether agent {agent.name!r} on a goal and returns its answer. "
+        f"{head} (its tools: {tools}; at most {agent.spec.limits.max_steps} steps)"
+    ).strip()
+
+
+def _reads_only(agent: Agent[Any]) -> bool:
+    return all(d.annotations.read_only is True for d in agent.spec.definitions)
+
+
+def _tool(agent: Agent[Any], store: RunStore, active: set[str], limit: int) -> Any:
+    async def run_agent(goal: str, ctx: Context, run_id: str | None = None) -> Any:
+        if len(active) >= limit:
+            return _error(f"the server runs {limit} agent calls at once, its limit: try again")
+        token = f"{id(ctx)}:{len(active)}"
+        active.add(token)
+        try:
+            return await _drive(agent, store, goal, run_id, ctx)
+        except TetherError as exc:  # a run id taken by another goal, a run that cannot resume
+            return _error(str(exc))
+        finally:
+            active.discard(token)
+
+    run_agent.__doc__ = _describe(agent)
+    return run_agent
+
+
+async def _drive(
+    agent: Agent[Any], store: RunStore, goal: str, run_id: str | None, ctx: Context
+) -> CallToolResult | InputRequiredResult:
+    capabilities = ctx.client_capabilities
+    can_elicit = capabilities is not None and capabilities.elicitation is not None
+    version = ctx.protocol_version
+    rounds = version is not None and is_version_at_least(version, _INPUT_REQUIRED_VERSION)
+    if rounds and ctx.request_state:  # the client answers what the last round asked
+        run = _continue(agent, store, ctx.request_state, ctx.input_responses or {})
+        if run is None:
+            return _error("the answers do not match what was asked: call the tool again")
+        if isinstance(run, CallToolResult):
+            return run
+    elif not goal.strip():
+        return _error("the goal is empty: say what the agent should do")
+    else:
+        run = agent.stream(goal, run_id=run_id, store=store, tags=("via:mcp",))
+    outcome: RunOutcome[Any] | None = None
+    progress = _Progress(ctx, agent)
+    for _ in range(MAX_DECISION_ROUNDS):
+        async for event in run:
+            await progress(event)
+        outcome = run.outcome
+        if not can_elicit or outcome.status not in ("waiting_for_approval", "waiting_for_user"):
+            break
+        if rounds:  # 2026-07-28 and later: ask in the result; the client calls again
+            return _ask_in_result(outcome)
+        if outcome.status == "waiting_for_approval":
+            approvals = [d for p in outcome.pending if (d := await _decide(ctx, p)) is not None]
+            if not approvals:
+                break  # dismissed: the calls wait for a decision made elsewhere
+            run = agent.resume_stream(outcome.run_id, approvals=approvals, store=store)
+        else:
+            answer = await _ask(ctx, outcome.question or "")
+            if answer is None:
+                break
+            run = agent.resume_stream(outcome.run_id, answer=answer, store=store)
+    assert outcome is not None
+    return _result(outcome)
+
+
+class _Progress:
+    """Each committed event as a progress notification (none once the client stops taking them)."""
+
+    def __init__(self, ctx: Context, agent: Agent[Any]) -> None:
+        self._ctx, self._agent, self._broken = ctx, agent, False
+
+    async def __call__(self, event: Event) -> None:
+        if self._broken:
+            return
+        try:
+            await self._ctx.report_progress(event.seq + 1, None, _progress(event, self._agent))
+        except Exception:  # the client went away: the run goes on, in the store
+            self._broken = True
+
+
+_APPROVAL_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {
+        "approve": {"type": "boolean", "description": "Run the call as shown (false: deny it)."},
+        "reason": {"type": "string", "description": "Why (a denial's reason reaches the agent)."},
+    },
+    "required": ["approve"],
+}
+_ANSWER_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "description": "Your answer to the agent."}},
+    "required": ["answer"],
+}
+
+
+def _ask_in_result(outcome: RunOutcome[Any]) -> InputRequiredResult:
+    """The questions a waiting run has, as an input-required result (the SDK seals the state)."""
+    requests: dict[str, Any] = {}
+    if outcome.status == "waiting_for_approval":
+        for pending in outcome.pending:
+            params = ElicitRequestFormParams(
+                message=_approval_message(pending),
+                requested_schema=cast(Any, _APPROVAL_SCHEMA),
+            )
+            requests[f"approve:{pending.call_id}"] = ElicitRequest(params=params)
+        state: JsonObject = {
+            "run_id": outcome.run_id,
+            "calls": {p.call_id: p.arguments_hash for p in outcome.pending},
+        }
+    else:
+        params = ElicitRequestFormParams(
+            message=f"The agent asks: {outcome.question or ''}",
+            requested_schema=cast(Any, _ANSWER_SCHEMA),
+        )
+        requests["answer"] = ElicitRequest(params=params)
+        state = {"run_id": outcome.run_id, "calls": {}}
+    return InputRequiredResult(input_requests=requests, request_state=orjson.dumps(state).decode())
+
+
+def _continue(
+    agent: Agent[Any], store: RunStore, request_state: str, responses: Mapping[str, Any]
+) -> AgentRun[Any] | CallToolResult | None:
+    """The run resumed with the client's answers to the last round.
+
+    What the run waits for, if they were all dismissed; ``None`` if they are not answers
+    to what was asked.
+    """
+    try:
+        state = orjson.loads(request_state)
+        run_id, calls = str(state["run_id"]), dict(state["calls"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+    if not calls:
+        reply = responses.get("answer")
+        if isinstance(reply, ElicitResult) and reply.action != "accept":
+            return _waiting(run_id, [])
+        if not isinstance(reply, ElicitResult):
+            return None
+        answer = (reply.content or {}).get("answer")
+        if not isinstance(answer, str):
+            return None
+        return agent.resume_stream(run_id, answer=answer, store=store)
+    approvals: list[Approval] = []
+    for call_id, arguments_hash in calls.items():
+        reply = responses.get(f"approve:{call_id}")
+        if not isinstance(reply, ElicitResult) or reply.action == "cancel":
+            continue
+        content = reply.content or {}
+        reason = content.get("reason")
+        reason = reason if isinstance(reason, str) else ""
+        approved = reply.action == "accept" and content.get("approve") is True
+        approvals.append(
+            Approval(
+                call_id=str(call_id),
+                approved=approved,
+                run_id=run_id,
+                arguments_hash=str(arguments_hash),
+                by="mcp client",
+                reason=reason or ("" if approved else "the user declined"),
+            )
+        )
+    if not approvals:  # every question dismissed: the calls wait for a decision elsewhere
+        return _waiting(run_id, sorted(calls))
+    return agent.resume_stream(run_id, approvals=approvals, store=store)
+
+
+def _progress(event: Event, agent: Agent[Any]) -> str:
+    what = event.kind.replace("_", " ")
+    tool = getattr(event, "tool", None)
+    if isinstance(tool, str):
+        what = f"{what}: {tool}"
+    return f"{agent.name} · {event.phase} · {what}"
+
+
+def _approval_message(pending: PendingCall) -> str:
+    shown = orjson.dumps(pending.arguments).decode()
+    if len(shown) > _SHOWN:
+        shown = f"{shown[:_SHOWN]}… ({len(shown)} characters in all)"
+    note = f" {pending.note}" if pending.note else ""
+    return (
+        f"The agent's run {pending.run_id} asks to call {pending.tool} with {shown}. "
+        f"The policy holds it ({pending.rule}: {pending.reason}).{note} Approve it?"
+    )
+
+
+async def _decide(ctx: Context, pending: PendingCall) -> Approval | None:
+    try:
+        reply = await ctx.elicit(_approval_message(pending), _Decision)
+    except Exception:  # the client failed to ask: the call waits for a decision elsewhere
+        return None
+    if reply.action == "cancel":
+        return None
+    if reply.action == "accept" and reply.data.approve:
+        return Approval.approve(pending, by="mcp client", reason=reply.data.reason)
+    reason = reply.data.reason if reply.action == "accept" else ""
+    return Approval.deny(pending, by="mcp client", reason=reason or "the user declined")
+
+
+async def _ask(ctx: Context, question: str) -> str | None:
+    try:
+        reply = await ctx.elicit(f"The agent asks: {question}", _Answer)
+    except Exception:
+        return None
+    return reply.data.answer if reply.action == "accept" else None
+
+
+def _waiting(run_id: str, calls: list[str]) -> CallToolResult:
+    if calls:
+        text = (
+            f"The run {run_id} waits for approval of {', '.join(calls)}: decide with "
+            f"`tether approve {run_id} CALL` (or `--deny`), which continues the run."
+        )
+        status = "waiting_for_approval"
+    else:
+        text = f'The run {run_id} waits for an answer: `tether resume {run_id} --answer "..."`.'
+        status = "waiting_for_user"
+    summary: JsonObject = {"run_id": run_id, "status": status}
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=summary)
+
+
+def _error(text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+def _result(outcome: RunOutcome[Any]) -> CallToolResult:
+    summary: JsonObject = {
+        "run_id": outcome.run_id,
+        "status": outcome.status,
+        "answer": outcome.answer,
+        "steps": outcome.steps,
+        "tool_calls": outcome.tool_calls,
+        "usage": {
+            "input_tokens": outcome.usage.input_tokens,
+            "output_tokens": outcome.usage.output_tokens,
+            "cost": outcome.usage.cost,
+        },
+    }
+    if outcome.status == "finished":
+        text = outcome.answer or ""
+    elif outcome.status == "waiting_for_approval":
+        calls = ", ".join(f"{p.tool} ({p.call_id})" for p in outcome.pending)
+        summary["pending"] = [
+            {"call_id": p.call_id, "tool": p.tool, "arguments_hash": p.arguments_hash}
+            for p in outcome.pending
+        ]
+        text = (
+            f"The run {outcome.run_id} waits for approval of {calls}: decide with "
+            f"`tether approve {outcome.run_id} CALL` (or `--deny`), which continues the run."
+        )
+    elif outcome.status == "waiting_for_user":
+        summary["question"] = outcome.question
+        text = (
+            f"The run {outcome.run_id} asks: {outcome.question}\n"
+            f'Answer with `tether resume {outcome.run_id} --answer "..."`.'
+        )
+    else:
+        why = outcome.error.message if outcome.error is not None else outcome.limit or ""
+        text = f"The run {outcome.run_id} ended {outcome.status}: {why}".rstrip(": ")
+        if outcome.answer:
+            text += f"\nIts best answer: {outcome.answer}"
+    waiting = outcome.status in ("waiting_for_approval", "waiting_for_user")
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=summary,
+        is_error=not (outcome.success or waiting),
+    )
