@@ -19,32 +19,48 @@ trusted = true
 [[tools]]
 function = "mypackage.tools:lookup"   # a Tool, or a typed function made one with @tool
 
+[[mcp]]                               # an MCP server's tools (pip install "tether[mcp]")
+name = "time"
+command = ["python", "-m", "mcp_server_time"]   # started over stdio; or url = "http://..."
+only = ["get_current_time"]           # optional; also prefix, timeout, env, cwd, headers
+# headers = { Authorization = "Bearer ${DOCS_TOKEN}" }   # ${NAME}: from the environment
+
 [policy]                              # the tables of a policy file (tether.policy.config)
 require_approval = [{ tools = ["write_file"] }]
 ```
 
 Every key is checked: a mistake is a ``ConfigError`` that names the file and the key. A
-``function`` entry imports and runs Python code: an agent file is as trusted as code.
+``function`` entry imports and runs Python code, and an ``[[mcp]]`` command starts a
+program: an agent file is as trusted as code. An MCP server's tools are listed when the
+file is loaded; each call opens the session it needs (see ``McpServer.tools_now``).
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tether._internal.configfiles import import_ref, read_toml
 from tether.agent import Agent
-from tether.errors import ConfigError
+from tether.errors import ConfigError, TetherError
 from tether.limits import Limits, PhaseLimits
 from tether.tools.base import Tool
+
+if TYPE_CHECKING:
+    from tether.tools.mcp import McpServer
 
 __all__ = ["BUILTINS", "agents_in", "load_agent_file"]
 
 _TOP = frozenset(
     {"name", "instructions", "instructions_file", "model", "can_ask_user", "limits", "tools",
-     "policy"}
+     "mcp", "policy"}
+)  # fmt: skip
+_MCP_KEYS = frozenset(
+    {"name", "command", "url", "env", "cwd", "headers", "timeout", "only", "prefix"}
 )  # fmt: skip
 _PHASES = ("plan", "think", "reflect", "respond")
 _PATHS = {"files": ("root",), "shell": ("workspace",), "sql": ("database",)}
@@ -145,6 +161,7 @@ def _agent(data: Mapping[str, Any], file: Path) -> Agent[Any]:
         options["policy"] = RulePolicy(rules_from_mapping(table, source=f"{file}: [policy]"))
     model = _string(data, "model", file)
     tools = _tools(data.get("tools", []), file)
+    tools += _mcp_servers(data.get("mcp", []), file)
     limits = _limits(data.get("limits", {}), file)
     try:
         return Agent(
@@ -239,6 +256,102 @@ def _tools(value: object, file: Path) -> list[Tool]:
         made: list[Tool] = _built(factory, table, file, f"{where} ({name})")
         tools.extend(made)
     return tools
+
+
+def _mcp_servers(value: object, file: Path) -> list[Tool]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{file}: mcp must be an array of [[mcp]] tables, not {value!r}")
+    tools: list[Tool] = []
+    for index, entry in enumerate(cast(list[object], value), start=1):
+        table = _table(entry, file, f"[[mcp]] #{index}")
+        where = f"[[mcp]] #{index} ({table.get('name', '?')})"
+        try:
+            tools += _mcp_server(table, file)
+        except ImportError:
+            raise ConfigError(
+                f'{file}: {where}: MCP servers need their extra: pip install "tether[mcp]"'
+            ) from None
+        except TetherError as exc:  # a bad key, or a server that did not list its tools
+            raise ConfigError(f"{file}: {where}: {exc}") from None
+    return tools
+
+
+def _mcp_server(table: Mapping[str, Any], file: Path) -> list[Tool]:
+    from tether.tools.mcp import McpServer
+
+    unknown = sorted(set(table) - _MCP_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown keys {unknown} (known: {', '.join(sorted(_MCP_KEYS))})")
+    if ("command" in table) == ("url" in table):
+        raise ConfigError("give command = [program, args...] (stdio) or url = '...' (HTTP)")
+    name, timeout = table.get("name"), table.get("timeout", 60.0)
+    if not isinstance(name, str):
+        raise ConfigError(f"name must be a string, not {name!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ConfigError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    only = table.get("only")
+    if only is not None and not _strings(only):
+        raise ConfigError(f"only must be an array of tool names, not {only!r}")
+    prefix = table.get("prefix", "")
+    if not isinstance(prefix, str):
+        raise ConfigError(f"prefix must be a string, not {prefix!r}")
+    if "url" in table:
+        url = table["url"]
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigError(f"url must be an http(s) URL, not {url!r}")
+        if {"env", "cwd"} & set(table):
+            raise ConfigError("env and cwd are for a server started with command, not url")
+        headers = _expanded(table.get("headers", {}), "headers")
+        server = McpServer.http(name, url, headers=headers, timeout=float(timeout))
+    else:
+        server = _stdio_server(name, table, file, float(timeout))
+    return server.tools_now(prefix=prefix, only=cast(list[str] | None, only))
+
+
+def _stdio_server(name: str, table: Mapping[str, Any], file: Path, timeout: float) -> McpServer:
+    from tether.tools.mcp import McpServer
+
+    command = table["command"]
+    if not _strings(command) or not command:
+        raise ConfigError(f"command must be an array of strings, not {command!r}")
+    if "headers" in table:
+        raise ConfigError("headers are for a server reached by url, not command")
+    env = _expanded(table["env"], "env") if "env" in table else None
+    cwd = table.get("cwd")
+    if cwd is not None and not isinstance(cwd, str):
+        raise ConfigError(f"cwd must be a string, not {cwd!r}")
+    program, *args = cast(list[str], command)
+    return McpServer.stdio(
+        name,
+        program,
+        *args,
+        env=None if env is None else {**os.environ, **env},
+        cwd=None if cwd is None else str((file.parent / cwd).resolve()),
+        timeout=timeout,
+    )
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in cast(list[object], value))
+
+
+def _expanded(value: object, key: str) -> dict[str, str]:
+    """A table of strings, each ``${NAME}`` in them replaced by that environment variable."""
+    if not isinstance(value, dict) or not all(
+        isinstance(v, str) for v in cast(dict[str, object], value).values()
+    ):
+        raise ConfigError(f"{key} must be a table of strings, not {value!r}")
+
+    def variable(match: re.Match[str]) -> str:
+        found = os.environ.get(match.group(1))
+        if found is None:
+            raise ConfigError(f"{key}: the environment variable {match.group(1)} is not set")
+        return found
+
+    return {k: _VARIABLE.sub(variable, v) for k, v in cast(dict[str, str], value).items()}
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def _function(ref: object, file: Path, where: str) -> Tool:

@@ -18,9 +18,11 @@ tool's timeout).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, cast
 
@@ -58,7 +60,12 @@ class McpServer:
     """One MCP server, connected for as long as ``async with`` lasts."""
 
     def __init__(
-        self, name: str, transport: Any, *, timeout: float = 60.0, elicit: Elicit | None = None
+        self,
+        name: str,
+        transport: Callable[[], AbstractAsyncContextManager[Any]],
+        *,
+        timeout: float = 60.0,
+        elicit: Elicit | None = None,
     ) -> None:
         if (
             not name
@@ -67,7 +74,7 @@ class McpServer:
         ):
             raise ConfigError(f"an MCP server's name is letters, digits, '-' or '_', not {name!r}")
         self.name = name
-        self._transport = transport
+        self._transport = transport  # opens a new connection each time it is called
         self._timeout = timeout
         self._elicit = elicit
         self._stack: contextlib.AsyncExitStack | None = None
@@ -75,6 +82,9 @@ class McpServer:
         self._listed: dict[str, str] = {}  # tool name -> digest of what was listed
         self._current: dict[str, str] = {}  # the same, as the server lists it now
         self._list_changed = False
+        self._lazy = False  # sessions opened by the calls themselves (tools_now)
+        self._background: tuple[asyncio.AbstractEventLoop, asyncio.Task[None]] | None = None
+        self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self.skipped: list[str] = []
         """Tools the server listed that tether could not take, and why."""
 
@@ -96,7 +106,7 @@ class McpServer:
         params = StdioServerParameters(
             command=command, args=list(args), env=None if env is None else dict(env), cwd=cwd
         )
-        return cls(name, stdio_client(params), timeout=timeout, elicit=elicit)
+        return cls(name, lambda: stdio_client(params), timeout=timeout, elicit=elicit)
 
     @classmethod
     def http(
@@ -114,14 +124,20 @@ class McpServer:
         ``headers`` go with every request (an API key, say); ``auth`` is any ``httpx2.Auth``,
         such as the SDK's ``mcp.client.auth.OAuthClientProvider`` for servers behind OAuth.
         """
-        return cls(name, _http(url, headers, auth, timeout), timeout=timeout, elicit=elicit)
+        return cls(name, lambda: _http(url, headers, auth, timeout), timeout=timeout, elicit=elicit)
 
     async def __aenter__(self) -> McpServer:
+        stack = contextlib.AsyncExitStack()
+        self._session = await self._connect(stack)
+        self._stack = stack
+        return self
+
+    async def _connect(self, stack: contextlib.AsyncExitStack) -> Any:
+        """A session, initialized, whose resources ``stack`` closes (or ``McpUnavailable``)."""
         from mcp import ClientSession
 
-        stack = contextlib.AsyncExitStack()
         try:
-            streams = await stack.enter_async_context(self._transport)
+            streams = await stack.enter_async_context(self._transport())
             session = ClientSession(
                 streams[0],
                 streams[1],
@@ -129,8 +145,8 @@ class McpServer:
                 message_handler=self._on_message,
                 elicitation_callback=None if self._elicit is None else self._on_elicit,
             )
-            self._session = await stack.enter_async_context(session)
-            await self._session.initialize()
+            await stack.enter_async_context(session)
+            await session.initialize()
         except BaseException as exc:
             with contextlib.suppress(BaseException):
                 await stack.aclose()
@@ -139,12 +155,10 @@ class McpServer:
                 raise  # the caller is being cancelled: not the server's failure
             if not isinstance(exc, Exception | asyncio.CancelledError):
                 raise  # KeyboardInterrupt, SystemExit
-            self._session = None
             raise McpUnavailable(
                 f"MCP server {self.name!r} did not start a session: {type(exc).__name__}: {exc}"
             ) from None
-        self._stack = stack
-        return self
+        return session
 
     async def __aexit__(
         self,
@@ -156,6 +170,69 @@ class McpServer:
         if stack is not None:
             with contextlib.suppress(Exception):  # a dead server has nothing left to close
                 await stack.aclose()
+
+    def tools_now(self, *, prefix: str = "", only: Sequence[str] | None = None) -> list[Tool]:
+        """The server's tools, listed now; each call opens the session it needs.
+
+        For code that builds an agent before any event loop runs (an agent file, a module
+        ``tether serve`` loads): a short session lists the tools here, and the first call
+        opens one in the background of the event loop that makes it, kept until that loop
+        ends. A tool the server changed in between is refused as after a new list; a
+        session that fails is dropped, and the next call opens another.
+        """
+
+        async def listing() -> list[Tool]:
+            async with self:
+                return await self.tools(prefix=prefix, only=only)
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # whether or not a loop runs
+            made = pool.submit(asyncio.run, listing()).result()
+        self._lazy = True
+        return made
+
+    async def _held_session(self) -> Any:
+        """The session of this event loop's background task, opened if need be."""
+        loop = asyncio.get_running_loop()
+        if self._background is not None and self._background[0] is not loop:
+            self._background, self._session = None, None  # an ended loop's: gone with it
+        if self._opening is None or self._opening[0] is not loop:
+            self._opening = (loop, asyncio.Lock())
+        async with self._opening[1]:
+            if self._session is not None:
+                return self._session
+            ready: asyncio.Future[None] = loop.create_future()
+            task = loop.create_task(self._hold(ready), name=f"mcp session {self.name}")
+            try:
+                await asyncio.wait_for(asyncio.shield(ready), self._timeout + 5)
+            except BaseException:
+                task.cancel()
+                raise
+            self._background = (loop, task)
+            self._list_changed = True  # a new session: compare its tools with the listing
+            return self._session
+
+    async def _hold(self, ready: asyncio.Future[None]) -> None:
+        stack = contextlib.AsyncExitStack()
+        try:
+            session = await self._connect(stack)
+        except McpUnavailable as exc:
+            ready.set_exception(exc)
+            return
+        self._session = session
+        ready.set_result(None)
+        try:
+            await asyncio.Event().wait()  # until the loop ends or the session is dropped
+        finally:
+            if self._session is session:
+                self._session = None
+            with contextlib.suppress(Exception):  # a dead server has nothing left to close
+                await stack.aclose()
+
+    def _drop(self) -> None:
+        """Forget a failed background session (the next call opens another)."""
+        if self._background is not None:
+            self._background[1].cancel()
+        self._background, self._session = None, None
 
     async def _on_message(self, message: Any) -> None:
         from mcp import types
@@ -257,6 +334,14 @@ class McpServer:
         )
 
     async def _call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        if self._lazy:
+            try:
+                await self._held_session()
+            except Exception as exc:
+                return ToolResult.error(
+                    f"the MCP server {self.name!r} did not start a session: "
+                    f"{type(exc).__name__}: {exc}; the call was not made"
+                )
         session = self._session
         if session is None:
             return ToolResult.error(f"the MCP server {self.name!r} is not connected")
@@ -265,6 +350,8 @@ class McpServer:
                 self._current = {t.name: _digest(t) for t in await self._list()}
                 self._list_changed = False
         except McpUnavailable as exc:
+            if self._lazy:
+                self._drop()
             return ToolResult.error(f"{exc}; the call was not made")
         if self._current.get(name) != self._listed.get(name):
             gone = "removed" if name not in self._current else "changed"
@@ -275,6 +362,8 @@ class McpServer:
         try:
             result = await session.call_tool(name, arguments, read_timeout_seconds=self._timeout)
         except Exception as exc:  # the server died, closed the pipe or broke the protocol
+            if self._lazy:
+                self._drop()
             return ToolResult.error(
                 f"the MCP server {self.name!r} failed during the call: {type(exc).__name__}: {exc}"
             )
