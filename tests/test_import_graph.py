@@ -102,6 +102,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.cli",
             "tether.server",
             "tether.mcpserve",
+            "tether.packs",
             "tether.replay",
             "tether.testing",
             "tether.examples",

@@ -18,6 +18,9 @@ root = "docs"                         # the factory's options; paths relative to
 trusted = true
 [[tools]]
 function = "mypackage.tools:lookup"   # a Tool, or a typed function made one with @tool
+[[tools]]
+pack = "engineering/shell"            # an installed pack's tool set (`tether packs`)
+allow = ["ls", "python3"]             # with the factory's options
 
 [[mcp]]                               # an MCP server's tools (pip install "tether[mcp]")
 name = "time"
@@ -230,8 +233,14 @@ def _tools(value: object, file: Path) -> list[Tool]:
     for index, entry in enumerate(cast(list[object], value), start=1):
         where = f"[[tools]] #{index}"
         table = dict(_table(entry, file, where))
-        if ("builtin" in table) == ("function" in table):
-            raise ConfigError(f"{file}: {where}: give builtin = NAME or function = 'module:name'")
+        if sum(k in table for k in ("builtin", "function", "pack")) != 1:
+            raise ConfigError(
+                f"{file}: {where}: give builtin = NAME, function = 'module:name' "
+                "or pack = 'PACK/TOOLS'"
+            )
+        if "pack" in table:
+            tools.extend(_from_pack(table, file, where))
+            continue
         if "function" in table:
             ref = table.pop("function")
             if table:
@@ -256,6 +265,24 @@ def _tools(value: object, file: Path) -> list[Tool]:
         made: list[Tool] = _built(factory, table, file, f"{where} ({name})")
         tools.extend(made)
     return tools
+
+
+def _from_pack(table: dict[str, Any], file: Path, where: str) -> list[Tool]:
+    from tether.packs import pack_tools
+
+    ref = table.pop("pack")
+    if not isinstance(ref, str):
+        raise ConfigError(f"{file}: {where}: pack must be 'PACK/TOOLS', not {ref!r}")
+    try:
+        factory = pack_tools(ref)
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {where}: {exc}") from None
+    for key in ("root", "workspace", "database"):  # paths relative to the file, as builtins'
+        given = table.get(key)
+        if isinstance(given, str) and "://" not in given:
+            table[key] = str((file.parent / given).resolve())
+    made: list[Tool] = _built(factory, table, file, f"{where} ({ref})")
+    return made
 
 
 def _mcp_servers(value: object, file: Path) -> list[Tool]:

@@ -76,10 +76,15 @@ class ReplayReport:
 
 
 def load_agent(ref: str) -> Agent[Any]:
-    """Import an agent from ``module:attribute``, or read the one a TOML file declares.
+    """Import an agent from ``module:attribute``, read a TOML file's, or ask a pack for one.
 
-    A callable attribute is called; a ``.toml`` path is read by ``tether.agentfile``.
+    A callable attribute is called; a ``.toml`` path is read by ``tether.agentfile``;
+    ``pack:PACK/AGENT`` is made by an installed pack (``tether packs``).
     """
+    if ref.startswith("pack:"):
+        from tether.packs import agent_from_pack
+
+        return agent_from_pack(ref.removeprefix("pack:"))
     if ref.endswith(".toml"):
         from tether.agentfile import load_agent_file
 

@@ -21,6 +21,7 @@ from tether.cli.continuing import (
 from tether.cli.driving import Lines, drive, exit_code, report
 from tether.cli.failures import fail, store_failure
 from tether.cli.model_commands import model_app
+from tether.cli.pack_commands import pack_app
 from tether.cli.safety_commands import safety_app
 from tether.cli.server_commands import keys_app, mcp_app, server_app
 from tether.cli.store_commands import BusyTimeoutOption, store_app
@@ -46,6 +47,7 @@ app.add_typer(safety_app)  # approve, audit (tether.cli.safety_commands)
 app.add_typer(server_app)  # serve (tether.cli.server_commands)
 app.add_typer(keys_app)  # keys create/list/revoke (tether.cli.server_commands)
 app.add_typer(mcp_app)  # mcp serve (tether.cli.server_commands)
+app.add_typer(pack_app)  # packs (tether.cli.pack_commands)
 out = Console()
 err = Console(stderr=True)
 

@@ -1,0 +1,148 @@
+"""Packs: installable packages that bring agents and tools (``tether packs`` lists them).
+
+A package declares a pack under the ``tether.packs`` entry-point group::
+
+    [project.entry-points."tether.packs"]
+    billing = "billing_pack:pack"
+
+where ``billing_pack.pack`` is a ``Pack`` (or a function returning one). Its agents run as
+``tether run --agent pack:billing/invoicer``, ``tether serve --agent pack:billing/invoicer``;
+its tool sets serve agent files as ``[[tools]] pack = "billing/ledger"`` (the table's other
+keys are the factory's options). tether ships two: ``engineering`` (files and a shell) and
+``research`` (the web and a knowledge base). Installing a pack runs its code: it is as
+trusted as any package you install.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from tether.agent import Agent
+from tether.errors import ConfigError
+from tether.tools.base import Tool
+
+__all__ = ["GROUP", "InstalledPack", "Pack", "agent_from_pack", "installed_packs", "pack_tools"]
+
+GROUP = "tether.packs"
+"""The entry-point group packs are declared under."""
+
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pack:
+    """What a pack brings: agents (factories) and tool sets (factories taking options)."""
+
+    name: str
+    """The pack's name: lowercase letters, digits, ``_`` or ``-``."""
+    description: str
+    """One line on what it is for."""
+    agents: Mapping[str, Callable[[], Agent[Any]]] = dataclasses.field(default_factory=lambda: {})
+    """Each agent by name, made when asked for (a pack's import stays cheap)."""
+    tools: Mapping[str, Callable[..., list[Tool]]] = dataclasses.field(default_factory=lambda: {})
+    """Each tool set by name: a factory whose keyword options an agent file's table gives."""
+
+    def __post_init__(self) -> None:
+        for kind, names in (
+            ("a pack", [self.name]),
+            ("an agent", self.agents),
+            ("a tool set", self.tools),
+        ):
+            for name in names:
+                if not isinstance(name, str) or not _NAME.fullmatch(name):  # pyright: ignore[reportUnnecessaryIsInstance]
+                    raise ConfigError(
+                        f"{kind}'s name is lowercase letters, digits, '_' or '-', not {name!r}"
+                    )
+
+
+@dataclasses.dataclass(frozen=True)
+class InstalledPack:
+    """A pack as installed: its entry point's package and version, or why it did not load."""
+
+    name: str
+    """The entry point's name (the pack's)."""
+    distribution: str
+    """The installed package that declares it."""
+    version: str
+    """That package's version."""
+    pack: Pack | None
+    """The pack, or ``None`` if it failed to load."""
+    problem: str = ""
+    """Why it failed to load."""
+
+
+def installed_packs() -> list[InstalledPack]:
+    """Every pack installed in this environment, by name; one that fails to load says why."""
+    found: list[InstalledPack] = []
+    for point in sorted(entry_points(group=GROUP), key=lambda p: p.name):
+        dist = point.dist
+        name, version = (dist.name, dist.version) if dist is not None else ("?", "?")
+        try:
+            pack = _load(point)
+        except Exception as exc:  # a broken pack is reported, not fatal to the others
+            found.append(
+                InstalledPack(point.name, name, version, None, f"{type(exc).__name__}: {exc}")
+            )
+            continue
+        found.append(InstalledPack(point.name, name, version, pack))
+    return found
+
+
+def _load(point: EntryPoint) -> Pack:
+    value = point.load()
+    if not isinstance(value, Pack) and callable(value):
+        value = value()
+    if not isinstance(value, Pack):
+        raise ConfigError(f"entry point {point.value!r} is a {type(value).__name__}, not a Pack")
+    if value.name != point.name:
+        raise ConfigError(f"entry point {point.name!r} gives a pack named {value.name!r}")
+    return value
+
+
+def _find(name: str) -> Pack:
+    packs = {p.name: p for p in installed_packs()}
+    found = packs.get(name)
+    if found is None:
+        known = ", ".join(sorted(packs)) or "none"
+        raise ConfigError(f"no pack {name!r} is installed (installed: {known}; see `tether packs`)")
+    if found.pack is None:
+        raise ConfigError(f"the pack {name!r} did not load: {found.problem}")
+    return found.pack
+
+
+def _split(ref: str, what: str) -> tuple[str, str]:
+    pack, sep, item = ref.partition("/")
+    if not sep or not pack or not item:
+        raise ConfigError(f"a pack's {what} is named PACK/NAME, not {ref!r}")
+    return pack, item
+
+
+def agent_from_pack(ref: str) -> Agent[Any]:
+    """The agent ``PACK/AGENT`` names, made by its pack."""
+    pack_name, name = _split(ref, "agent")
+    pack = _find(pack_name)
+    factory = pack.agents.get(name)
+    if factory is None:
+        raise ConfigError(
+            f"the pack {pack_name!r} has no agent {name!r} (it has: {', '.join(sorted(pack.agents)) or 'none'})"
+        )
+    agent = factory()
+    if not isinstance(agent, Agent):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ConfigError(f"the pack {pack_name!r} made a {type(agent).__name__} for {name!r}")
+    return agent
+
+
+def pack_tools(ref: str) -> Callable[..., list[Tool]]:
+    """The tool set factory ``PACK/TOOLS`` names."""
+    pack_name, name = _split(ref, "tool set")
+    pack = _find(pack_name)
+    factory = pack.tools.get(name)
+    if factory is None:
+        raise ConfigError(
+            f"the pack {pack_name!r} has no tool set {name!r} (it has: {', '.join(sorted(pack.tools)) or 'none'})"
+        )
+    return factory

@@ -1,0 +1,157 @@
+"""Packs: tether's own two, a third party's through its entry point, and broken ones."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tether.agentfile import load_agent_file
+from tether.cli.app import app
+from tether.errors import ConfigError
+from tether.events import ToolCallFinished
+from tether.packs import Pack, agent_from_pack, installed_packs, pack_tools
+from tether.replay import load_agent
+from tether.testing import ScriptedModel, call, finish
+
+
+def test_tethers_own_packs_are_installed_and_make_their_agents() -> None:
+    packs = {p.name: p for p in installed_packs()}
+    assert {"engineering", "research"} <= set(packs)
+    assert packs["engineering"].distribution == "tether"
+    coder = agent_from_pack("engineering/coder")
+    assert {"read_file", "write_file", "list_files", "run_command"} <= set(coder.spec.tool_map)
+    assert load_agent("pack:engineering/coder").name == "coder"
+
+
+async def test_the_coder_works_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "notes.txt").write_text("the build is green")
+    monkeypatch.chdir(tmp_path)
+    coder = agent_from_pack("engineering/coder")
+    model = ScriptedModel([call("read_file", path="notes.txt"), finish("green")])
+    outcome = await coder.run("is the build green?", model=model)
+    [read] = [e for e in outcome.events if isinstance(e, ToolCallFinished)][:1]
+    assert "the build is green" in str(read.content)
+
+
+def test_the_researcher_takes_its_hosts_and_knowledge_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = agent_from_pack("research/researcher")
+    assert set(plain.spec.tool_names) >= {"http_get"}
+    assert "http_post" not in plain.spec.tool_map  # it reads; it does not post
+    assert plain.spec.knowledge is None
+    monkeypatch.setenv("TETHER_RESEARCH_HOSTS", "docs.python.org, ")
+    monkeypatch.setenv("TETHER_KNOWLEDGE_DB", str(tmp_path / "kb.db"))
+    informed = agent_from_pack("research/researcher")
+    assert informed.spec.knowledge is not None
+
+
+THIRD_PARTY = '''
+from tether import Agent, tool
+from tether.packs import Pack
+
+@tool(read_only=True, open_world=False)
+def balance(account: str) -> str:
+    """The balance.
+
+    Args:
+        account: Which.
+    """
+    return "100"
+
+def ledger(currency: str = "EUR"):
+    return [balance]
+
+pack = Pack(name="billing", description="Invoices.",
+            agents={"clerk": lambda: Agent(name="clerk", tools=[balance])},
+            tools={"ledger": ledger})
+wrong = Pack(name="something-else", description="x")
+'''
+
+
+@pytest.fixture
+def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A package on sys.path that declares packs under the entry point, one of them broken."""
+    (tmp_path / "billing_pack.py").write_text(THIRD_PARTY)
+    info = tmp_path / "billing_pack-1.2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: billing-pack\nVersion: 1.2.0\n")
+    (info / "entry_points.txt").write_text(
+        "[tether.packs]\nbilling = billing_pack:pack\nbroken = no_such_module:pack\n"
+        "mislabelled = billing_pack:wrong\n"
+    )
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    yield tmp_path
+    sys.modules.pop("billing_pack", None)
+
+
+def test_a_third_party_pack_brings_agents_and_tools(third_party: Path) -> None:
+    packs = {p.name: p for p in installed_packs()}
+    billing = packs["billing"]
+    assert (billing.distribution, billing.version) == ("billing-pack", "1.2.0")
+    assert agent_from_pack("billing/clerk").name == "clerk"
+    assert [t.name for t in pack_tools("billing/ledger")()] == ["balance"]
+    assert packs["broken"].pack is None
+    assert "ModuleNotFoundError" in packs["broken"].problem
+    assert "gives a pack named 'something-else'" in packs["mislabelled"].problem
+    with pytest.raises(ConfigError, match="did not load"):
+        agent_from_pack("broken/anything")
+
+
+def test_tether_packs_lists_them_and_names_the_broken_ones(third_party: Path) -> None:
+    done = CliRunner().invoke(app, ["packs"])
+    assert done.exit_code == 0, done.output
+    assert "pack:billing/clerk" in done.output
+    assert "billing/ledger" in done.output
+    assert "pack:engineering/coder" in done.output
+    assert "pack broken (billing-pack) did not load: ModuleNotFoundError" in done.output
+
+
+def test_an_agent_file_takes_a_packs_tool_set(third_party: Path) -> None:
+    path = third_party / "agent.toml"
+    path.write_text(
+        textwrap.dedent("""
+        name = "a"
+        [[tools]]
+        pack = "billing/ledger"
+        currency = "USD"
+        [[tools]]
+        pack = "engineering/shell"
+        workspace = "."
+        allow = ["ls"]
+    """)
+    )
+    agent = load_agent_file(path)
+    assert {"balance", "run_command"} <= set(agent.spec.tool_map)
+    for text, says in [
+        ('name = "a"\n[[tools]]\npack = "billing/nothing"\n', "has no tool set 'nothing'"),
+        ('name = "a"\n[[tools]]\npack = "nowhere/x"\n', "no pack 'nowhere' is installed"),
+        ('name = "a"\n[[tools]]\npack = "billing"\n', "named PACK/NAME"),
+        ('name = "a"\n[[tools]]\npack = "billing/ledger"\ncolour = "red"\n', "colour"),
+        ('name = "a"\n[[tools]]\npack = "billing/ledger"\nbuiltin = "clock"\n', "give builtin"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ConfigError) as raised:
+            load_agent_file(path)
+        assert str(path) in str(raised.value)
+        assert says in str(raised.value)
+
+
+def test_a_pack_with_a_bad_name_is_refused() -> None:
+    with pytest.raises(ConfigError, match="lowercase"):
+        Pack(name="Billing", description="x")
+    with pytest.raises(ConfigError, match="an agent's name"):
+        Pack(name="b", description="x", agents={"two words": lambda: None})  # type: ignore[dict-item]
+
+
+def test_tether_run_says_what_is_wrong_with_a_pack_reference(tmp_path: Path) -> None:
+    done = CliRunner().invoke(app, ["run", "x", "--agent", "pack:nowhere/x", "--no-log"])
+    assert done.exit_code == 2
+    assert "no pack 'nowhere' is installed" in done.output
