@@ -101,7 +101,7 @@ async def test_late_fields_are_hashed_up_to_the_last_one_set(
     started = outcome.events[0]
     assert isinstance(started, RunStarted)
     late = late_fields(RunStarted)
-    assert late == ("context", "prompt", "thinking")
+    assert late == ("context", "prompt", "thinking", "model_choice")
     names = [f.name for f in dataclasses.fields(started) if f.name != "hash" and f.name not in late]
     values = hashed_fields(RunStarted)(started)
     assert values[: len(names)] == tuple(getattr(started, n) for n in names)

@@ -72,6 +72,7 @@ async def test_two_tools() -> None:
                 "context": None,
                 "prompt": None,
                 "thinking": None,
+                "model_choice": None,
             },
             {
                 "kind": "model_responded",
@@ -270,6 +271,7 @@ async def test_validation_retry() -> None:
                 "context": None,
                 "prompt": None,
                 "thinking": None,
+                "model_choice": None,
             },
             {
                 "kind": "model_responded",
@@ -462,6 +464,7 @@ async def test_failing_tool() -> None:
                 "context": None,
                 "prompt": None,
                 "thinking": None,
+                "model_choice": None,
             },
             {
                 "kind": "model_responded",
@@ -615,6 +618,7 @@ async def test_parallel_calls() -> None:
                 "context": None,
                 "prompt": None,
                 "thinking": None,
+                "model_choice": None,
             },
             {
                 "kind": "model_responded",
@@ -836,6 +840,7 @@ async def test_budget_exhaustion() -> None:
                 "context": None,
                 "prompt": None,
                 "thinking": None,
+                "model_choice": None,
             },
             {
                 "kind": "model_responded",
@@ -1025,6 +1030,7 @@ async def test_cancellation() -> None:
                 "context": None,
                 "prompt": None,
                 "thinking": None,
+                "model_choice": None,
             },
             {
                 "kind": "model_responded",

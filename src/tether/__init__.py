@@ -30,6 +30,7 @@ from tether.loop import AgentRun
 from tether.memory.config import Remember, SessionHistory
 from tether.messages import ToolCall
 from tether.models.base import Model, ModelRequest, ModelResponse, ModelSettings
+from tether.models.select import ModelNeeds
 from tether.outcome import RunOutcome, RunStatus
 from tether.policy.approvals import Approval
 from tether.policy.base import AllowAll, Policy, PolicyDecision
@@ -64,6 +65,7 @@ __all__ = [
     "Limits",
     "Model",
     "ModelError",
+    "ModelNeeds",
     "ModelRequest",
     "ModelResponse",
     "ModelRetry",

@@ -29,6 +29,7 @@ from tether.memory.tools import memory_tools
 from tether.messages import CONTROL_TOOLS
 from tether.models.base import Model, ModelSettings
 from tether.models.registry import resolve_model
+from tether.models.select import ModelChoice, ModelNeeds, choose_model
 from tether.outcome import RunOutcome
 from tether.policy.approvals import Approval
 from tether.policy.base import Policy
@@ -99,6 +100,21 @@ def _context(context: Mapping[str, Any] | None) -> JsonObject | None:
 
 
 OutputT = TypeVar("OutputT", default=str)
+
+
+def _output(output_type: type[OutputT], schema: JsonObject | None) -> OutputSpec[OutputT]:
+    if schema is None:
+        return OutputSpec[OutputT].for_type(output_type)
+    if output_type is not str:
+        raise ConfigError("give output_type or output_schema, not both")
+    return cast(OutputSpec[OutputT], OutputSpec.for_schema(schema))
+
+
+def _pick(model: Model | str | ModelNeeds | None) -> tuple[Model, ModelChoice | None]:
+    """The model for an instance, a string, ``None``, or needs (with the choice made)."""
+    if isinstance(model, ModelNeeds):
+        return choose_model(model)
+    return resolve_model(model), None
 
 
 def _session_store(session: str, store: RunStore | None) -> None:
@@ -173,12 +189,17 @@ class Agent(Generic[OutputT]):
     """The agent's name (recorded in every run)."""
     instructions: str = ""
     """What the agent is and how it should work."""
-    model: Model | str | None = None
-    """A model, a model string (``"scripted:PATH"``), or ``None`` for ``$TETHER_MODEL``."""
+    model: Model | str | ModelNeeds | None = None
+    """A model, a model string (``"scripted:PATH"``), what it must be able to do
+    (``ModelNeeds``: tether picks one and says why in ``run_started``), or ``None`` for
+    ``$TETHER_MODEL``."""
     tools: Sequence[Tool | Callable[..., Any]] = ()
     """Tools; plain typed functions are turned into tools as by ``@tool``."""
     output_type: type[OutputT] = str  # pyright: ignore[reportAssignmentType]
     """The type of the result ``finish_task`` returns; plain text by default."""
+    output_schema: JsonObject | None = None
+    """The result as a JSON Schema instead of a type (an agent file's ``output``): the
+    output is then the JSON value ``finish_task`` gives, checked against the schema."""
     limits: Limits = field(default_factory=Limits)
     """The bounds of every run."""
     model_settings: ModelSettings = field(default_factory=ModelSettings)
@@ -236,6 +257,9 @@ class Agent(Generic[OutputT]):
     _model_cache: list[Model] = field(
         init=False, repr=False, compare=False, default_factory=lambda: []
     )
+    _choice_cache: list[ModelChoice] = field(
+        init=False, repr=False, compare=False, default_factory=lambda: []
+    )
 
     def __post_init__(self) -> None:
         remember = _remember(self.memory)
@@ -250,7 +274,7 @@ class Agent(Generic[OutputT]):
                     )
             for tool in memory_tools():
                 registry.add(tool)
-        output = OutputSpec[OutputT].for_type(self.output_type)
+        output = _output(self.output_type, self.output_schema)
         ask = ask_user_definition() if self.can_ask_user else None
         knowledge = _knowledge(self.knowledge)
         search = None if knowledge is None else search_definition()
@@ -342,14 +366,24 @@ class Agent(Generic[OutputT]):
     def resolved_model(self) -> Model:
         """The model this agent uses.
 
-        A model string is resolved once, unless it names a model with per-run state.
+        A model string is resolved once, unless it names a model with per-run state;
+        ``ModelNeeds`` are met once, by the model ``model_choice`` names.
         """
         if self._model_cache:
             return self._model_cache[0]
-        model = resolve_model(self.model)
+        model, choice = _pick(self.model)
         if model.reusable or not isinstance(self.model, str):
             self._model_cache.append(model)
+            if choice is not None:
+                self._choice_cache.append(choice)
         return model
+
+    @property
+    def model_choice(self) -> ModelChoice | None:
+        """For ``model=ModelNeeds(...)``: the model chosen and why (``None`` otherwise)."""
+        if isinstance(self.model, ModelNeeds) and not self._choice_cache:
+            self.resolved_model()
+        return self._choice_cache[0] if self._choice_cache else None
 
     def stream(
         self,
@@ -407,7 +441,10 @@ class Agent(Generic[OutputT]):
             _session_store(session, store or self.store)
         given = _context(context)
         rid = run_id or new_run_id()
-        chosen = resolve_model(model) if model is not None else self.resolved_model()
+        if model is not None:
+            chosen, choice = _pick(model)
+        else:
+            chosen, choice = self.resolved_model(), self.model_choice
         all_sinks = list(sinks)
         if self.log_dir is not None:  # opened last: nothing is left behind if the above fails
             all_sinks.append(JsonlSink(self.log_dir, rid))
@@ -431,6 +468,7 @@ class Agent(Generic[OutputT]):
             existing=run_id is not None,
             max_recoveries=self.max_recoveries,
             session=session,
+            model_choice=None if choice is None else choice.describe(),
         )
 
     async def forget_session(self, session: str, *, store: RunStore | None = None) -> int:
@@ -468,7 +506,7 @@ class Agent(Generic[OutputT]):
         return AgentRun.resuming(
             self.spec,
             run_id,
-            model=resolve_model(model) if model is not None else self.resolved_model(),
+            model=_pick(model)[0] if model is not None else self.resolved_model(),
             clock=clock or Clock(),
             tool_runner=tool_runner,
             store=chosen_store,

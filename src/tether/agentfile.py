@@ -4,6 +4,9 @@
 name = "support"
 instructions = "You answer questions about our product."   # or instructions_file = "x.md"
 model = "local"                       # a model string (optional: $TETHER_MODEL, the default)
+# or what it must do, and tether picks the first available model that does (run_started
+# says which and why): [model] native_tools, json_schema_output, min_context, local_only,
+# prefer = ["ollama:qwen2.5-coder:7b", "local"]
 can_ask_user = true
 
 [limits]                              # any Limits field; phases as [limits.think] tables
@@ -28,6 +31,11 @@ command = ["python", "-m", "mcp_server_time"]   # started over stdio; or url = "
 only = ["get_current_time"]           # optional; also prefix, timeout, env, cwd, headers
 # headers = { Authorization = "Bearer ${DOCS_TOKEN}" }   # ${NAME}: from the environment
 
+[output]                              # the result as a JSON Schema (or output_file = "x.json")
+type = "object"
+properties = { priority = { enum = ["low", "high"] }, summary = { type = "string" } }
+required = ["priority", "summary"]
+
 [policy]                              # the tables of a policy file (tether.policy.config)
 require_approval = [{ tools = ["write_file"] }]
 ```
@@ -47,10 +55,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import orjson
+
 from tether._internal.configfiles import import_ref, read_toml
 from tether.agent import Agent
 from tether.errors import ConfigError, TetherError
+from tether.jsontypes import JsonObject
 from tether.limits import Limits, PhaseLimits
+from tether.models.select import ModelNeeds
 from tether.tools.base import Tool
 
 if TYPE_CHECKING:
@@ -60,7 +72,7 @@ __all__ = ["BUILTINS", "agents_in", "load_agent_file"]
 
 _TOP = frozenset(
     {"name", "instructions", "instructions_file", "model", "can_ask_user", "limits", "tools",
-     "mcp", "policy"}
+     "mcp", "policy", "output", "output_file"}
 )  # fmt: skip
 _MCP_KEYS = frozenset(
     {"name", "command", "url", "env", "cwd", "headers", "timeout", "only", "prefix"}
@@ -162,7 +174,14 @@ def _agent(data: Mapping[str, Any], file: Path) -> Agent[Any]:
 
         table = _table(data["policy"], file, "[policy]")
         options["policy"] = RulePolicy(rules_from_mapping(table, source=f"{file}: [policy]"))
-    model = _string(data, "model", file)
+    model: str | ModelNeeds | None
+    if isinstance(data.get("model"), dict):  # what the model must do: tether picks one
+        model = _built(ModelNeeds, _table(data["model"], file, "[model]"), file, "[model]")
+    else:
+        model = _string(data, "model", file)
+    output = _output(data, file)
+    if output is not None:
+        options["output_schema"] = output
     tools = _tools(data.get("tools", []), file)
     tools += _mcp_servers(data.get("mcp", []), file)
     limits = _limits(data.get("limits", {}), file)
@@ -178,6 +197,26 @@ def _agent(data: Mapping[str, Any], file: Path) -> Agent[Any]:
         )
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc}") from None
+
+
+def _output(data: Mapping[str, Any], file: Path) -> JsonObject | None:
+    """The output's JSON Schema: an ``[output]`` table, or a JSON file ``output_file``."""
+    if "output" in data and "output_file" in data:
+        raise ConfigError(f"{file}: give output or output_file, not both")
+    if "output" in data:
+        return cast(JsonObject, _table(data["output"], file, "[output]"))
+    if "output_file" not in data:
+        return None
+    schema_file = file.parent / _required(data, "output_file", file)
+    try:
+        schema = orjson.loads(schema_file.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigError(
+            f"{file}: output_file: cannot read {schema_file} as JSON: {exc}"
+        ) from None
+    if not isinstance(schema, dict):
+        raise ConfigError(f"{file}: output_file: {schema_file} holds no JSON object")
+    return cast(JsonObject, schema)
 
 
 def _string(data: Mapping[str, Any], key: str, file: Path) -> str | None:

@@ -127,6 +127,9 @@ class RunStarted(EventBase):
     thinking: JsonObject | None = field(default=None, metadata=LATE)
     """The thinking stages that are on (router, planner, reflector) and their bounds
     (``tether.thinking``); ``None`` when none is."""
+    model_choice: JsonObject | None = field(default=None, metadata=LATE)
+    """For an agent that asked for capabilities instead of a model (``ModelNeeds``): the
+    model chosen, why, and why not each one considered before it."""
 
 
 @frozen

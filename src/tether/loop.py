@@ -120,6 +120,7 @@ class AgentRun(Generic[OutputT]):
         existing: bool = False,
         max_recoveries: int = 3,
         session: str | None = None,
+        model_choice: JsonObject | None = None,
     ) -> AgentRun[_O]:
         """A new run of ``spec`` on ``goal``.
 
@@ -145,6 +146,7 @@ class AgentRun(Generic[OutputT]):
                 existing=existing,
                 max_recoveries=max_recoveries,
                 session=session,
+                model_choice=model_choice,
             )
         )
 
@@ -527,6 +529,7 @@ class AgentRun(Generic[OutputT]):
             context=self._ctx.goal_context,
             prompt=spec.prompt,
             thinking=None if spec.thinking is None else spec.thinking.describe(),
+            model_choice=self._ctx.model_choice,
         )
 
     def _check_limits(self) -> Stop | None:

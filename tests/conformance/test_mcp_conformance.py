@@ -67,13 +67,20 @@ def _summary(done: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_the_client_passes_the_suite_but_for_its_baseline(suite: list[str], tmp_path: Path) -> None:
-    client = f"{sys.executable} {HERE / 'client.py'}"
-    done = _run(
-        [*suite, "client", "--command", client, "--suite", "all", "--timeout", "60000"], tmp_path
+    """Every client scenario, one at a time (in parallel, 26 Python processes on 2 cores make
+    the SSE-retry scenario's timing checks miss)."""
+    listed = subprocess.run(
+        [*suite, "list", "--client"], capture_output=True, text=True, check=True
     )
-    assert done.returncode == 0, _summary(done)
-    assert "✓ tools_call" in done.stdout
-    assert "✓ auth/metadata-default" in done.stdout
+    scenarios = [line.split()[1] for line in listed.stdout.splitlines() if line.startswith("  - ")]
+    assert len(scenarios) >= 20, listed.stdout
+    client = f"{sys.executable} {HERE / 'client.py'}"
+    failed: dict[str, str] = {}
+    for scenario in scenarios:
+        done = _run([*suite, "client", "--command", client, "--scenario", scenario], tmp_path)
+        if done.returncode != 0:
+            failed[scenario] = _summary(done)[-3000:]
+    assert not failed, "\n\n".join(f"{k}:\n{v}" for k, v in failed.items())
 
 
 def test_tether_mcp_serve_passes_the_suite_but_for_its_baseline(

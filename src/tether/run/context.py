@@ -62,6 +62,7 @@ class RunContext(Generic[OutputT]):
         "loaded",
         "max_recoveries",
         "model",
+        "model_choice",
         "monotonic",
         "outcome",
         "output",
@@ -106,6 +107,7 @@ class RunContext(Generic[OutputT]):
         approvals: Sequence[Approval] = (),
         max_recoveries: int = 3,
         session: str | None = None,
+        model_choice: JsonObject | None = None,
     ) -> None:
         self.run_id = run_id
         self.session = session
@@ -117,6 +119,8 @@ class RunContext(Generic[OutputT]):
         self.phased = spec.limits.phased
         """Whether this run's limits bound a phase on its own (the agent's, resumed or not)."""
         self.model = model
+        self.model_choice = model_choice
+        """Why ``model`` was chosen, for an agent that asked for capabilities."""
         self.monotonic: Callable[[], float] = monotonic_of(clock)
         self.state = StateBuilder()
         self.journal = Journal(

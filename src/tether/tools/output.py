@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, cast
 
@@ -13,7 +14,7 @@ from tether.jsontypes import JsonObject, JsonValue
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
-from tether.errors import ModelRetry
+from tether.errors import ConfigError, ModelRetry
 from tether.messages import ASK_USER, FINISH_TASK
 from tether.tools.base import ToolAnnotations, ToolDefinition
 from tether.tools.function import format_validation_error
@@ -63,6 +64,9 @@ class OutputSpec(Generic[OutputT]):
     cites: bool = False
     """Text whose ``finish_task`` also takes ``citations`` (an agent with knowledge): the
     labels it names are appended to the answer as ``[K1] [K2]``, unless the text has them."""
+    checker: Callable[[JsonObject], object] | None = None
+    """For an output declared as a JSON Schema: checks ``finish_task``'s arguments against it
+    (raising ``ModelRetry``); the output is then the JSON value itself."""
 
     def citing(self) -> OutputSpec[OutputT]:
         """This text output with a ``citations`` argument (``Agent(knowledge=...)``)."""
@@ -93,6 +97,33 @@ class OutputSpec(Generic[OutputT]):
             wrapped["$defs"] = defs
         return cls(output_type, adapter, wrapped, "result")
 
+    @classmethod
+    def for_schema(cls, schema: JsonObject) -> OutputSpec[Any]:
+        """Build the spec for an output declared as a JSON Schema (the output is its JSON).
+
+        Raises:
+            ConfigError: the schema is not a valid JSON Schema (draft 2020-12).
+        """
+        from jsonschema import Draft202012Validator, SchemaError
+        from pydantic import TypeAdapter
+
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            raise ConfigError(
+                f"the output schema is not a valid JSON Schema: {exc.message}"
+            ) from None
+        adapter: TypeAdapter[Any] = TypeAdapter(Any)
+        if schema.get("type") == "object":
+            return OutputSpec(cast(Any, dict), adapter, schema, None, checker=_checker(schema))
+        wrapped: JsonObject = {
+            "type": "object",
+            "properties": {"result": schema},
+            "required": ["result"],
+            "additionalProperties": False,
+        }
+        return OutputSpec(cast(Any, object), adapter, wrapped, "result", checker=_checker(wrapped))
+
     @property
     def is_text(self) -> bool:
         """Whether the output is plain text (a bare text reply may then finish the run)."""
@@ -120,6 +151,10 @@ class OutputSpec(Generic[OutputT]):
 
         if self.cites:
             return cast(OutputT, _cited(arguments))
+        if self.checker is not None:
+            self.checker(arguments)
+            value = arguments if self.wrapped is None else arguments[self.wrapped]
+            return cast(OutputT, value)
         try:
             if self.wrapped is not None:
                 extra = set(arguments) - {self.wrapped}
@@ -146,6 +181,23 @@ class OutputSpec(Generic[OutputT]):
         if isinstance(output, str):
             return output
         return orjson.dumps(self.dump(output)).decode()
+
+
+def _checker(schema: JsonObject) -> Callable[[JsonObject], object]:
+    from jsonschema import Draft202012Validator
+
+    validator: Any = Draft202012Validator(schema)
+
+    def check(arguments: JsonObject) -> None:
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if errors:
+            lines = [
+                f"{'.'.join(str(p) for p in e.absolute_path) or '<output>'}: {e.message}"
+                for e in errors[:10]
+            ]
+            raise ModelRetry("invalid output: " + "; ".join(lines))
+
+    return check
 
 
 _LABEL = re.compile(r"\bK(\d{1,4})\b")

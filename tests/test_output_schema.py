@@ -1,0 +1,84 @@
+"""An output declared as a JSON Schema (an agent file's ``[output]``) instead of a type."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tether import Agent
+from tether.agentfile import load_agent_file
+from tether.errors import ConfigError
+from tether.events import RunStarted
+from tether.jsontypes import JsonObject, JsonValue
+from tether.messages import ToolCall
+from tether.testing import ScriptedModel
+
+TICKET: JsonObject = {
+    "type": "object",
+    "properties": {"priority": {"enum": ["low", "high"]}, "summary": {"type": "string"}},
+    "required": ["priority", "summary"],
+    "additionalProperties": False,
+}
+
+
+def finish(**arguments: JsonValue) -> ToolCall:
+    return ToolCall(id="", name="finish_task", arguments=dict(arguments))
+
+
+async def test_an_output_that_breaks_the_schema_is_sent_back_and_a_fitting_one_is_the_output() -> (
+    None
+):
+    script = [finish(priority="urgent", summary="x"), finish(priority="high", summary="disk full")]
+    agent = Agent(model=ScriptedModel(script), output_schema=TICKET)
+    outcome = await agent.run("triage")
+    assert outcome.status == "finished"
+    assert outcome.output == {"priority": "high", "summary": "disk full"}
+    retried = [e for e in outcome.events if e.kind == "tool_call_finished" and e.is_error]
+    assert "priority: 'urgent' is not one of ['low', 'high']" in str(retried[0].content)
+    started = outcome.events[0]
+    assert isinstance(started, RunStarted)
+    assert started.output_schema == TICKET
+
+
+async def test_a_schema_that_is_not_an_object_is_wrapped_in_result() -> None:
+    agent = Agent(model=ScriptedModel([finish(result=7)]), output_schema={"type": "integer"})
+    outcome = await agent.run("count")
+    assert outcome.output == 7
+
+
+def test_a_bad_schema_or_both_kinds_of_output_are_refused() -> None:
+    with pytest.raises(ConfigError, match="not a valid JSON Schema"):
+        Agent(model=ScriptedModel([]), output_schema={"type": "nonsense"})
+    with pytest.raises(ConfigError, match="not both"):
+        Agent(model=ScriptedModel([]), output_type=int, output_schema={"type": "integer"})
+
+
+def test_an_agent_file_declares_the_output(tmp_path: Path) -> None:
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        textwrap.dedent("""
+        name = "triage"
+        [output]
+        type = "object"
+        properties = { priority = { enum = ["low", "high"] }, summary = { type = "string" } }
+        required = ["priority", "summary"]
+        additionalProperties = false
+    """)
+    )
+    assert load_agent_file(path).output_schema == TICKET
+    (tmp_path / "ticket.json").write_text('{"type": "integer"}')
+    path.write_text('name = "triage"\noutput_file = "ticket.json"\n')
+    assert load_agent_file(path).output_schema == {"type": "integer"}
+    for text, says in [
+        ('name = "t"\noutput_file = "missing.json"\n', "output_file: cannot read"),
+        ('name = "t"\noutput_file = "x.json"\n[output]\ntype = "string"\n', "not both"),
+        ('name = "t"\n[output]\ntype = "nonsense"\n', "not a valid JSON Schema"),
+    ]:
+        (tmp_path / "x.json").write_text("{}")
+        path.write_text(text)
+        with pytest.raises(ConfigError) as raised:
+            load_agent_file(path)
+        assert str(path) in str(raised.value)
+        assert says in str(raised.value)
