@@ -99,6 +99,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether",
             "tether.agent",
             "tether.agentfile",
+            "tether.agentsections",
             "tether.cli",
             "tether.server",
             "tether.mcpserve",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -11,10 +12,11 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
 
-from tether import Agent, tool
+from tether import Agent, mcpserve, tool
 from tether.errors import ConfigError
-from tether.mcpserve import mcp_server
+from tether.mcpserve import MAX_GOAL_CHARS, mcp_server
 from tether.messages import ToolCall
 from tether.policy import RulePolicy, Rules, require_approval
 from tether.stores.sqlite import SqliteStore
@@ -270,3 +272,130 @@ async def test_tether_mcp_serve_over_stdio(tmp_path: Path) -> None:
     )  # fmt: skip
     assert shown.returncode == 0
     assert "looker" in shown.stdout
+
+
+# What an adversarial review found, each kept from coming back
+
+
+@tool(read_only=True, open_world=False)
+async def nap(seconds: float) -> str:
+    """Sleeps.
+
+    Args:
+        seconds: How long.
+    """
+    await asyncio.sleep(seconds)
+    return "rested"
+
+
+async def test_a_client_that_gives_up_on_a_call_leaves_the_server_serving(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    sleepy = Agent(
+        name="sleepy", model=ScriptedModel([call("nap", seconds=30), finish("x")]), tools=[nap]
+    )
+    async with Client(mcp_server([sleepy, looking()], store), mode="legacy") as client:
+        with pytest.raises(MCPError, match="timed out"):
+            await client.call_tool(
+                "sleepy", {"goal": "nap", "run_id": "nap-1"}, read_timeout_seconds=1
+            )
+        listed = await client.list_tools()  # the server is alive: cancellation ended one call
+        assert {t.name for t in listed.tools} == {"sleepy", "looking"}
+        again = await client.call_tool("looking", {"goal": "colour?"})
+    assert _text(again) == "blue"
+    for _ in range(50):  # the cancelled run ends cancelled, in the store
+        if (await store.info("nap-1")).status != "running":
+            break
+        await asyncio.sleep(0.1)
+    assert (await store.info("nap-1")).status == "cancelled"
+    await store.close()
+
+
+async def test_a_run_not_started_over_mcp_cannot_be_taken_over_by_its_id(tmp_path: Path) -> None:
+    wired.clear()
+    store = SqliteStore(tmp_path / "t.db")
+    waiting = await wiring().run("pay", run_id="ops-1", store=store, tags=["tenant:acme"])
+    assert waiting.status == "waiting_for_approval"
+    reply = types.ElicitResult(action="accept", content={"approve": True})
+    async with Client(mcp_server([wiring()], store), elicitation_callback=_elicit(reply, [])) as c:
+        result = await c.call_tool("wiring", {"goal": "pay", "run_id": "ops-1"})
+    assert result.is_error
+    assert "taken by a run not started over MCP" in _text(result)
+    assert wired == []
+    await store.close()
+
+
+async def test_an_answer_to_an_earlier_question_does_not_answer_a_later_one(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    script = [
+        ToolCall(id="", name="ask_user", arguments={"question": "Which city?"}),
+        ToolCall(id="", name="ask_user", arguments={"question": "Delete all files?"}),
+        finish("done"),
+    ]
+    twice = Agent(name="twice", model=ScriptedModel(script), can_ask_user=True)
+    reply = types.ElicitResult(action="cancel")
+    async with Client(mcp_server([twice], store), elicitation_callback=_elicit(reply, [])) as c:
+        args = {"goal": "go", "run_id": "q-1"}
+        first = await c.session.call_tool("twice", args, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult)
+        city: types.InputResponses = {
+            "answer": types.ElicitResult(action="accept", content={"answer": "Oslo"})
+        }
+        second = await c.session.call_tool(
+            "twice", args, allow_input_required=True, input_responses=city,
+            request_state=first.request_state,
+        )  # fmt: skip
+        assert isinstance(second, types.InputRequiredResult)
+        yes: types.InputResponses = {
+            "answer": types.ElicitResult(action="accept", content={"answer": "yes"})
+        }
+        replayed = await c.session.call_tool(
+            "twice", args, allow_input_required=True, input_responses=yes,
+            request_state=first.request_state,
+        )  # fmt: skip
+    assert isinstance(replayed, types.CallToolResult)
+    assert replayed.is_error
+    assert "do not match what the run asks now" in _text(replayed)
+    replies = [e.text for e in await store.read("q-1") if e.kind == "user_replied"]
+    assert replies == ["Oslo"]
+    await store.close()
+
+
+async def test_a_client_that_never_answers_frees_its_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mcpserve, "ELICIT_TIMEOUT", 0.5)
+    store = SqliteStore(tmp_path / "t.db")
+
+    async def silent(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        await asyncio.sleep(60)
+        raise AssertionError("not reached")
+
+    server = mcp_server([wiring()], store, max_active_runs=1)
+    async with Client(server, elicitation_callback=silent, mode="legacy") as client:
+        first = await client.call_tool("wiring", {"goal": "pay"})
+        assert first.structured_content is not None
+        assert first.structured_content["status"] == "waiting_for_approval"
+        second = await client.call_tool("wiring", {"goal": "pay again"})  # the slot is free
+        assert not second.is_error
+    await store.close()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ({"goal": "x", "run_id": "../escape"}, "a run id is 1-200 letters"),
+        ({"goal": "x", "run_id": "a\nb"}, "a run id is 1-200 letters"),
+        ({"goal": "x" * (MAX_GOAL_CHARS + 1)}, "over the 100000 a call may give"),
+        ({"goal": "bad \ud800 text"}, "not valid text"),
+    ],
+)
+async def test_a_bad_run_id_or_goal_is_refused_and_nothing_is_stored(
+    tmp_path: Path, arguments: dict[str, str], says: str
+) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    async with Client(mcp_server([looking()], store)) as client:
+        result = await client.call_tool("looking", arguments)
+    assert result.is_error
+    assert says in _text(result)
+    assert await store.runs() == []
+    await store.close()

@@ -13,7 +13,7 @@ import orjson
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock
-from tether._internal.ids import new_run_id
+from tether._internal.ids import RUN_ID, new_run_id
 from tether.codec import canonical_json
 from tether.compaction import Compaction
 from tether.errors import ConfigError, UserError
@@ -437,6 +437,11 @@ class Agent(Generic[OutputT]):
         """
         if not goal.strip():
             raise UserError("the goal must be a non-empty string")
+        if run_id is not None and not RUN_ID.fullmatch(run_id):
+            raise UserError(
+                f"a run id is 1-200 letters, digits and . _ : @ + = -, starting with a letter "
+                f"or digit (no '/', no spaces), not {run_id[:80]!r}"
+            )
         if session is not None:
             _session_store(session, store or self.store)
         given = _context(context)

@@ -36,6 +36,9 @@ type = "object"
 properties = { priority = { enum = ["low", "high"] }, summary = { type = "string" } }
 required = ["priority", "summary"]
 
+[memory]                              # also [knowledge] and [thinking]: tether.agentsections
+database = "memory.db"
+
 [policy]                              # the tables of a policy file (tether.policy.config)
 require_approval = [{ tools = ["write_file"] }]
 ```
@@ -49,6 +52,7 @@ file is loaded; each call opens the session it needs (see ``McpServer.tools_now`
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -59,6 +63,7 @@ import orjson
 
 from tether._internal.configfiles import import_ref, read_toml
 from tether.agent import Agent
+from tether.agentsections import knowledge_section, memory_section, thinking_section
 from tether.errors import ConfigError, TetherError
 from tether.jsontypes import JsonObject
 from tether.limits import Limits, PhaseLimits
@@ -72,7 +77,7 @@ __all__ = ["BUILTINS", "agents_in", "load_agent_file"]
 
 _TOP = frozenset(
     {"name", "instructions", "instructions_file", "model", "can_ask_user", "limits", "tools",
-     "mcp", "policy", "output", "output_file"}
+     "mcp", "policy", "output", "output_file", "memory", "knowledge", "thinking"}
 )  # fmt: skip
 _MCP_KEYS = frozenset(
     {"name", "command", "url", "env", "cwd", "headers", "timeout", "only", "prefix"}
@@ -179,6 +184,14 @@ def _agent(data: Mapping[str, Any], file: Path) -> Agent[Any]:
         model = _built(ModelNeeds, _table(data["model"], file, "[model]"), file, "[model]")
     else:
         model = _string(data, "model", file)
+    sections = {
+        "memory": memory_section,
+        "knowledge": knowledge_section,
+        "thinking": thinking_section,
+    }
+    for key, section in sections.items():
+        if key in data:
+            options[key] = section(data[key], file, _table, _built)
     output = _output(data, file)
     if output is not None:
         options["output_schema"] = output
@@ -353,7 +366,12 @@ def _mcp_server(table: Mapping[str, Any], file: Path) -> list[Tool]:
     name, timeout = table.get("name"), table.get("timeout", 60.0)
     if not isinstance(name, str):
         raise ConfigError(f"name must be a string, not {name!r}")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
         raise ConfigError(f"timeout must be a positive number of seconds, not {timeout!r}")
     only = table.get("only")
     if only is not None and not _strings(only):
@@ -375,6 +393,8 @@ def _mcp_server(table: Mapping[str, Any], file: Path) -> list[Tool]:
 
 
 def _stdio_server(name: str, table: Mapping[str, Any], file: Path, timeout: float) -> McpServer:
+    from mcp.client.stdio import get_default_environment  # HOME, PATH, ...: not the secrets
+
     from tether.tools.mcp import McpServer
 
     command = table["command"]
@@ -387,11 +407,13 @@ def _stdio_server(name: str, table: Mapping[str, Any], file: Path, timeout: floa
     if cwd is not None and not isinstance(cwd, str):
         raise ConfigError(f"cwd must be a string, not {cwd!r}")
     program, *args = cast(list[str], command)
+    if "/" in program and not Path(program).is_absolute():  # ./server.py: beside the file
+        program = str((file.parent / program).resolve())
     return McpServer.stdio(
         name,
         program,
         *args,
-        env=None if env is None else {**os.environ, **env},
+        env=None if env is None else {**get_default_environment(), **env},
         cwd=None if cwd is None else str((file.parent / cwd).resolve()),
         timeout=timeout,
     )
@@ -406,7 +428,7 @@ def _expanded(value: object, key: str) -> dict[str, str]:
     if not isinstance(value, dict) or not all(
         isinstance(v, str) for v in cast(dict[str, object], value).values()
     ):
-        raise ConfigError(f"{key} must be a table of strings, not {value!r}")
+        raise ConfigError(f"{key} must be a table of strings")  # its values may be secrets
 
     def variable(match: re.Match[str]) -> str:
         found = os.environ.get(match.group(1))

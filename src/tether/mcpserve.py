@@ -16,6 +16,7 @@ await server.run_stdio_async()
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -36,7 +37,7 @@ from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field
 
 from tether.agent import Agent
-from tether.errors import ConfigError, TetherError
+from tether.errors import ConfigError, RunNotFound, TetherError
 from tether.events import Event
 from tether.jsontypes import JsonObject
 from tether.loop import AgentRun
@@ -44,7 +45,14 @@ from tether.outcome import PendingCall, RunOutcome
 from tether.policy.approvals import Approval
 from tether.stores.base import RunStore
 
-__all__ = ["MAX_DECISION_ROUNDS", "mcp_server"]
+__all__ = ["ELICIT_TIMEOUT", "MAX_DECISION_ROUNDS", "MAX_GOAL_CHARS", "mcp_server"]
+
+ELICIT_TIMEOUT = 600.0
+"""Seconds a client has to answer an approval or a question asked mid-call; then the call
+returns, and the run waits for a decision made elsewhere (its slot is free again)."""
+MAX_GOAL_CHARS = 100_000
+"""The longest goal a call may give."""
+_TAG = "via:mcp"  # the tag of every run an MCP call starts
 
 MAX_DECISION_ROUNDS = 20
 """Approval and question rounds one call goes through before it returns the run waiting."""
@@ -141,15 +149,19 @@ async def _drive(
     version = ctx.protocol_version
     rounds = version is not None and is_version_at_least(version, _INPUT_REQUIRED_VERSION)
     if rounds and ctx.request_state:  # the client answers what the last round asked
-        run = _continue(agent, store, ctx.request_state, ctx.input_responses or {})
+        run = await _continue(agent, store, ctx.request_state, ctx.input_responses or {})
         if run is None:
-            return _error("the answers do not match what was asked: call the tool again")
+            return _error(
+                "the answers do not match what the run asks now (it has moved on, or they "
+                "answer another question): call the tool again"
+            )
         if isinstance(run, CallToolResult):
             return run
-    elif not goal.strip():
-        return _error("the goal is empty: say what the agent should do")
     else:
-        run = agent.stream(goal, run_id=run_id, store=store, tags=("via:mcp",))
+        refused = await _refused(goal, run_id, store)
+        if refused:
+            return _error(refused)
+        run = agent.stream(goal, run_id=run_id, store=store, tags=(_TAG,))
     outcome: RunOutcome[Any] | None = None
     progress = _Progress(ctx, agent)
     for _ in range(MAX_DECISION_ROUNDS):
@@ -159,7 +171,7 @@ async def _drive(
         if not can_elicit or outcome.status not in ("waiting_for_approval", "waiting_for_user"):
             break
         if rounds:  # 2026-07-28 and later: ask in the result; the client calls again
-            return _ask_in_result(outcome)
+            return _ask_in_result(outcome, (await store.info(outcome.run_id)).events)
         if outcome.status == "waiting_for_approval":
             approvals = [d for p in outcome.pending if (d := await _decide(ctx, p)) is not None]
             if not approvals:
@@ -204,7 +216,27 @@ _ANSWER_SCHEMA: JsonObject = {
 }
 
 
-def _ask_in_result(outcome: RunOutcome[Any]) -> InputRequiredResult:
+async def _refused(goal: str, run_id: str | None, store: RunStore) -> str:
+    """Why a call may not start (or continue) a run, or ``""``."""
+    if not goal.strip():
+        return "the goal is empty: say what the agent should do"
+    if len(goal) > MAX_GOAL_CHARS:
+        return f"the goal is {len(goal)} characters, over the {MAX_GOAL_CHARS} a call may give"
+    try:
+        goal.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the goal is not valid text (it holds a lone surrogate): send UTF-8 text"
+    if run_id is not None:
+        try:
+            info = await store.info(run_id)
+        except RunNotFound:
+            return ""
+        if _TAG not in info.tags:  # the CLI's, the HTTP API's (a tenant's): not a client's
+            return f"the run id {run_id!r} is taken by a run not started over MCP: use another"
+    return ""
+
+
+def _ask_in_result(outcome: RunOutcome[Any], events: int) -> InputRequiredResult:
     """The questions a waiting run has, as an input-required result (the SDK seals the state)."""
     requests: dict[str, Any] = {}
     if outcome.status == "waiting_for_approval":
@@ -216,6 +248,7 @@ def _ask_in_result(outcome: RunOutcome[Any]) -> InputRequiredResult:
             requests[f"approve:{pending.call_id}"] = ElicitRequest(params=params)
         state: JsonObject = {
             "run_id": outcome.run_id,
+            "events": events,
             "calls": {p.call_id: p.arguments_hash for p in outcome.pending},
         }
     else:
@@ -224,11 +257,11 @@ def _ask_in_result(outcome: RunOutcome[Any]) -> InputRequiredResult:
             requested_schema=cast(Any, _ANSWER_SCHEMA),
         )
         requests["answer"] = ElicitRequest(params=params)
-        state = {"run_id": outcome.run_id, "calls": {}}
+        state = {"run_id": outcome.run_id, "events": events, "calls": {}}
     return InputRequiredResult(input_requests=requests, request_state=orjson.dumps(state).decode())
 
 
-def _continue(
+async def _continue(
     agent: Agent[Any], store: RunStore, request_state: str, responses: Mapping[str, Any]
 ) -> AgentRun[Any] | CallToolResult | None:
     """The run resumed with the client's answers to the last round.
@@ -238,8 +271,13 @@ def _continue(
     """
     try:
         state = orjson.loads(request_state)
-        run_id, calls = str(state["run_id"]), dict(state["calls"])
+        run_id, calls, events = str(state["run_id"]), dict(state["calls"]), int(state["events"])
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+    try:
+        if (await store.info(run_id)).events != events:
+            return None  # the run moved on since it asked: these answers are for the past
+    except RunNotFound:
         return None
     if not calls:
         reply = responses.get("answer")
@@ -296,8 +334,10 @@ def _approval_message(pending: PendingCall) -> str:
 
 async def _decide(ctx: Context, pending: PendingCall) -> Approval | None:
     try:
-        reply = await ctx.elicit(_approval_message(pending), _Decision)
-    except Exception:  # the client failed to ask: the call waits for a decision elsewhere
+        reply = await asyncio.wait_for(
+            ctx.elicit(_approval_message(pending), _Decision), ELICIT_TIMEOUT
+        )
+    except Exception:  # the client failed to ask, or no one answered: decide elsewhere
         return None
     if reply.action == "cancel":
         return None
@@ -309,8 +349,10 @@ async def _decide(ctx: Context, pending: PendingCall) -> Approval | None:
 
 async def _ask(ctx: Context, question: str) -> str | None:
     try:
-        reply = await ctx.elicit(f"The agent asks: {question}", _Answer)
-    except Exception:
+        reply = await asyncio.wait_for(
+            ctx.elicit(f"The agent asks: {question}", _Answer), ELICIT_TIMEOUT
+        )
+    except Exception:  # no answer in time: the run waits for one given elsewhere
         return None
     return reply.data.answer if reply.action == "accept" else None
 

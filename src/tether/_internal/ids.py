@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import random
+import re
 import time
 
-__all__ = ["new_run_id"]
+__all__ = ["RUN_ID", "new_run_id"]
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,199}")
+"""What a run id a caller chooses may be: it names files (``log_dir``), rows and URLs."""
 
 
 def new_run_id() -> str:

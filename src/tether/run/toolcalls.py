@@ -414,9 +414,11 @@ class ToolStage(Generic[OutputT]):
         how = None
         result: ToolResult | None = None
         error_type: str | None = None
+        caught: asyncio.CancelledError | None = None
         try:
             result, error_type = await drive
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            caught = exc  # re-raised as it came: its message says who cancelled (anyio reads it)
             how = interrupts.settle()
         finally:
             interrupts.end()
@@ -430,7 +432,7 @@ class ToolStage(Generic[OutputT]):
             case "cancel":
                 raise Cancelled
             case "external":
-                raise asyncio.CancelledError
+                raise caught or asyncio.CancelledError()
             case "tool":  # it raised CancelledError with nobody cancelling it
                 result, error_type = tool_error(tool, RuntimeError("raised CancelledError"), None)
                 return result, error_type, blocked

@@ -284,7 +284,9 @@ class Drive:
                     yield proxy
                 except BaseException as exc:
                     target.remove_done_callback(forward)
-                    if isinstance(exc, asyncio.CancelledError) and target.cancel():
+                    if isinstance(exc, asyncio.CancelledError) and target.cancel(
+                        exc.args[0] if exc.args else None  # its message: who cancelled
+                    ):
                         self._delivered(exc)  # it sees its own future cancelled, as usual
                     else:
                         error = self._delivered(exc)

@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import hashlib
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -52,7 +53,12 @@ class McpUnavailable(TetherError):
 
 
 def _digest(tool: Any) -> str:
-    listed = {"description": tool.description or "", "schema": tool.input_schema}
+    hints = tool.annotations
+    listed = {
+        "description": tool.description or "",
+        "schema": tool.input_schema,
+        "annotations": None if hints is None else hints.model_dump(mode="json"),
+    }
     return hashlib.sha256(orjson.dumps(listed, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -83,8 +89,14 @@ class McpServer:
         self._current: dict[str, str] = {}  # the same, as the server lists it now
         self._list_changed = False
         self._lazy = False  # sessions opened by the calls themselves (tools_now)
-        self._background: tuple[asyncio.AbstractEventLoop, asyncio.Task[None]] | None = None
-        self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        # tools_now: each event loop's background session (its task, the session), and the
+        # lock its first calls open it under
+        self._held: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._opening: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
         self.skipped: list[str] = []
         """Tools the server listed that tether could not take, and why."""
 
@@ -191,48 +203,56 @@ class McpServer:
         return made
 
     async def _held_session(self) -> Any:
-        """The session of this event loop's background task, opened if need be."""
+        """This event loop's session (each loop has its own), opened if need be."""
         loop = asyncio.get_running_loop()
-        if self._background is not None and self._background[0] is not loop:
-            self._background, self._session = None, None  # an ended loop's: gone with it
-        if self._opening is None or self._opening[0] is not loop:
-            self._opening = (loop, asyncio.Lock())
-        async with self._opening[1]:
-            if self._session is not None:
-                return self._session
-            ready: asyncio.Future[None] = loop.create_future()
+        lock = self._opening.get(loop)
+        if lock is None:
+            lock = self._opening[loop] = asyncio.Lock()
+        async with lock:
+            held = self._held.get(loop)
+            if held is not None and not held[0].done():
+                return held[1]
+            ready: asyncio.Future[Any] = loop.create_future()
             task = loop.create_task(self._hold(ready), name=f"mcp session {self.name}")
             try:
-                await asyncio.wait_for(asyncio.shield(ready), self._timeout + 5)
+                session = await asyncio.wait_for(asyncio.shield(ready), self._timeout + 5)
             except BaseException:
                 task.cancel()
                 raise
-            self._background = (loop, task)
+            self._held[loop] = (task, session)
             self._list_changed = True  # a new session: compare its tools with the listing
-            return self._session
+            return session
 
-    async def _hold(self, ready: asyncio.Future[None]) -> None:
+    async def _hold(self, ready: asyncio.Future[Any]) -> None:
         stack = contextlib.AsyncExitStack()
         try:
             session = await self._connect(stack)
         except McpUnavailable as exc:
             ready.set_exception(exc)
             return
-        self._session = session
-        ready.set_result(None)
+        ready.set_result(session)
         try:
             await asyncio.Event().wait()  # until the loop ends or the session is dropped
         finally:
-            if self._session is session:
-                self._session = None
             with contextlib.suppress(Exception):  # a dead server has nothing left to close
                 await stack.aclose()
 
-    def _drop(self) -> None:
-        """Forget a failed background session (the next call opens another)."""
-        if self._background is not None:
-            self._background[1].cancel()
-        self._background, self._session = None, None
+    async def _drop_if_dead(self, session: Any) -> None:
+        """After a failed call, end the session unless the server still answers a ping.
+
+        A slow tool that timed out leaves the session (and the other calls on it) alone; a
+        dead server's session ends, and the next call starts the server again.
+        """
+        try:
+            await asyncio.wait_for(session.send_ping(), 5)
+            return
+        except Exception:
+            pass
+        loop = asyncio.get_running_loop()
+        held = self._held.get(loop)
+        if held is not None and held[1] is session:
+            del self._held[loop]
+            held[0].cancel()
 
     async def _on_message(self, message: Any) -> None:
         from mcp import types
@@ -261,11 +281,12 @@ class McpServer:
                 filled[key] = field["default"]
         return types.ElicitResult(action="accept", content=filled)
 
-    async def _list(self) -> list[Any]:
+    async def _list(self, session: Any = None) -> list[Any]:
         """Every tool the server lists (at most ``_MAX_TOOLS``, over at most ``_MAX_PAGES``)."""
         from mcp import types
 
-        if self._session is None:
+        session = session or self._session
+        if session is None:
             raise McpUnavailable(f"MCP server {self.name!r} is not connected: use `async with`")
         found: list[Any] = []
         seen: set[str] = set()
@@ -273,7 +294,7 @@ class McpServer:
         try:
             for _ in range(_MAX_PAGES):
                 params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
-                page = await self._session.list_tools(params=params)
+                page = await session.list_tools(params=params)
                 found.extend(page.tools)
                 cursor = page.next_cursor
                 if not cursor or cursor in seen or len(found) >= _MAX_TOOLS:
@@ -334,24 +355,24 @@ class McpServer:
         )
 
     async def _call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        session = self._session
         if self._lazy:
             try:
-                await self._held_session()
+                session = await self._held_session()
             except Exception as exc:
                 return ToolResult.error(
                     f"the MCP server {self.name!r} did not start a session: "
                     f"{type(exc).__name__}: {exc}; the call was not made"
                 )
-        session = self._session
         if session is None:
             return ToolResult.error(f"the MCP server {self.name!r} is not connected")
         try:
             if self._list_changed:  # the server announced a new list: see what it is now
-                self._current = {t.name: _digest(t) for t in await self._list()}
+                self._current = {t.name: _digest(t) for t in await self._list(session)}
                 self._list_changed = False
         except McpUnavailable as exc:
             if self._lazy:
-                self._drop()
+                await self._drop_if_dead(session)
             return ToolResult.error(f"{exc}; the call was not made")
         if self._current.get(name) != self._listed.get(name):
             gone = "removed" if name not in self._current else "changed"
@@ -363,7 +384,7 @@ class McpServer:
             result = await session.call_tool(name, arguments, read_timeout_seconds=self._timeout)
         except Exception as exc:  # the server died, closed the pipe or broke the protocol
             if self._lazy:
-                self._drop()
+                await self._drop_if_dead(session)
             return ToolResult.error(
                 f"the MCP server {self.name!r} failed during the call: {type(exc).__name__}: {exc}"
             )
