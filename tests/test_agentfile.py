@@ -133,3 +133,43 @@ def test_tether_run_takes_an_agent_file(tmp_path: Path, monkeypatch: pytest.Monk
     failed = CliRunner().invoke(app, ["run", "x", "--agent", str(bad)])
     assert failed.exit_code == 2
     assert "bad.toml: [[tools]] #1: builtin 'calculater'" in failed.output
+
+
+def test_the_tether_command_finds_modules_beside_the_file_and_in_the_current_directory(
+    tmp_path: Path,
+) -> None:
+    """The ``tether`` script (unlike ``python -m``) has no current directory on its path."""
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).with_name("tether")
+    folder = tmp_path / "agents"
+    folder.mkdir()
+    (folder / "beside_tools.py").write_text(
+        'def lookup(key: str) -> str:\n    """Looks up.\n\n    Args:\n        key: The key.\n    """\n'
+        '    return "found " + key\n'
+    )
+    (tmp_path / "steps.json").write_text(
+        '[{"tool_calls": [{"name": "lookup", "arguments": {"key": "k"}}]},'
+        ' {"tool_calls": [{"name": "finish_task", "arguments": {"answer": "done"}}]}]'
+    )
+    write(folder, 'name = "a"\n[[tools]]\nfunction = "beside_tools:lookup"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    ran = subprocess.run(
+        [str(script), "run", "go", "--agent", str(folder / "agent.toml"),
+         "--model", f"scripted:{tmp_path / 'steps.json'}", "--no-log", "--json"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert '"answer": "done"' in ran.stdout
+    (elsewhere / "here_agent.py").write_text(
+        "from tether import Agent\nfrom tether.testing import ScriptedModel, finish\n"
+        'agent = Agent(model=ScriptedModel([finish("from here")]))\n'
+    )
+    here = subprocess.run(
+        [str(script), "run", "go", "--agent", "here_agent:agent", "--no-log"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert here.returncode == 0, here.stderr
+    assert "from here" in here.stdout

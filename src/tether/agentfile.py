@@ -446,7 +446,7 @@ def _function(ref: object, file: Path, where: str) -> Tool:
     from tether.tools.function import function_tool
 
     try:
-        value = import_ref(ref, "function")
+        value = import_ref(ref, "function", beside=file.parent)
     except ConfigError as exc:
         raise ConfigError(f"{file}: {where}: {exc}") from None
     if isinstance(value, Tool):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any, cast
 
 from tether._internal.configfiles import import_ref
@@ -89,7 +90,7 @@ def load_agent(ref: str) -> Agent[Any]:
         from tether.agentfile import load_agent_file
 
         return load_agent_file(ref)
-    value = import_ref(ref, "agent")
+    value = import_ref(ref, "agent", beside=Path.cwd())
     if not isinstance(value, Agent) and callable(value):
         value = value()
     if not isinstance(value, Agent):

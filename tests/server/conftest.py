@@ -45,12 +45,14 @@ def tether_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def serve(cwd: Path, db: Path, agent: str = "served:agent") -> tuple[subprocess.Popen[bytes], str]:
+def serve(
+    cwd: Path, db: Path, agent: str = "served:agent", *extra: str
+) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``tether serve`` on a free port over ``db``; returns the process and its URL."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tether", "serve", "--agent", agent,
-         "--port", str(port), "--db", str(db)],
+         "--port", str(port), "--db", str(db), *extra],
         cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(cwd)},
         stdout=subprocess.DEVNULL,

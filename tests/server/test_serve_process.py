@@ -97,6 +97,36 @@ def test_runs_in_flight_when_the_server_is_killed_finish_after_it_restarts(
         proc.communicate(timeout=30)
 
 
+def test_more_runs_left_running_than_the_limit_all_finish_after_a_restart(
+    served: tuple[Path, str],
+) -> None:
+    db, token = served
+    auth = {"Authorization": f"Bearer {token}"}
+    proc, url = serve(db.parent, db)
+    started = [
+        httpx.post(f"{url}/v1/runs", json={"goal": f"pause {i}"}, headers=auth).json()["run_id"]
+        for i in range(3)
+    ]
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    proc, url = serve(db.parent, db, "served:agent", "--max-active-runs", "1")
+    try:
+        deadline = time.monotonic() + 90
+        statuses: list[str] = []
+        while time.monotonic() < deadline:
+            statuses = [
+                httpx.get(f"{url}/v1/runs/{r}", headers=auth).json()["status"] for r in started
+            ]
+            if all(s == "finished" for s in statuses):
+                break
+            time.sleep(0.3)
+        assert statuses == ["finished"] * 3  # one at a time, as the limit says
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
 def test_sigterm_with_a_stream_open_stops_the_server_and_ends_the_run_cancelled(
     served: tuple[Path, str],
 ) -> None:

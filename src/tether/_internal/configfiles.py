@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tether.errors import ConfigError
 
@@ -30,8 +31,11 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read the {what} {file}: {exc}") from None
 
 
-def import_ref(ref: object, what: str) -> object:
+def import_ref(ref: object, what: str, *, beside: str | Path | None = None) -> object:
     """What ``package.module:attribute`` names (``what`` it should be, for errors).
+
+    The module is looked for in ``beside`` first (an agent file's folder; the current
+    directory for a command's ``--agent``, as ``python -m`` would), then on the Python path.
 
     Raises:
         ConfigError: ``ref`` is not such a reference, or it cannot be imported.
@@ -39,7 +43,17 @@ def import_ref(ref: object, what: str) -> object:
     module_name, _, attribute = ref.partition(":") if isinstance(ref, str) else ("", "", "")
     if not module_name or not attribute:
         raise ConfigError(f"{what} reference {ref!r} must look like 'package.module:attribute'")
+    folder = None if beside is None else str(Path(beside).resolve())
+    added = folder is not None and folder not in sys.path
+    if added:
+        sys.path.insert(0, cast(str, folder))
     try:
         return getattr(importlib.import_module(module_name), attribute)
     except Exception as exc:  # ImportError, AttributeError, or the module's own error
-        raise ConfigError(f"cannot import {what} {ref!r}: {type(exc).__name__}: {exc}") from None
+        where = "" if folder is None else f" (looked in {folder} and on the Python path)"
+        raise ConfigError(
+            f"cannot import {what} {ref!r}{where}: {type(exc).__name__}: {exc}"
+        ) from None
+    finally:
+        if added:
+            sys.path.remove(cast(str, folder))

@@ -100,6 +100,8 @@ def create_app(
             if resumed:
                 _log.warning("resumed %d runs whose process had died", len(resumed))
         yield
+        if api.resuming is not None:
+            api.resuming.cancel()  # what it has not resumed yet stays for the next start
         await runs.close()  # runs in flight end cancelled, logged; resume them later
 
     app = FastAPI(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -20,7 +21,7 @@ from tether.policy.approvals import Approval
 from tether.policy.audit import audit_encoded
 from tether.server.bodies import Answer, Decisions, StartRun
 from tether.server.keys import ApiKey, ApiKeys, KeyRefused, Scope
-from tether.server.runs import ServerRuns, run_json
+from tether.server.runs import ServerRuns, TooBusy, run_json
 from tether.server.sse import event_stream
 from tether.stores.base import RunIndexStatus, RunQuery, RunStore
 from tether.stores.sqlite import SqliteStore
@@ -92,6 +93,8 @@ class Endpoints:
         self, agents: dict[str, Agent[Any]], store: RunStore, keys: ApiKeys, runs: ServerRuns
     ) -> None:
         self.agents, self.store, self.keys, self.runs = agents, store, keys, runs
+        self.resuming: asyncio.Task[None] | None = None
+        """Stale runs past the limit, resumed as slots free (cancelled at shutdown)."""
 
     async def owned(self, run_id: str, key: ApiKey) -> JsonObject:
         """The run as the API shows it, if it is the key's tenant's (else ``RunNotFound``)."""
@@ -249,6 +252,7 @@ class Endpoints:
         if not isinstance(self.store, SqliteStore):
             return []
         resumed: list[str] = []
+        later: list[tuple[Agent[Any], str]] = []
         for stale in await stale_runs(self.store):
             info = stale.info
             agent = self.agents.get(info.agent)
@@ -256,11 +260,29 @@ class Endpoints:
                 continue
             try:
                 await self.runs.resume(agent, info.run_id)
+            except TooBusy:  # more than max_active_runs were in flight: as slots free
+                later.append((agent, info.run_id))
+                continue
             except TetherError as exc:
                 _log.warning("run %s was not resumed: %s", info.run_id, exc)
                 continue
             resumed.append(info.run_id)
+        if later:
+            self.resuming = asyncio.create_task(self._resume_later(later))
         return resumed
+
+    async def _resume_later(self, later: list[tuple[Agent[Any], str]]) -> None:
+        """Resume each run as a slot frees (the server's limit holds all along)."""
+        for agent, run_id in later:
+            while True:
+                try:
+                    await self.runs.resume(agent, run_id)
+                except TooBusy:
+                    await asyncio.sleep(0.2)
+                    continue
+                except TetherError as exc:
+                    _log.warning("run %s was not resumed: %s", run_id, exc)
+                break
 
     async def _waiting(self, run_id: str) -> dict[str, ApprovalRequested]:
         requested: dict[str, ApprovalRequested] = {}
