@@ -173,3 +173,23 @@ def test_the_tether_command_finds_modules_beside_the_file_and_in_the_current_dir
     )  # fmt: skip
     assert here.returncode == 0, here.stderr
     assert "from here" in here.stdout
+
+
+def test_two_agent_files_with_their_own_tools_py_do_not_share_one(tmp_path: Path) -> None:
+    for team in ("billing", "support"):
+        folder = tmp_path / team
+        folder.mkdir()
+        (folder / "tools_for_teams.py").write_text(
+            f'def lookup(key: str) -> str:\n    """{team} lookup.\n\n    Args:\n'
+            f'        key: The key.\n    """\n    return "{team}"\n'
+        )
+        write(folder, 'name = "a"\n[[tools]]\nfunction = "tools_for_teams:lookup"\n')
+    try:
+        billing = load_agent_file(tmp_path / "billing" / "agent.toml")
+        assert "billing" in billing.spec.tool_map["lookup"].description
+        with pytest.raises(ConfigError, match="shadowed by the 'tools_for_teams' already imported"):
+            load_agent_file(tmp_path / "support" / "agent.toml")
+    finally:
+        import sys
+
+        sys.modules.pop("tools_for_teams", None)

@@ -319,7 +319,7 @@ async def test_a_run_not_started_over_mcp_cannot_be_taken_over_by_its_id(tmp_pat
     async with Client(mcp_server([wiring()], store), elicitation_callback=_elicit(reply, [])) as c:
         result = await c.call_tool("wiring", {"goal": "pay", "run_id": "ops-1"})
     assert result.is_error
-    assert "taken by a run not started over MCP" in _text(result)
+    assert "taken by a run this caller did not start" in _text(result)
     assert wired == []
     await store.close()
 
@@ -399,3 +399,78 @@ async def test_a_bad_run_id_or_goal_is_refused_and_nothing_is_stored(
     assert says in _text(result)
     assert await store.runs() == []
     await store.close()
+
+
+KEYED_AGENTS = """
+from tether import Agent, tool
+from tether.policy import RulePolicy, Rules, require_approval
+from tether.testing import ScriptedModel, call, finish
+
+@tool(destructive=True, open_world=False)
+def wire(amount: float) -> str:
+    '''Wires money.
+
+    Args:
+        amount: How much.
+    '''
+    return "wired"
+
+def wiring():
+    policy = RulePolicy(Rules(rules=(require_approval("wire"),)))
+    return Agent(name="wiring", model=ScriptedModel([call("wire", amount=5), finish("paid")]),
+                 tools=[wire], policy=policy)
+"""
+
+
+async def test_over_http_with_keys_each_tenant_has_its_own_runs(tmp_path: Path) -> None:
+    from tests.support import free_port, wait_listening
+    from tether.tools.mcp import McpServer, McpUnavailable
+
+    (tmp_path / "keyed.py").write_text(KEYED_AGENTS)
+    db = tmp_path / "t.db"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", *args, "--db", str(db)],
+            capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path, env=env,
+        )  # fmt: skip
+        return done.stdout.strip()
+
+    acme = cli("keys", "create", "--tenant", "acme", "--scope", "run")
+    other = cli("keys", "create", "--tenant", "other", "--scope", "run")
+    port = free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    server = subprocess.Popen(  # noqa: ASYNC220 - a server process for the whole test
+        [sys.executable, "-m", "tether", "mcp", "serve", "--http", "--port", str(port),
+         "--require-key", "--agent", "keyed:wiring", "--db", str(db)],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wait_listening(port, lambda: server.poll() is None)
+        with pytest.raises(McpUnavailable):  # no key: not even a session
+            async with McpServer.http("tether", url, timeout=10):
+                pass
+        bad = {"Authorization": "Bearer tether_0000000000000000_" + "x" * 43}
+        with pytest.raises(McpUnavailable):
+            async with McpServer.http("tether", url, headers=bad, timeout=10):
+                pass
+        mine = McpServer.http("tether", url, headers={"Authorization": f"Bearer {acme}"})
+        async with mine:
+            [tool_] = await mine.tools()
+            assert tool_.name == "wiring"
+            first = await mine._call("wiring", {"goal": "pay", "run_id": "pay-1"})  # pyright: ignore[reportPrivateUsage]
+        assert "waits for approval" in str(first.content)  # a run key may not approve
+        theirs = McpServer.http("tether", url, headers={"X-API-Key": other})
+        async with theirs:
+            await theirs.tools()
+            taken = await theirs._call("wiring", {"goal": "pay", "run_id": "pay-1"})  # pyright: ignore[reportPrivateUsage]
+        assert taken.is_error
+        assert "taken by a run this caller did not start" in str(taken.content)
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
+    shown = cli("runs")
+    assert "pay-1" in shown or "wiring" in shown

@@ -82,3 +82,33 @@ def test_an_agent_file_declares_the_output(tmp_path: Path) -> None:
             load_agent_file(path)
         assert str(path) in str(raised.value)
         assert says in str(raised.value)
+
+
+def test_a_schema_that_refers_outside_itself_is_refused_for_outputs_and_tools() -> None:
+    """Validation would fetch the URL or read the file (an MCP server writes tool schemas)."""
+    from tether.tools.base import Tool
+
+    for ref in ("http://127.0.0.1:9/schema.json", "file:///etc/passwd", "other.json#/a"):
+        with pytest.raises(ConfigError, match="refers outside itself"):
+            Agent(model=ScriptedModel([]), output_schema={"$ref": ref})
+
+        async def handler(ctx: object, arguments: object) -> str:
+            return "x"
+
+        with pytest.raises(ConfigError, match="refers outside itself"):
+            Tool.from_schema(
+                name="t",
+                description="d",
+                input_schema={"type": "object", "properties": {"a": {"$ref": ref}}},
+                handler=handler,  # type: ignore[arg-type]
+            )
+
+
+async def test_a_non_object_schema_with_definitions_can_be_met() -> None:
+    schema: JsonObject = {
+        "type": "array",
+        "items": {"$ref": "#/$defs/Item"},
+        "$defs": {"Item": {"type": "integer"}},
+    }
+    agent = Agent(model=ScriptedModel([finish(result=[1, 2])]), output_schema=schema)
+    assert (await agent.run("list")).output == [1, 2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -155,3 +156,63 @@ def test_tether_run_says_what_is_wrong_with_a_pack_reference(tmp_path: Path) -> 
     done = CliRunner().invoke(app, ["run", "x", "--agent", "pack:nowhere/x", "--no-log"])
     assert done.exit_code == 2
     assert "no pack 'nowhere' is installed" in done.output
+
+
+def test_two_packages_declaring_one_pack_name_load_neither(
+    third_party: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    rival = tmp_path_factory.mktemp("rival")
+    info = rival / "shadow_pack-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shadow-pack\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[tether.packs]\nengineering = shadow:pack\n")
+    sys.path.insert(0, str(rival))
+    try:
+        packs = {p.name: p for p in installed_packs()}
+        assert packs["engineering"].pack is None
+        assert (
+            "shadow-pack, tether each declare a pack 'engineering'" in packs["engineering"].problem
+        )
+        with pytest.raises(ConfigError, match="uninstall all but one"):
+            agent_from_pack("engineering/coder")
+        assert agent_from_pack("billing/clerk").name == "clerk"  # the others still work
+    finally:
+        sys.path.remove(str(rival))
+
+
+def test_a_pack_that_exits_on_import_or_fails_to_make_an_agent_is_a_clear_error(
+    third_party: Path,
+) -> None:
+    (third_party / "exiting_pack.py").write_text("raise SystemExit(3)\n")
+    (third_party / "failing_pack.py").write_text(
+        "from tether.packs import Pack\n"
+        "def bad():\n    raise RuntimeError('token=sk-SECRET')\n"
+        "pack = Pack(name='failing', description='x', agents={'a': bad})\n"
+    )
+    info = third_party / "billing_pack-1.2.0.dist-info" / "entry_points.txt"
+    info.write_text(info.read_text() + "exiting = exiting_pack:pack\nfailing = failing_pack:pack\n")
+    packs = {p.name: p for p in installed_packs()}
+    assert packs["exiting"].problem.startswith("SystemExit")
+    with pytest.raises(ConfigError) as raised:
+        agent_from_pack("failing/a")
+    assert "failed to make its agent 'a': RuntimeError" in str(raised.value)
+    assert "SECRET" not in str(raised.value)
+    done = CliRunner().invoke(app, ["packs"])
+    assert done.exit_code == 0
+    assert "pack exiting (billing-pack) did not load: SystemExit" in done.output
+
+
+def test_a_packs_tool_set_in_an_agent_file_is_rooted_at_the_file(
+    third_party: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = third_party / "agents"
+    folder.mkdir()
+    (folder / "inside.txt").write_text("inside")
+    path = folder / "agent.toml"
+    path.write_text('name = "a"\n[[tools]]\npack = "engineering/files"\n')
+    monkeypatch.chdir("/")  # not where the files are looked for
+    agent = load_agent_file(path)
+    model = ScriptedModel([call("read_file", path="inside.txt"), finish("read")])
+    outcome = asyncio.run(agent.run("read", model=model))
+    [read] = [e for e in outcome.events if isinstance(e, ToolCallFinished)][:1]
+    assert "inside" in str(read.content)

@@ -306,14 +306,7 @@ def _tools(value: object, file: Path) -> list[Tool]:
                 f"{file}: {where}: builtin {name!r} is not one of {', '.join(sorted(BUILTINS))}"
             )
         for key in _PATHS.get(cast(str, name), ()):
-            given = table.get(key)
-            if isinstance(given, str) and "://" not in given:  # a file, not a database URL
-                table[key] = str((file.parent / given).resolve())
-            elif isinstance(given, dict):  # named roots
-                table[key] = {
-                    k: str((file.parent / v).resolve()) if isinstance(v, str) else v
-                    for k, v in cast(dict[str, object], given).items()
-                }
+            _relative(table, key, file)
         made: list[Tool] = _built(factory, table, file, f"{where} ({name})")
         tools.extend(made)
     return tools
@@ -329,12 +322,25 @@ def _from_pack(table: dict[str, Any], file: Path, where: str) -> list[Tool]:
         factory = pack_tools(ref)
     except ConfigError as exc:
         raise ConfigError(f"{file}: {where}: {exc}") from None
+    accepts = inspect.signature(factory).parameters
     for key in ("root", "workspace", "database"):  # paths relative to the file, as builtins'
-        given = table.get(key)
-        if isinstance(given, str) and "://" not in given:
-            table[key] = str((file.parent / given).resolve())
+        if key in accepts and key != "database" and key not in table:
+            table[key] = str(file.parent.resolve())  # not the directory a command runs in
+        _relative(table, key, file)
     made: list[Tool] = _built(factory, table, file, f"{where} ({ref})")
     return made
+
+
+def _relative(table: dict[str, Any], key: str, file: Path) -> None:
+    """``table[key]``, a path or named paths, made relative to the agent file's folder."""
+    given = table.get(key)
+    if isinstance(given, str) and "://" not in given:  # a file, not a database URL
+        table[key] = str((file.parent / given).resolve())
+    elif isinstance(given, dict):  # named roots
+        table[key] = {
+            k: str((file.parent / v).resolve()) if isinstance(v, str) else v
+            for k, v in cast(dict[str, object], given).items()
+        }
 
 
 def _mcp_servers(value: object, file: Path) -> list[Tool]:

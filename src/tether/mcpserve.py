@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 from mcp.server import MCPServer
@@ -38,6 +39,9 @@ from pydantic import BaseModel, Field
 
 from tether.agent import Agent
 from tether.errors import ConfigError, RunNotFound, TetherError
+
+if TYPE_CHECKING:
+    from tether.server.keys import ApiKeys
 from tether.events import Event
 from tether.jsontypes import JsonObject
 from tether.loop import AgentRun
@@ -45,7 +49,7 @@ from tether.outcome import PendingCall, RunOutcome
 from tether.policy.approvals import Approval
 from tether.stores.base import RunStore
 
-__all__ = ["ELICIT_TIMEOUT", "MAX_DECISION_ROUNDS", "MAX_GOAL_CHARS", "mcp_server"]
+__all__ = ["ELICIT_TIMEOUT", "MAX_DECISION_ROUNDS", "MAX_GOAL_CHARS", "keyed", "mcp_server"]
 
 ELICIT_TIMEOUT = 600.0
 """Seconds a client has to answer an approval or a question asked mid-call; then the call
@@ -77,8 +81,14 @@ def mcp_server(
     *,
     name: str = "tether",
     max_active_runs: int = 16,
+    keys: ApiKeys | None = None,
 ) -> MCPServer:
-    """An MCP server whose tools run ``agents`` (one tool each) in ``store``."""
+    """An MCP server whose tools run ``agents`` (one tool each) in ``store``.
+
+    With ``keys`` (over HTTP): every call needs a tether API key (``Authorization: Bearer``
+    or ``X-API-Key``) with the ``run`` scope; its runs belong to the key's tenant, a run id is
+    reused only within it, and approvals are asked only of a key with ``approve``.
+    """
     if max_active_runs < 1:
         raise ConfigError(f"max_active_runs must be at least 1, not {max_active_runs}")
     server = MCPServer(
@@ -98,7 +108,7 @@ def mcp_server(
             raise ConfigError(f"two agents are named {agent.name!r}: rename one")
         seen.add(agent.name)
         server.add_tool(
-            _tool(agent, store, active, max_active_runs),
+            _tool(agent, store, active, max_active_runs, keys),
             name=agent.name,
             title=agent.name,
             description=_describe(agent),
@@ -124,14 +134,66 @@ def _reads_only(agent: Agent[Any]) -> bool:
     return all(d.annotations.read_only is True for d in agent.spec.definitions)
 
 
-def _tool(agent: Agent[Any], store: RunStore, active: set[str], limit: int) -> Any:
+def keyed(app: Any, keys: ApiKeys) -> Any:
+    """The ASGI ``app`` behind tether API keys: a request without a live key gets ``401``."""
+    from tether.server.keys import KeyRefused
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = {
+                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
+            }
+            try:
+                await keys.verify(_token(headers) or None)
+            except KeyRefused as exc:
+                body = orjson.dumps({"error": str(exc)})
+                await send({
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())],
+                })  # fmt: skip
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def _token(headers: Mapping[str, str]) -> str:
+    return headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+
+
+@dataclass(frozen=True)
+class _Caller:
+    tags: tuple[str, ...] = (_TAG,)
+    """The tags of the runs it starts, and that a run it continues must have."""
+    may_approve: bool = True
+
+
+async def _caller(ctx: Context, keys: ApiKeys | None) -> _Caller:
+    """Who calls: anyone (no keys), or the tenant of the key the request carries."""
+    if keys is None:
+        return _Caller()
+    from tether.server.keys import KeyRefused
+
+    headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
+    key = await keys.verify(_token(headers) or None)
+    if not key.allows("run"):
+        raise KeyRefused(f"the key {key.key_id} may not run agents (it needs the run scope)")
+    return _Caller((_TAG, f"tenant:{key.tenant}"), key.allows("approve"))
+
+
+def _tool(
+    agent: Agent[Any], store: RunStore, active: set[str], limit: int, keys: ApiKeys | None
+) -> Any:
     async def run_agent(goal: str, ctx: Context, run_id: str | None = None) -> Any:
         if len(active) >= limit:
             return _error(f"the server runs {limit} agent calls at once, its limit: try again")
         token = f"{id(ctx)}:{len(active)}"
         active.add(token)
         try:
-            return await _drive(agent, store, goal, run_id, ctx)
+            return await _drive(agent, store, goal, run_id, ctx, await _caller(ctx, keys))
         except TetherError as exc:  # a run id taken by another goal, a run that cannot resume
             return _error(str(exc))
         finally:
@@ -142,26 +204,20 @@ def _tool(agent: Agent[Any], store: RunStore, active: set[str], limit: int) -> A
 
 
 async def _drive(
-    agent: Agent[Any], store: RunStore, goal: str, run_id: str | None, ctx: Context
+    agent: Agent[Any],
+    store: RunStore,
+    goal: str,
+    run_id: str | None,
+    ctx: Context,
+    caller: _Caller,
 ) -> CallToolResult | InputRequiredResult:
     capabilities = ctx.client_capabilities
     can_elicit = capabilities is not None and capabilities.elicitation is not None
     version = ctx.protocol_version
     rounds = version is not None and is_version_at_least(version, _INPUT_REQUIRED_VERSION)
-    if rounds and ctx.request_state:  # the client answers what the last round asked
-        run = await _continue(agent, store, ctx.request_state, ctx.input_responses or {})
-        if run is None:
-            return _error(
-                "the answers do not match what the run asks now (it has moved on, or they "
-                "answer another question): call the tool again"
-            )
-        if isinstance(run, CallToolResult):
-            return run
-    else:
-        refused = await _refused(goal, run_id, store)
-        if refused:
-            return _error(refused)
-        run = agent.stream(goal, run_id=run_id, store=store, tags=(_TAG,))
+    run = await _first(agent, store, goal, run_id, ctx, caller, rounds)
+    if isinstance(run, CallToolResult):
+        return run
     outcome: RunOutcome[Any] | None = None
     progress = _Progress(ctx, agent)
     for _ in range(MAX_DECISION_ROUNDS):
@@ -170,20 +226,55 @@ async def _drive(
         outcome = run.outcome
         if not can_elicit or outcome.status not in ("waiting_for_approval", "waiting_for_user"):
             break
+        if outcome.status == "waiting_for_approval" and not caller.may_approve:
+            break  # the key may run, not approve: the calls wait for a key that may
         if rounds:  # 2026-07-28 and later: ask in the result; the client calls again
             return _ask_in_result(outcome, (await store.info(outcome.run_id)).events)
-        if outcome.status == "waiting_for_approval":
-            approvals = [d for p in outcome.pending if (d := await _decide(ctx, p)) is not None]
-            if not approvals:
-                break  # dismissed: the calls wait for a decision made elsewhere
-            run = agent.resume_stream(outcome.run_id, approvals=approvals, store=store)
-        else:
-            answer = await _ask(ctx, outcome.question or "")
-            if answer is None:
-                break
-            run = agent.resume_stream(outcome.run_id, answer=answer, store=store)
+        asked = await _ask_here(agent, store, ctx, outcome)
+        if asked is None:
+            break  # dismissed, or no answer in time: the run waits for one given elsewhere
+        run = asked
     assert outcome is not None
     return _result(outcome)
+
+
+async def _first(
+    agent: Agent[Any],
+    store: RunStore,
+    goal: str,
+    run_id: str | None,
+    ctx: Context,
+    caller: _Caller,
+    rounds: bool,
+) -> AgentRun[Any] | CallToolResult:
+    """The run a call starts, or continues with the answers of the last round."""
+    if rounds and ctx.request_state:  # the client answers what the last round asked
+        run = await _continue(agent, store, ctx.request_state, ctx.input_responses or {}, caller)
+        if run is None:
+            return _error(
+                "the answers do not match what the run asks now (it has moved on, or they "
+                "answer another question): call the tool again"
+            )
+        return run
+    refused = await _refused(goal, run_id, store, caller)
+    if refused:
+        return _error(refused)
+    return agent.stream(goal, run_id=run_id, store=store, tags=caller.tags)
+
+
+async def _ask_here(
+    agent: Agent[Any], store: RunStore, ctx: Context, outcome: RunOutcome[Any]
+) -> AgentRun[Any] | None:
+    """Ask mid-call (protocols before 2026-07-28); the run resumed with what was decided."""
+    if outcome.status == "waiting_for_approval":
+        approvals = [d for p in outcome.pending if (d := await _decide(ctx, p)) is not None]
+        if not approvals:
+            return None
+        return agent.resume_stream(outcome.run_id, approvals=approvals, store=store)
+    answer = await _ask(ctx, outcome.question or "")
+    if answer is None:
+        return None
+    return agent.resume_stream(outcome.run_id, answer=answer, store=store)
 
 
 class _Progress:
@@ -216,7 +307,7 @@ _ANSWER_SCHEMA: JsonObject = {
 }
 
 
-async def _refused(goal: str, run_id: str | None, store: RunStore) -> str:
+async def _refused(goal: str, run_id: str | None, store: RunStore, caller: _Caller) -> str:
     """Why a call may not start (or continue) a run, or ``""``."""
     if not goal.strip():
         return "the goal is empty: say what the agent should do"
@@ -231,8 +322,8 @@ async def _refused(goal: str, run_id: str | None, store: RunStore) -> str:
             info = await store.info(run_id)
         except RunNotFound:
             return ""
-        if _TAG not in info.tags:  # the CLI's, the HTTP API's (a tenant's): not a client's
-            return f"the run id {run_id!r} is taken by a run not started over MCP: use another"
+        if not set(caller.tags) <= set(info.tags):  # the CLI's, the HTTP API's, a tenant's
+            return f"the run id {run_id!r} is taken by a run this caller did not start: use another"
     return ""
 
 
@@ -262,7 +353,11 @@ def _ask_in_result(outcome: RunOutcome[Any], events: int) -> InputRequiredResult
 
 
 async def _continue(
-    agent: Agent[Any], store: RunStore, request_state: str, responses: Mapping[str, Any]
+    agent: Agent[Any],
+    store: RunStore,
+    request_state: str,
+    responses: Mapping[str, Any],
+    caller: _Caller,
 ) -> AgentRun[Any] | CallToolResult | None:
     """The run resumed with the client's answers to the last round.
 
@@ -275,9 +370,12 @@ async def _continue(
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
     try:
-        if (await store.info(run_id)).events != events:
-            return None  # the run moved on since it asked: these answers are for the past
+        info = await store.info(run_id)
     except RunNotFound:
+        return None
+    if info.events != events or not set(caller.tags) <= set(info.tags):
+        return None  # the run moved on since it asked (or is not this caller's)
+    if calls and not caller.may_approve:
         return None
     if not calls:
         reply = responses.get("answer")

@@ -12,6 +12,26 @@ from tether.errors import ConfigError
 __all__ = ["import_ref", "read_toml"]
 
 
+def _check_not_shadowed(module_name: str, folder: Path, ref: str, what: str) -> None:
+    """Refuse a module beside the file that one of its name imported elsewhere shadows.
+
+    Another agent file's ``tools.py``, or a standard module, would be used in its place.
+    """
+    top = module_name.split(".")[0]
+    here = folder / f"{top}.py"
+    if not here.is_file() and not (folder / top / "__init__.py").is_file():
+        return
+    loaded = sys.modules.get(top)
+    if loaded is None:
+        return
+    source = getattr(loaded, "__file__", None)
+    if source is None or Path(source).resolve().parent not in (folder, folder / top):
+        raise ConfigError(
+            f"cannot import {what} {ref!r}: the module {top!r} beside it is shadowed by the "
+            f"{top!r} already imported from {source or 'the standard library'}; rename the file"
+        )
+
+
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
     """The TOML file at ``path`` (``what`` it is, for errors: "policy file", "agent file").
 
@@ -44,6 +64,8 @@ def import_ref(ref: object, what: str, *, beside: str | Path | None = None) -> o
     if not module_name or not attribute:
         raise ConfigError(f"{what} reference {ref!r} must look like 'package.module:attribute'")
     folder = None if beside is None else str(Path(beside).resolve())
+    if folder is not None:
+        _check_not_shadowed(module_name, Path(folder), str(ref), what)
     added = folder is not None and folder not in sys.path
     if added:
         sys.path.insert(0, cast(str, folder))

@@ -6,7 +6,7 @@ import asyncio
 import importlib.util
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -20,6 +20,7 @@ from tether.errors import TetherError, UserError
 if TYPE_CHECKING:
     from tether.agent import Agent
     from tether.server.keys import ApiKey, ApiKeys
+    from tether.stores.kv import KeyValueStore
 
 __all__ = ["keys_app", "mcp_app", "server_app"]
 
@@ -170,6 +171,14 @@ def _mcp_serve(
     ] = False,
     port: Annotated[int, typer.Option(min=0, max=65535, help="The --http port.")] = 8001,
     max_active_runs: Annotated[int, typer.Option(min=1, help="Agent calls at once.")] = 16,
+    require_key: Annotated[
+        bool,
+        typer.Option(
+            "--require-key",
+            help="--http: every request needs a tether API key (`tether keys create`); runs "
+            "belong to its tenant, approvals need its approve scope.",
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Serve agents to MCP clients: each agent is a tool whose input is the goal.
@@ -179,11 +188,20 @@ def _mcp_serve(
     """
     if importlib.util.find_spec("mcp") is None:
         raise fail('serving MCP needs its extra: pip install "tether[mcp]"')
-    from tether.mcpserve import mcp_server
+    from tether.mcpserve import keyed, mcp_server
 
+    if require_key and not http:
+        raise fail("--require-key is for --http (over stdio the client starts the server)")
+    if require_key:
+        _need_server()
     try:
         store = open_store(db, create=True)
-        server = mcp_server(_agents(agent), store, max_active_runs=max_active_runs)
+        keys = None
+        if require_key:
+            from tether.server.keys import ApiKeys
+
+            keys = ApiKeys(cast("KeyValueStore", store))
+        server = mcp_server(_agents(agent), store, max_active_runs=max_active_runs, keys=keys)
     except TetherError as exc:
         raise fail(exc) from None
     try:
@@ -191,6 +209,8 @@ def _mcp_serve(
             import uvicorn
 
             app = server.streamable_http_app(host="127.0.0.1")
+            if keys is not None:
+                app = keyed(app, keys)
             # open streams would hold shutdown forever: 3 s, then the calls end cancelled
             uvicorn.run(
                 app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=3

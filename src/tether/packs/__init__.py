@@ -77,19 +77,27 @@ class InstalledPack:
 
 def installed_packs() -> list[InstalledPack]:
     """Every pack installed in this environment, by name; one that fails to load says why."""
-    found: list[InstalledPack] = []
-    for point in sorted(entry_points(group=GROUP), key=lambda p: p.name):
-        dist = point.dist
-        name, version = (dist.name, dist.version) if dist is not None else ("?", "?")
-        try:
-            pack = _load(point)
-        except Exception as exc:  # a broken pack is reported, not fatal to the others
-            found.append(
-                InstalledPack(point.name, name, version, None, f"{type(exc).__name__}: {exc}")
-            )
-            continue
-        found.append(InstalledPack(point.name, name, version, pack))
-    return found
+    points = sorted(entry_points(group=GROUP), key=lambda p: p.name)
+    return [_installed(point, points) for point in points]
+
+
+def _installed(point: EntryPoint, points: list[EntryPoint]) -> InstalledPack:
+    dist = point.dist
+    name, version = (dist.name, dist.version) if dist is not None else ("?", "?")
+    rivals = sorted(
+        p.dist.name if p.dist is not None else "?" for p in points if p.name == point.name
+    )
+    if len(rivals) > 1:  # which would win depends on the path's order: neither does
+        return InstalledPack(
+            point.name, name, version, None,
+            f"the packages {', '.join(rivals)} each declare a pack {point.name!r}: "
+            "uninstall all but one",
+        )  # fmt: skip
+    try:
+        pack = _load(point)
+    except (Exception, SystemExit) as exc:  # a broken pack is reported, not fatal to others
+        return InstalledPack(point.name, name, version, None, f"{type(exc).__name__}: {exc}")
+    return InstalledPack(point.name, name, version, pack)
 
 
 def _load(point: EntryPoint) -> Pack:
@@ -104,11 +112,12 @@ def _load(point: EntryPoint) -> Pack:
 
 
 def _find(name: str) -> Pack:
-    packs = {p.name: p for p in installed_packs()}
-    found = packs.get(name)
-    if found is None:
-        known = ", ".join(sorted(packs)) or "none"
+    points = sorted(entry_points(group=GROUP), key=lambda p: p.name)
+    named = [p for p in points if p.name == name]  # only this pack is imported
+    if not named:
+        known = ", ".join(sorted({p.name for p in points})) or "none"
         raise ConfigError(f"no pack {name!r} is installed (installed: {known}; see `tether packs`)")
+    found = _installed(named[0], points)
     if found.pack is None:
         raise ConfigError(f"the pack {name!r} did not load: {found.problem}")
     return found.pack
@@ -130,7 +139,12 @@ def agent_from_pack(ref: str) -> Agent[Any]:
         raise ConfigError(
             f"the pack {pack_name!r} has no agent {name!r} (it has: {', '.join(sorted(pack.agents)) or 'none'})"
         )
-    agent = factory()
+    try:
+        agent = factory()
+    except (Exception, SystemExit) as exc:
+        raise ConfigError(
+            f"the pack {pack_name!r} failed to make its agent {name!r}: {type(exc).__name__}"
+        ) from None
     if not isinstance(agent, Agent):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ConfigError(f"the pack {pack_name!r} made a {type(agent).__name__} for {name!r}")
     return agent

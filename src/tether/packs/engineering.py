@@ -3,7 +3,8 @@
 ``tether run --agent pack:engineering/coder "make the tests pass"`` works on the current
 directory: its files (``read_file``, ``write_file``, ``list_files``, ``search_files``,
 confined to it) and a shell sandboxed to it (``run_command``, allowlisted programs only).
-The default policy holds each write and each command for approval; an agent file can take
+The default policy denies its writes and commands (destructive tools) until a policy of
+yours allows them or asks for approval (`--policy`); an agent file can take
 the same tool sets with its own options (``[[tools]] pack = "engineering/shell"``).
 """
 

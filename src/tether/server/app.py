@@ -16,6 +16,7 @@ OpenAPI schema (``/openapi.json``).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -102,6 +103,8 @@ def create_app(
         yield
         if api.resuming is not None:
             api.resuming.cancel()  # what it has not resumed yet stays for the next start
+            with contextlib.suppress(asyncio.CancelledError):
+                await api.resuming
         await runs.close()  # runs in flight end cancelled, logged; resume them later
 
     app = FastAPI(

@@ -280,8 +280,8 @@ class Endpoints:
                 except TooBusy:
                     await asyncio.sleep(0.2)
                     continue
-                except TetherError as exc:
-                    _log.warning("run %s was not resumed: %s", run_id, exc)
+                except Exception as exc:  # a store error, say: the next run is tried still
+                    _log.warning("run %s was not resumed: %s: %s", run_id, type(exc).__name__, exc)
                 break
 
     async def _waiting(self, run_id: str) -> dict[str, ApprovalRequested]:

@@ -28,6 +28,7 @@ __all__ = [
     "ToolContext",
     "ToolDefinition",
     "ToolHandler",
+    "local_validator",
     "to_tool_result",
     "validate_tool_name",
 ]
@@ -185,11 +186,50 @@ ToolHandler = Callable[[ToolContext, Mapping[str, Any]], Awaitable[ToolResult]]
 """Runs a validated call."""
 
 
-def _schema_validator(schema: JsonObject) -> ArgumentsValidator:
-    from jsonschema import Draft202012Validator
+def local_validator(schema: JsonObject) -> Any:
+    """A JSON Schema (2020-12) validator that never looks outside ``schema``.
 
-    Draft202012Validator.check_schema(schema)
-    validator: Any = Draft202012Validator(schema)
+    A ``$ref`` may only point inside the schema (``#...``): one naming a URL or a file would
+    make validation fetch it, from a schema an outside server (an MCP tool) or a file wrote.
+
+    Raises:
+        ConfigError: the schema is invalid, or refers outside itself.
+    """
+    from jsonschema import Draft202012Validator, SchemaError
+    from referencing import Registry
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise ConfigError(f"not a valid JSON Schema: {exc.message}") from None
+    outside = sorted(_outside_refs(schema))
+    if outside:
+        raise ConfigError(
+            f"the schema refers outside itself ({', '.join(outside[:3])}): only '#...' "
+            "references are followed"
+        )
+    return Draft202012Validator(schema, registry=Registry())
+
+
+def _outside_refs(value: object) -> set[str]:
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in cast(dict[str, object], item).items():
+                if key in ("$ref", "$dynamicRef") and isinstance(inner, str):
+                    if not inner.startswith("#"):
+                        found.add(inner)
+                else:
+                    stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(cast(list[object], item))
+    return found
+
+
+def _schema_validator(schema: JsonObject) -> ArgumentsValidator:
+    validator: Any = local_validator(schema)
 
     def validate(arguments: JsonObject) -> Mapping[str, Any]:
         errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))

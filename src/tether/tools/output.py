@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pydantic import TypeAdapter
 from tether.errors import ConfigError, ModelRetry
 from tether.messages import ASK_USER, FINISH_TASK
-from tether.tools.base import ToolAnnotations, ToolDefinition
+from tether.tools.base import ToolAnnotations, ToolDefinition, local_validator
 from tether.tools.function import format_validation_error
 
 __all__ = ["ASK_USER", "FINISH_TASK", "OutputSpec", "ask_user_definition", "cited_labels"]
@@ -104,24 +104,25 @@ class OutputSpec(Generic[OutputT]):
         Raises:
             ConfigError: the schema is not a valid JSON Schema (draft 2020-12).
         """
-        from jsonschema import Draft202012Validator, SchemaError
         from pydantic import TypeAdapter
 
         try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            raise ConfigError(
-                f"the output schema is not a valid JSON Schema: {exc.message}"
-            ) from None
+            local_validator(schema)
+        except ConfigError as exc:
+            raise ConfigError(f"the output schema: {exc}") from None
         adapter: TypeAdapter[Any] = TypeAdapter(Any)
         if schema.get("type") == "object":
             return OutputSpec(cast(Any, dict), adapter, schema, None, checker=_checker(schema))
+        inner = dict(schema)
+        defs = inner.pop("$defs", None)  # refs resolve from the root: hoist the definitions
         wrapped: JsonObject = {
             "type": "object",
-            "properties": {"result": schema},
+            "properties": {"result": inner},
             "required": ["result"],
             "additionalProperties": False,
         }
+        if defs is not None:
+            wrapped["$defs"] = defs
         return OutputSpec(cast(Any, object), adapter, wrapped, "result", checker=_checker(wrapped))
 
     @property
@@ -184,9 +185,7 @@ class OutputSpec(Generic[OutputT]):
 
 
 def _checker(schema: JsonObject) -> Callable[[JsonObject], object]:
-    from jsonschema import Draft202012Validator
-
-    validator: Any = Draft202012Validator(schema)
+    validator: Any = local_validator(schema)
 
     def check(arguments: JsonObject) -> None:
         errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
