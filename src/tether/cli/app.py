@@ -65,7 +65,11 @@ def _log_dir(option: Path | None, disabled: bool) -> Path | None:
 def _run(
     goal: Annotated[str, typer.Argument(help="The task, in words.")],
     agent_ref: Annotated[
-        str, typer.Option("--agent", help="module:attribute of the Agent to run.")
+        str,
+        typer.Option(
+            "--agent",
+            help="The agent: module:attribute, an agent file (x.toml) or pack:PACK/AGENT.",
+        ),
     ] = DEFAULT_AGENT,
     model: Annotated[
         str | None,

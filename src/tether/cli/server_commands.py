@@ -127,7 +127,8 @@ def _agents(refs: list[str]) -> list[Agent[Any]]:
 
 
 _AGENT_HELP = (
-    "module:attribute of an Agent, an agent's TOML file, or a folder of them (repeatable)."
+    "module:attribute of an Agent, an agent's TOML file, a folder of them, or pack:PACK/AGENT "
+    "(repeatable)."
 )
 
 
