@@ -19,13 +19,15 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, TypeVar
 
 from tether.agent import Agent
 from tether.errors import ConfigError
 from tether.tools.base import Tool
 
 __all__ = ["GROUP", "InstalledPack", "Pack", "agent_from_pack", "installed_packs", "pack_tools"]
+
+_T = TypeVar("_T")
 
 GROUP = "tether.packs"
 """The entry-point group packs are declared under."""
@@ -130,15 +132,21 @@ def _split(ref: str, what: str) -> tuple[str, str]:
     return pack, item
 
 
+def _member(ref: str, what: str, members: Callable[[Pack], Mapping[str, _T]]) -> tuple[str, _T]:
+    """The pack's name and its ``what`` that ``PACK/NAME`` names."""
+    pack_name, name = _split(ref, what)
+    found = members(_find(pack_name))
+    member = found.get(name)
+    if member is None:
+        has = ", ".join(sorted(found)) or "none"
+        raise ConfigError(f"the pack {pack_name!r} has no {what} {name!r} (it has: {has})")
+    return pack_name, member
+
+
 def agent_from_pack(ref: str) -> Agent[Any]:
     """The agent ``PACK/AGENT`` names, made by its pack."""
-    pack_name, name = _split(ref, "agent")
-    pack = _find(pack_name)
-    factory = pack.agents.get(name)
-    if factory is None:
-        raise ConfigError(
-            f"the pack {pack_name!r} has no agent {name!r} (it has: {', '.join(sorted(pack.agents)) or 'none'})"
-        )
+    pack_name, factory = _member(ref, "agent", lambda pack: pack.agents)
+    name = ref.partition("/")[2]
     try:
         agent = factory()
     except (Exception, SystemExit) as exc:
@@ -152,11 +160,4 @@ def agent_from_pack(ref: str) -> Agent[Any]:
 
 def pack_tools(ref: str) -> Callable[..., list[Tool]]:
     """The tool set factory ``PACK/TOOLS`` names."""
-    pack_name, name = _split(ref, "tool set")
-    pack = _find(pack_name)
-    factory = pack.tools.get(name)
-    if factory is None:
-        raise ConfigError(
-            f"the pack {pack_name!r} has no tool set {name!r} (it has: {', '.join(sorted(pack.tools)) or 'none'})"
-        )
-    return factory
+    return _member(ref, "tool set", lambda pack: pack.tools)[1]

@@ -411,9 +411,7 @@ class ToolStage(Generic[OutputT]):
         watch.calling(tool.name, timeout)
         drive = Drive(work, interrupts.ours, tool, self._ctx.run_id)
         interrupts.begin(timeout)  # also bounds the wait for a concurrency slot
-        how = None
-        result: ToolResult | None = None
-        error_type: str | None = None
+        how, result, error_type = None, None, None
         caught: asyncio.CancelledError | None = None
         try:
             result, error_type = await drive

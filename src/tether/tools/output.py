@@ -86,16 +86,7 @@ class OutputSpec(Generic[OutputT]):
         if schema.get("type") == "object":
             schema.pop("title", None)
             return cls(output_type, adapter, schema, None)
-        defs = schema.pop("$defs", None)  # refs resolve from the root: hoist the definitions
-        wrapped: JsonObject = {
-            "type": "object",
-            "properties": {"result": schema},
-            "required": ["result"],
-            "additionalProperties": False,
-        }
-        if defs is not None:
-            wrapped["$defs"] = defs
-        return cls(output_type, adapter, wrapped, "result")
+        return cls(output_type, adapter, _wrapped(schema), "result")
 
     @classmethod
     def for_schema(cls, schema: JsonObject) -> OutputSpec[Any]:
@@ -113,16 +104,7 @@ class OutputSpec(Generic[OutputT]):
         adapter: TypeAdapter[Any] = TypeAdapter(Any)
         if schema.get("type") == "object":
             return OutputSpec(cast(Any, dict), adapter, schema, None, checker=_checker(schema))
-        inner = dict(schema)
-        defs = inner.pop("$defs", None)  # refs resolve from the root: hoist the definitions
-        wrapped: JsonObject = {
-            "type": "object",
-            "properties": {"result": inner},
-            "required": ["result"],
-            "additionalProperties": False,
-        }
-        if defs is not None:
-            wrapped["$defs"] = defs
+        wrapped = _wrapped(schema)
         return OutputSpec(cast(Any, object), adapter, wrapped, "result", checker=_checker(wrapped))
 
     @property
@@ -182,6 +164,21 @@ class OutputSpec(Generic[OutputT]):
         if isinstance(output, str):
             return output
         return orjson.dumps(self.dump(output)).decode()
+
+
+def _wrapped(schema: JsonObject) -> JsonObject:
+    """A non-object output's schema as ``finish_task``'s single argument ``result``."""
+    inner = dict(schema)
+    defs = inner.pop("$defs", None)  # refs resolve from the root: hoist the definitions
+    wrapped: JsonObject = {
+        "type": "object",
+        "properties": {"result": inner},
+        "required": ["result"],
+        "additionalProperties": False,
+    }
+    if defs is not None:
+        wrapped["$defs"] = defs
+    return wrapped
 
 
 def _checker(schema: JsonObject) -> Callable[[JsonObject], object]:
