@@ -84,12 +84,7 @@ def test_runs_in_flight_when_the_server_is_killed_finish_after_it_restarts(
     assert tether_cli("runs", "--db", str(db), cwd=db.parent).stdout.count("running") == 1
     proc, url = serve(db.parent, db)  # resumes what the killed server left running
     try:
-        deadline = time.monotonic() + 60
-        while (got := httpx.get(f"{url}/v1/runs/{run_id}", headers=auth).json())[
-            "status"
-        ] == "running" and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert got["status"] == "finished"
+        assert _statuses_once_ended(url, auth, [run_id], seconds=60) == ["finished"]
         audited = tether_cli("audit", run_id, "--db", str(db), cwd=db.parent)
         assert audited.returncode == 0, audited.stdout + audited.stderr
     finally:
@@ -111,17 +106,8 @@ def test_more_runs_left_running_than_the_limit_all_finish_after_a_restart(
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     proc, url = serve(db.parent, db, "served:agent", "--max-active-runs", "1")
-    try:
-        deadline = time.monotonic() + 90
-        statuses: list[str] = []
-        while time.monotonic() < deadline:
-            statuses = [
-                httpx.get(f"{url}/v1/runs/{r}", headers=auth).json()["status"] for r in started
-            ]
-            if all(s == "finished" for s in statuses):
-                break
-            time.sleep(0.3)
-        assert statuses == ["finished"] * 3  # one at a time, as the limit says
+    try:  # one at a time, as the limit says
+        assert _statuses_once_ended(url, auth, started, seconds=90) == ["finished"] * 3
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
@@ -142,6 +128,18 @@ def test_sigterm_with_a_stream_open_stops_the_server_and_ends_the_run_cancelled(
     listed = tether_cli("runs", "--db", str(db), cwd=db.parent).stdout
     assert "cancelled" in listed or "finished" in listed
     assert "running" not in listed
+
+
+def _statuses_once_ended(
+    url: str, auth: dict[str, str], run_ids: list[str], *, seconds: float
+) -> list[str]:
+    """The runs' statuses once none is running any more (or ``seconds`` have passed)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        statuses = [httpx.get(f"{url}/v1/runs/{r}", headers=auth).json()["status"] for r in run_ids]
+        if "running" not in statuses or time.monotonic() > deadline:
+            return statuses
+        time.sleep(0.2)
 
 
 def _serve_and_start(
