@@ -103,6 +103,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.cli",
             "tether.server",
             "tether.mcpserve",
+            "tether.mcptools",
             "tether.packs",
             "tether.replay",
             "tether.testing",

@@ -231,7 +231,7 @@ def test_names_an_mcp_tool_cannot_have_are_refused(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "t.db")
     with pytest.raises(ConfigError, match="cannot be an MCP tool"):
         mcp_server([Agent(name="two words", model=ScriptedModel([finish("x")]))], store)
-    with pytest.raises(ConfigError, match="two agents"):
+    with pytest.raises(ConfigError, match="two MCP tools would be named"):
         mcp_server([looking(), looking()], store)
 
 

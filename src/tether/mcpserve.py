@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 import orjson
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.tools import Tool as McpTool
 from mcp.types import (
     CallToolResult,
     ElicitRequest,
@@ -37,14 +38,17 @@ from mcp.types import (
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field
 
+from tether._internal.ids import new_run_id
 from tether.agent import Agent
 from tether.errors import ConfigError, RunNotFound, TetherError
 
 if TYPE_CHECKING:
     from tether.server.keys import ApiKeys
-from tether.events import Event
+from tether.events import Event, ToolCallFinished
 from tether.jsontypes import JsonObject
 from tether.loop import AgentRun
+from tether.mcptools import direct_agents, mcp_tool, tool_result
+from tether.models.direct import DIRECT_CALL_ID, DirectModel, direct_goal
 from tether.outcome import PendingCall, RunOutcome
 from tether.policy.approvals import Approval
 from tether.stores.base import RunStore
@@ -82,8 +86,14 @@ def mcp_server(
     name: str = "tether",
     max_active_runs: int = 16,
     keys: ApiKeys | None = None,
+    expose_tools: bool = False,
+    bare_tool_names: bool = False,
 ) -> MCPServer:
     """An MCP server whose tools run ``agents`` (one tool each) in ``store``.
+
+    ``expose_tools``: each agent's own tools too, as ``AGENT.TOOL``; a call of one is a run
+    of its own (``tether.mcptools``) that the agent's policy checks. ``bare_tool_names``:
+    named ``TOOL`` instead (one agent's tools, or agents whose tool names differ).
 
     With ``keys`` (over HTTP): every call needs a tether API key (``Authorization: Bearer``
     or ``X-API-Key``) with the ``run`` scope; its runs belong to the key's tenant, a run id is
@@ -91,33 +101,57 @@ def mcp_server(
     """
     if max_active_runs < 1:
         raise ConfigError(f"max_active_runs must be at least 1, not {max_active_runs}")
-    server = MCPServer(
-        name,
-        instructions="Each tool runs a tether agent on the goal you give.",
-        log_level="WARNING",  # not a line on stderr per request
-    )
     active: set[str] = set()  # a token per call executing now
+    tools: list[McpTool] = []
     seen: set[str] = set()
     for agent in agents:
-        if not _NAME.fullmatch(agent.name):
-            raise ConfigError(
-                f"agent {agent.name!r} cannot be an MCP tool: its name must be 1-128 of "
-                "letters, digits, '_', '-' or '.'"
+        _check_name(agent.name, seen)
+        tools.append(
+            McpTool.from_function(
+                _handler(agent, store, active, max_active_runs, keys),
+                name=agent.name,
+                title=agent.name,
+                description=_describe(agent),
+                annotations=ToolAnnotations(
+                    read_only_hint=False,
+                    destructive_hint=not _reads_only(agent),
+                    open_world_hint=True,
+                ),
+                structured_output=False,
             )
-        if agent.name in seen:
-            raise ConfigError(f"two agents are named {agent.name!r}: rename one")
-        seen.add(agent.name)
-        server.add_tool(
-            _tool(agent, store, active, max_active_runs, keys),
-            name=agent.name,
-            title=agent.name,
-            description=_describe(agent),
-            annotations=ToolAnnotations(
-                read_only_hint=False, destructive_hint=not _reads_only(agent), open_world_hint=True
-            ),
-            structured_output=False,
         )
-    return server
+        if not expose_tools:
+            continue
+        for definition, direct, model in direct_agents(agent):
+            named = definition.name if bare_tool_names else direct.name
+            _check_name(named, seen)
+            call = _handler(direct, store, active, max_active_runs, keys, tool=model)
+            tools.append(mcp_tool(definition, named, agent.name, call))
+    return MCPServer(
+        name,
+        instructions=(
+            "Each tool named after an agent runs that tether agent on the goal you give."
+            + (
+                " A tool named AGENT.TOOL makes one call of that agent's tool, through the "
+                "agent's policy."
+                if expose_tools
+                else ""
+            )
+        ),
+        log_level="WARNING",  # not a line on stderr per request
+        tools=tools,
+    )
+
+
+def _check_name(name: str, seen: set[str]) -> None:
+    if not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"{name!r} cannot be an MCP tool's name: it must be 1-128 of letters, digits, "
+            "'_', '-' or '.' (rename the agent or the tool)"
+        )
+    if name in seen:
+        raise ConfigError(f"two MCP tools would be named {name!r}: rename an agent or a tool")
+    seen.add(name)
 
 
 def _describe(agent: Agent[Any]) -> str:
@@ -184,20 +218,45 @@ async def _caller(ctx: Context, keys: ApiKeys | None) -> _Caller:
     return _Caller((_TAG, f"tenant:{key.tenant}"), key.allows("approve"))
 
 
-def _tool(
-    agent: Agent[Any], store: RunStore, active: set[str], limit: int, keys: ApiKeys | None
+def _handler(
+    agent: Agent[Any],
+    store: RunStore,
+    active: set[str],
+    limit: int,
+    keys: ApiKeys | None,
+    *,
+    tool: DirectModel | None = None,
 ) -> Any:
-    async def run_agent(goal: str, ctx: Context, run_id: str | None = None) -> Any:
+    """What answers a call: a run of ``agent`` on the goal, or of the one call ``tool`` makes."""
+
+    async def call(goal: str, ctx: Context, run_id: str | None) -> Any:
         if len(active) >= limit:
             return _error(f"the server runs {limit} agent calls at once, its limit: try again")
         token = f"{id(ctx)}:{len(active)}"
         active.add(token)
         try:
-            return await _drive(agent, store, goal, run_id, ctx, await _caller(ctx, keys))
+            caller = await _caller(ctx, keys)
+            return await _drive(agent, store, goal, run_id, ctx, caller, direct=tool is not None)
         except TetherError as exc:  # a run id taken by another goal, a run that cannot resume
             return _error(str(exc))
         finally:
             active.discard(token)
+
+    if tool is not None:
+
+        async def call_tool(ctx: Context, arguments: dict[str, Any]) -> Any:
+            try:
+                goal = direct_goal(tool.tool, arguments)
+            except orjson.JSONEncodeError:
+                return _error("the arguments are not valid JSON text (a lone surrogate?)")
+            run_id = new_run_id()
+            tool.give(run_id, arguments)  # as given: the log keeps the goal redacted
+            return await call(goal, ctx, run_id)
+
+        return call_tool
+
+    async def run_agent(goal: str, ctx: Context, run_id: str | None = None) -> Any:
+        return await call(goal, ctx, run_id)
 
     run_agent.__doc__ = _describe(agent)
     return run_agent
@@ -210,6 +269,8 @@ async def _drive(
     run_id: str | None,
     ctx: Context,
     caller: _Caller,
+    *,
+    direct: bool = False,
 ) -> CallToolResult | InputRequiredResult:
     capabilities = ctx.client_capabilities
     can_elicit = capabilities is not None and capabilities.elicitation is not None
@@ -235,6 +296,8 @@ async def _drive(
             break  # dismissed, or no answer in time: the run waits for one given elsewhere
         run = asked
     assert outcome is not None
+    if direct:  # one call of a tool: its result, as the run recorded it
+        return tool_result(outcome, progress.finished) or _result(outcome)
     return _result(outcome)
 
 
@@ -282,8 +345,12 @@ class _Progress:
 
     def __init__(self, ctx: Context, agent: Agent[Any]) -> None:
         self._ctx, self._agent, self._broken = ctx, agent, False
+        self.finished: ToolCallFinished | None = None
+        """The last direct call's result seen (a direct run's answer to the client)."""
 
     async def __call__(self, event: Event) -> None:
+        if isinstance(event, ToolCallFinished) and event.call_id == DIRECT_CALL_ID:
+            self.finished = event
         if self._broken:
             return
         try:

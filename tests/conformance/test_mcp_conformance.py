@@ -90,7 +90,8 @@ def test_tether_mcp_serve_passes_the_suite_but_for_its_baseline(
     log = (tmp_path / "serve.log").open("wb")
     server = subprocess.Popen(
         [sys.executable, "-m", "tether", "mcp", "serve", "--http", "--port", str(port),
-         "--agent", "tests.conformance.agents:agent", "--db", str(tmp_path / "t.db")],
+         "--agent", "tests.conformance.agents:agent", "--agent", "tests.conformance.agents:fixtures",
+         "--bare-tool-names", "--db", str(tmp_path / "t.db")],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
     )  # fmt: skip
     try:
@@ -101,5 +102,17 @@ def test_tether_mcp_serve_passes_the_suite_but_for_its_baseline(
         server.wait(10)
         log.close()
     assert done.returncode == 0, _summary(done)
-    for passing in ("server-initialize", "tools-list", "ping", "dns-rebinding-protection"):
+    for passing in (
+        "server-initialize",
+        "tools-list",
+        "ping",
+        "dns-rebinding-protection",
+        # the fixture tools, served by --bare-tool-names: each call a run of its own
+        "tools-call-simple-text",
+        "tools-call-image",
+        "tools-call-embedded-resource",
+        "tools-call-mixed-content",
+        "tools-call-error",
+        "tools-call-with-progress",
+    ):
         assert f"✓ {passing}" in done.stdout, _summary(done)

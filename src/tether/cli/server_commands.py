@@ -180,6 +180,18 @@ def _mcp_serve(
             "belong to its tenant, approvals need its approve scope.",
         ),
     ] = False,
+    tools: Annotated[
+        bool,
+        typer.Option(
+            "--tools",
+            help="Also serve each agent's own tools, as AGENT.TOOL: every call is a run the "
+            "agent's policy checks.",
+        ),
+    ] = False,
+    bare_tool_names: Annotated[
+        bool,
+        typer.Option("--bare-tool-names", help="--tools: name them TOOL, not AGENT.TOOL."),
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Serve agents to MCP clients: each agent is a tool whose input is the goal.
@@ -202,7 +214,14 @@ def _mcp_serve(
             from tether.server.keys import ApiKeys
 
             keys = ApiKeys(cast("KeyValueStore", store))
-        server = mcp_server(_agents(agent), store, max_active_runs=max_active_runs, keys=keys)
+        server = mcp_server(
+            _agents(agent),
+            store,
+            max_active_runs=max_active_runs,
+            keys=keys,
+            expose_tools=tools or bare_tool_names,
+            bare_tool_names=bare_tool_names,
+        )
     except TetherError as exc:
         raise fail(exc) from None
     try:

@@ -1,0 +1,121 @@
+"""``DirectModel``: no language model, one tool call a caller asked for, as a run.
+
+A caller outside any agent (an MCP client calling one of an agent's tools) still wants
+what every tether run gives: the policy gate, approvals, redaction, the event log. So the
+call becomes a run whose "model" asks for exactly that call, then finishes with its
+result. The call is written into the goal (``direct_goal``), where the run's data-flow
+rules see its arguments as the caller's own. The model takes the arguments as they were
+given (``give``, by run id) or, in a process that was not given them (a resumed run), reads
+them back from the goal. The log keeps the goal redacted, so arguments that held a secret
+exist only where they were given: elsewhere the run fails saying so, never calls the tool
+with ``[REDACTED]`` in place of the secret.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import ClassVar
+
+import orjson
+
+from tether.content import content_text
+from tether.errors import ModelError
+from tether.jsontypes import JsonObject
+from tether.messages import FINISH_TASK, AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from tether.models.base import Model, ModelProfile, ModelRequest, ModelResponse
+
+__all__ = ["DIRECT_CALL_ID", "DirectModel", "direct_goal"]
+
+DIRECT_CALL_ID = "direct"
+"""The id of the one call a direct run makes."""
+_MARK = " with the arguments (JSON): "
+_REDACTED = "[REDACTED"  # what the redactor leaves in place of a secret
+_HELD = 10_000  # runs whose arguments one model holds at most (the oldest go first)
+
+
+def direct_goal(tool: str, arguments: JsonObject) -> str:
+    """The goal of a run that makes one call of ``tool`` with ``arguments``."""
+    return f"Call the tool {tool}{_MARK}{orjson.dumps(arguments).decode()}"
+
+
+class DirectModel(Model):
+    """Calls ``tool`` once, with the arguments its run's goal holds, then finishes.
+
+    Its answer is the call's result as text (or, for a call that failed or was refused,
+    what the run told the model about it). It makes no request anywhere and costs nothing.
+    """
+
+    real: ClassVar[bool] = False  # no request leaves the process
+
+    def __init__(self, tool: str) -> None:
+        self._tool = tool
+        self._given: OrderedDict[str, JsonObject] = OrderedDict()
+
+    def give(self, run_id: str, arguments: JsonObject) -> None:
+        """The arguments of the run ``run_id``'s call, as the caller gave them."""
+        self._given[run_id] = arguments
+        while len(self._given) > _HELD:
+            self._given.popitem(last=False)
+
+    @property
+    def tool(self) -> str:
+        """The tool it calls."""
+        return self._tool
+
+    @property
+    def name(self) -> str:
+        """``direct:TOOL``."""
+        return f"direct:{self._tool}"
+
+    @property
+    def profile(self) -> ModelProfile:
+        """Native tool calls, one at a time."""
+        return ModelProfile(parallel_tool_calls=False)
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """The call (first turn), then ``finish_task`` with its result."""
+        results = [m for m in request.messages if isinstance(m, ToolResultMessage)]
+        if any(m.call_id == DIRECT_CALL_ID for m in results):
+            self._given.pop(request.run_id, None)
+            result = next(m for m in reversed(results) if m.call_id == DIRECT_CALL_ID)
+            answer = content_text(result.content)
+            return _finish(answer or ("the call failed" if result.is_error else "(no output)"))
+        if any(isinstance(m, AssistantMessage) and m.tool_calls for m in request.messages):
+            return _finish("the call was not made")  # the run refused it before it ran
+        given = self._given.get(request.run_id)
+        arguments = given if given is not None else _arguments(request, self._tool)
+        return ModelResponse(
+            tool_calls=(ToolCall(id=DIRECT_CALL_ID, name=self._tool, arguments=arguments),)
+        )
+
+
+def _finish(answer: str) -> ModelResponse:
+    return ModelResponse(
+        tool_calls=(
+            ToolCall(id=f"{DIRECT_CALL_ID}-end", name=FINISH_TASK, arguments={"answer": answer}),
+        )
+    )
+
+
+def _arguments(request: ModelRequest, tool: str) -> JsonObject:
+    head = f"Call the tool {tool}{_MARK}"
+    for message in request.messages:
+        if isinstance(message, UserMessage) and message.text.startswith(head):
+            text = message.text[len(head) :]
+            if _REDACTED in text:
+                raise ModelError(
+                    f"the arguments of this call of {tool!r} held a secret, which the log keeps "
+                    "redacted and only the process that took the call had: call the tool again",
+                    model=f"direct:{tool}",
+                )
+            try:
+                value = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                break  # written by hand
+            if isinstance(value, dict):
+                return value  # pyright: ignore[reportUnknownVariableType] - JSON
+            break
+    raise ModelError(
+        f"a direct run of {tool!r} needs a goal made by direct_goal({tool!r}, arguments)",
+        model=f"direct:{tool}",
+    )

@@ -1,0 +1,277 @@
+"""``tether mcp serve --tools``: an agent's own tools as MCP tools, each call a logged run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+
+from tether import Agent, tool
+from tether.errors import ConfigError
+from tether.mcpserve import mcp_server
+from tether.memory import InProcessMemory
+from tether.memory.config import Remember
+from tether.models.direct import DirectModel, direct_goal
+from tether.policy import RulePolicy, Rules, deny, require_approval
+from tether.stores.sqlite import SqliteStore
+from tether.testing import ScriptedModel, finish
+
+paid: list[float] = []
+
+
+@tool(destructive=True, open_world=False)
+def pay(amount: float, to: str) -> str:
+    """Pays someone.
+
+    Args:
+        amount: How much.
+        to: Whom.
+    """
+    paid.append(amount)
+    return f"paid {amount} to {to}"
+
+
+@tool(read_only=True, open_world=False)
+def lookup(key: str) -> dict[str, Any]:
+    """Looks a key up.
+
+    Args:
+        key: The key.
+    """
+    if key == "boom":
+        raise ValueError("no such key: boom")
+    return {"key": key, "value": len(key)}
+
+
+@tool(read_only=True, open_world=False)
+def secret(name: str) -> str:
+    """Returns a credential.
+
+    Args:
+        name: Which one.
+    """
+    return "token sk-ant-api03-" + "A" * 40
+
+
+@tool
+def unannotated(x: int) -> int:
+    """Does something unknown.
+
+    Args:
+        x: A number.
+    """
+    return x
+
+
+def bank(**kw: Any) -> Agent[str]:
+    policy = RulePolicy(Rules(rules=(require_approval("pay"), deny("unannotated"))))
+    return Agent(
+        name="bank",
+        model=ScriptedModel([finish("never used")]),
+        tools=[pay, lookup, secret, unannotated],
+        policy=policy,
+        **kw,
+    )
+
+
+def _text(result: types.CallToolResult) -> str:
+    return "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def _run_id(result: types.CallToolResult) -> str:
+    assert result.meta is not None, result
+    return str(result.meta["tether/run_id"])
+
+
+async def test_tools_are_listed_with_their_schema_and_annotations(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    async with Client(mcp_server([bank()], store, expose_tools=True)) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(listed) == {"bank", "bank.pay", "bank.lookup", "bank.secret", "bank.unannotated"}
+    assert listed["bank.pay"].input_schema["required"] == ["amount", "to"]
+    assert listed["bank.pay"].input_schema["properties"]["amount"]["type"] == "number"
+    assert listed["bank.pay"].annotations is not None
+    assert listed["bank.pay"].annotations.destructive_hint is True
+    assert listed["bank.lookup"].annotations is not None
+    assert listed["bank.lookup"].annotations.read_only_hint is True
+    assert "Pays someone" in (listed["bank.pay"].description or "")
+    async with Client(mcp_server([bank()], store)) as client:  # not asked for: agents only
+        assert [t.name for t in (await client.list_tools()).tools] == ["bank"]
+    await store.close()
+
+
+async def test_a_call_is_a_run_with_the_tools_result(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    async with Client(mcp_server([bank()], store, expose_tools=True)) as client:
+        result = await client.call_tool("bank.lookup", {"key": "abc"})
+    assert not result.is_error, _text(result)
+    assert result.structured_content == {"key": "abc", "value": 3}
+    run_id = _run_id(result)
+    info = await store.info(run_id)
+    assert info.status == "finished"
+    assert "via:mcp" in info.tags
+    events = await store.read(run_id)
+    kinds = [e.kind for e in events]
+    calls = [e for e in events if e.kind == "tool_call_requested"]
+    assert [c.tool for c in calls] == ["lookup", "finish_task"]  # type: ignore[attr-defined]
+    assert "policy_decided" in kinds
+    started = events[0]
+    assert started.kind == "run_started"
+    assert started.agent == "bank.lookup"  # type: ignore[attr-defined]
+    assert started.model == "direct:lookup"  # type: ignore[attr-defined]
+    await store.close()
+
+
+async def test_the_agents_policy_decides_each_call(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    async with Client(mcp_server([bank()], store, expose_tools=True)) as client:
+        denied = await client.call_tool("bank.unannotated", {"x": 1})
+        held = await client.call_tool("bank.pay", {"amount": 5, "to": "bob"})  # no elicitation
+    assert denied.is_error
+    assert "denied" in _text(denied).lower(), _text(denied)
+    assert paid == []
+    assert held.structured_content is not None
+    assert held.structured_content["status"] == "waiting_for_approval"
+    assert (await store.info(held.structured_content["run_id"])).status == "waiting_for_approval"
+    await store.close()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_held_call_is_approved_through_elicitation(tmp_path: Path, mode: str) -> None:
+    paid.clear()
+    store = SqliteStore(tmp_path / "t.db")
+    asked: list[str] = []
+
+    async def answer(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    server = mcp_server([bank()], store, expose_tools=True)
+    async with Client(server, elicitation_callback=answer, mode=mode) as client:
+        result = await client.call_tool("bank.pay", {"amount": 7.5, "to": "carol"})
+    assert _text(result) == "paid 7.5 to carol", result
+    assert not result.is_error
+    assert paid == [7.5]
+    assert len(asked) == 1
+    assert "carol" in asked[0]
+    await store.close()
+
+
+async def test_bad_arguments_and_failing_tools_are_tool_errors(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    async with Client(mcp_server([bank()], store, expose_tools=True)) as client:
+        wrong = await client.call_tool("bank.lookup", {"key": 5, "extra": True})
+        failing = await client.call_tool("bank.lookup", {"key": "boom"})
+    assert wrong.is_error
+    assert "key" in _text(wrong)
+    assert failing.is_error
+    assert "no such key" in _text(failing)
+    for result in (wrong, failing):  # a run that recorded what happened, and ended
+        assert (await store.info(_run_id(result))).status == "finished"
+    await store.close()
+
+
+async def test_a_secret_in_the_result_reaches_the_client_redacted(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    async with Client(mcp_server([bank()], store, expose_tools=True)) as client:
+        result = await client.call_tool("bank.secret", {"name": "prod"})
+    assert "sk-ant-api03" not in _text(result)
+    assert "sk-ant-api03" not in str(result.model_dump())
+    await store.close()
+
+
+async def test_memory_tools_are_not_exposed_and_names_may_not_clash(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    remembering = bank(memory=Remember(memory=InProcessMemory(), tools=True))
+    async with Client(mcp_server([remembering], store, expose_tools=True)) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+    assert not {n for n in names if n.endswith((".remember", ".recall"))}
+    clash = Agent(name="bank.pay", model=ScriptedModel([finish("x")]))
+    with pytest.raises(ConfigError, match=r"bank\.pay"):
+        mcp_server([bank(), clash], store, expose_tools=True)
+    await store.close()
+
+
+async def test_the_direct_model_refuses_a_goal_it_did_not_write() -> None:
+    agent = Agent(name="d", model=DirectModel("lookup"), tools=[lookup])
+    outcome = await agent.run("look up abc for me")
+    assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert "direct_goal" in outcome.error.message
+    good = await agent.run(direct_goal("lookup", {"key": "xy"}))
+    assert good.status == "finished"
+    assert good.answer == '{"key":"xy","value":2}'
+
+
+SERVED = '''
+from tether import Agent, tool
+from tether.testing import ScriptedModel, finish
+
+@tool(read_only=True, open_world=False)
+def look(what: str) -> str:
+    """Looks.
+
+    Args:
+        what: What.
+    """
+    return "saw " + what
+
+agent = Agent(name="looker", model=ScriptedModel([finish("x")]), tools=[look])
+'''
+
+
+async def test_tether_mcp_serve_tools_over_stdio(tmp_path: Path) -> None:
+    (tmp_path / "served.py").write_text(SERVED)
+    db = tmp_path / "t.db"
+    command = ["-m", "tether", "mcp", "serve", "--agent", "served:agent", "--tools", "--db"]
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[*command, str(db)],
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        cwd=str(tmp_path),
+    )
+    async with Client(stdio_client(params)) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == {"looker", "looker.look"}
+        result = await client.call_tool("looker.look", {"what": "the sea"})
+    assert _text(result) == "saw the sea"
+    shown = subprocess.run(  # noqa: ASYNC221 - the server has ended
+        [sys.executable, "-m", "tether", "show", _run_id(result), "--db", str(db)],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "look" in shown.stdout
+    assert "finished" in shown.stdout
+
+
+async def test_a_secret_argument_reaches_the_tool_whole_and_the_log_redacted(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    key = "sk-ant-api03-" + "B" * 40
+    async with Client(mcp_server([bank()], store, expose_tools=True)) as client:
+        result = await client.call_tool("bank.lookup", {"key": key})
+        surrogate = await client.call_tool("bank.lookup", {"key": "\ud800"})
+    assert not result.is_error, _text(result)
+    assert result.structured_content is not None
+    assert result.structured_content["value"] == len(key)  # not len("[REDACTED:...]")
+    assert key not in str(result.model_dump())
+    await store.close()
+    for stored in (p for p in tmp_path.rglob("*") if p.is_file()):  # the db, WAL, pending
+        assert key.encode() not in stored.read_bytes(), stored
+    assert surrogate.is_error
+    assert "not valid JSON text" in _text(surrogate)
+
+
+async def test_a_redacted_goal_is_never_called_with_the_redaction() -> None:
+    agent = Agent(name="d", model=DirectModel("lookup"), tools=[lookup])
+    key = "sk-ant-api03-" + "C" * 40
+    outcome = await agent.run(direct_goal("lookup", {"key": key}))  # not given: from the goal
+    assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert "held a secret" in outcome.error.message
