@@ -435,3 +435,18 @@ async def test_the_trace_page_runs_only_its_own_script(api: Api) -> None:
     assert "unsafe-inline" not in policy
     assert "frame-ancestors 'none'" in policy
     assert "innerHTML" not in page.text  # run data goes in as text, never as markup
+
+
+async def test_an_unexpected_error_is_a_bare_500_and_the_server_goes_on(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("secret internals at /srv/db")
+
+    monkeypatch.setattr(api.store, "runs", broken)
+    failed = await api.client.get("/v1/runs", headers=api.auth("a"))
+    assert failed.status_code == 500
+    assert failed.json() == {"error": "internal error: the server's log has the details"}
+    assert "secret internals" not in failed.text
+    monkeypatch.undo()
+    assert (await api.client.get("/v1/runs", headers=api.auth("a"))).status_code == 200

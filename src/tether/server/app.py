@@ -22,7 +22,7 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -224,19 +224,6 @@ async def _page() -> HTMLResponse:
 def _answer_errors(app: FastAPI) -> None:
     """Every error as ``{"error": ...}`` with the right status; never a stack trace."""
 
-    @app.middleware("http")
-    async def _guard(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return _error(413, f"the request body is over {MAX_BODY_BYTES} bytes")
-        try:
-            return await call_next(request)
-        except Exception:  # the handlers below answer what is expected; nothing leaks
-            _log.exception("%s %s failed", request.method, request.url.path)
-            return _error(500, "internal error: the server's log has the details")
-
     async def invalid(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:10]]
@@ -264,7 +251,7 @@ def _answer_errors(app: FastAPI) -> None:
             headers["Allow"] = ", ".join(sorted(methods))
         return _error(exc.status_code, str(exc.detail), headers)
 
-    app.add_middleware(_BodyLimit)
+    app.add_middleware(_Guard)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(TetherError, tether_error)
@@ -274,39 +261,66 @@ def _error(status: int, message: str, headers: Mapping[str, str] | None = None) 
     return JSONResponse({"error": message}, status_code=status, headers=dict(headers or {}))
 
 
-class _BodyLimit:
-    """Reads a request's body before the app does, and refuses one past the limit with 413.
+class _Guard:
+    """Size limits and the last word on errors, as plain ASGI (no task per streamed chunk).
 
-    A chunked body has no Content-Length to check first; a body's JSON is small, so holding
-    it (at most ``MAX_BODY_BYTES``) costs little.
+    A request whose ``Content-Length`` (or, chunked, whose body as read) is over
+    ``MAX_BODY_BYTES`` gets 413; a body is read whole before the app sees it (a body's JSON
+    is small). An exception the handlers did not answer is logged and answered 500 with
+    no detail; once a response has begun there is nothing left to answer with, and the
+    server closes the connection.
     """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        held: list[Message] = []
-        seen = 0
-        while True:
-            message = await receive()
-            held.append(message)
-            if message["type"] != "http.request":
-                break
-            seen += len(message.get("body", b""))
-            if seen > MAX_BODY_BYTES:
-                refused = _error(413, f"the request body is over {MAX_BODY_BYTES} bytes")
-                await refused(scope, receive, send)
-                return
-            if not message.get("more_body", False):
-                break
+        length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            await _too_large()(scope, receive, send)
+            return
+        if scope["method"] not in ("GET", "HEAD", "OPTIONS"):
+            held: list[Message] = []
+            seen = 0
+            while True:
+                message = await receive()
+                held.append(message)
+                if message["type"] != "http.request":
+                    break
+                seen += len(message.get("body", b""))
+                if seen > MAX_BODY_BYTES:
+                    await _too_large()(scope, receive, send)
+                    return
+                if not message.get("more_body", False):
+                    break
 
-        async def replay() -> Message:
-            return held.pop(0) if held else await receive()
+            async def replay() -> Message:
+                return held.pop(0) if held else await receive()
 
-        await self.app(scope, replay, send)
+            receive = replay
+        begun = False
+
+        async def sending(message: Message) -> None:
+            nonlocal begun
+            begun = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:  # the handlers answer what is expected; nothing leaks
+            _log.exception("%s %s failed", scope["method"], scope["path"])
+            if begun:
+                raise
+            await _error(500, "internal error: the server's log has the details")(
+                scope, receive, send
+            )
+
+
+def _too_large() -> JSONResponse:
+    return _error(413, f"the request body is over {MAX_BODY_BYTES} bytes")
 
 
 class Invalid(UserError):

@@ -49,21 +49,35 @@ class _Cursor:
 async def _live(
     queue: asyncio.Queue[Event | None], at: _Cursor, allowed: Allowed
 ) -> AsyncIterator[bytes]:
-    """The events a run executing here commits, until it stops (or this reader falls behind)."""
+    """The events a run executing here commits, until it stops (or this reader falls behind).
+
+    What is queued when the reader gets its turn goes out as one chunk: one write for the
+    events of a commit, not one each.
+    """
     while True:
-        try:
-            event = await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
-        except TimeoutError:
-            if not await allowed():
-                at.refused = True
-                return
-            yield b": keep-alive\n\n"
-            continue
+        if queue.empty():
+            try:
+                event = await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
+            except TimeoutError:
+                if not await allowed():
+                    at.refused = True
+                    return
+                yield b": keep-alive\n\n"
+                continue
+        else:
+            event = queue.get_nowait()
+        chunk: list[bytes] = []
+        while event is not None:
+            if event.seq > at.last:  # else: read from the store already
+                chunk.append(_sse(event))
+                at.last = event.seq
+            if queue.empty():
+                break
+            event = queue.get_nowait()
+        if chunk:
+            yield b"".join(chunk)
         if event is None:
             return  # it stopped executing here (or this reader fell behind): read the store
-        if event.seq > at.last:  # else: read from the store already
-            yield _sse(event)
-            at.last = event.seq
 
 
 async def event_stream(
