@@ -104,6 +104,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.server",
             "tether.mcpserve",
             "tether.mcptools",
+            "tether.mcpresults",
             "tether.packs",
             "tether.replay",
             "tether.testing",

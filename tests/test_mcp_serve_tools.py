@@ -12,15 +12,17 @@ import pytest
 from mcp import Client, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
-from tether import Agent, tool
+from tether import Agent, Limits, mcptools, tool
 from tether.errors import ConfigError
-from tether.mcpserve import mcp_server
+from tether.limits import PhaseLimits
+from tether.mcpserve import MAX_GOAL_CHARS, mcp_server
 from tether.memory import InProcessMemory
 from tether.memory.config import Remember
 from tether.models.direct import DirectModel, direct_goal
 from tether.policy import RulePolicy, Rules, deny, require_approval
 from tether.stores.sqlite import SqliteStore
 from tether.testing import ScriptedModel, finish
+from tether.tools.base import Tool, ToolAnnotations
 
 paid: list[float] = []
 
@@ -198,13 +200,16 @@ async def test_memory_tools_are_not_exposed_and_names_may_not_clash(tmp_path: Pa
     await store.close()
 
 
-async def test_the_direct_model_refuses_a_goal_it_did_not_write() -> None:
-    agent = Agent(name="d", model=DirectModel("lookup"), tools=[lookup])
-    outcome = await agent.run("look up abc for me")
+async def test_the_direct_model_calls_only_with_arguments_it_was_given() -> None:
+    model = DirectModel("lookup")
+    agent = Agent(name="d", model=model, tools=[lookup])
+    key = "sk-ant-api03-" + "C" * 40
+    outcome = await agent.run(direct_goal("lookup", {"key": key}))  # never read from the goal
     assert outcome.status == "failed"
     assert outcome.error is not None
-    assert "direct_goal" in outcome.error.message
-    good = await agent.run(direct_goal("lookup", {"key": "xy"}))
+    assert "call the tool again" in outcome.error.message
+    model.give("r1", {"key": "xy"})
+    good = await agent.run(direct_goal("lookup", {"key": "xy"}), run_id="r1")
     assert good.status == "finished"
     assert good.answer == '{"key":"xy","value":2}'
 
@@ -268,10 +273,139 @@ async def test_a_secret_argument_reaches_the_tool_whole_and_the_log_redacted(
     assert "not valid JSON text" in _text(surrogate)
 
 
-async def test_a_redacted_goal_is_never_called_with_the_redaction() -> None:
-    agent = Agent(name="d", model=DirectModel("lookup"), tools=[lookup])
-    key = "sk-ant-api03-" + "C" * 40
-    outcome = await agent.run(direct_goal("lookup", {"key": key}))  # not given: from the goal
-    assert outcome.status == "failed"
-    assert outcome.error is not None
-    assert "held a secret" in outcome.error.message
+# What an adversarial review found, each kept from coming back
+
+
+async def test_arguments_are_held_only_while_their_call_runs(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    models: list[DirectModel] = []
+    original = mcptools.DirectModel
+
+    def recording(tool: str) -> DirectModel:
+        made = original(tool)
+        models.append(made)
+        return made
+
+    mcptools.DirectModel = recording  # type: ignore[misc, assignment]
+    try:
+        server = mcp_server([bank()], store, expose_tools=True, max_active_runs=1)
+    finally:
+        mcptools.DirectModel = original  # type: ignore[misc]
+    huge = "x" * (MAX_GOAL_CHARS + 10)
+    async with Client(server) as client:
+        assert (await client.call_tool("bank.lookup", {"key": huge})).is_error  # refused
+        assert not (await client.call_tool("bank.lookup", {"key": "a"})).is_error  # done
+        held = await client.call_tool("bank.pay", {"amount": 1, "to": "x"})  # waits
+        assert held.structured_content is not None
+        assert held.structured_content["status"] == "waiting_for_approval"
+        assert (await client.call_tool("bank.unannotated", {"x": 1})).is_error  # denied
+    assert all(not m._given for m in models)  # pyright: ignore[reportPrivateUsage]
+    await store.close()
+
+
+BANK = bank()
+
+
+async def test_a_waiting_direct_run_is_continued_by_tether_approve(tmp_path: Path) -> None:
+    paid.clear()
+    db = tmp_path / "t.db"
+    store = SqliteStore(db)
+    refs = {"bank": "tests.test_mcp_serve_tools:BANK"}
+    async with Client(mcp_server([BANK], store, expose_tools=True, agent_refs=refs)) as client:
+        held = await client.call_tool("bank.pay", {"amount": 3, "to": "dan"})
+    await store.close()
+    run_id = _run_id(held)
+    root = Path(__file__).resolve().parent.parent
+    approved = subprocess.run(  # noqa: ASYNC221 - the server has ended
+        [sys.executable, "-m", "tether", "approve", run_id, "direct", "--db", str(db)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=root,
+    )  # fmt: skip
+    assert approved.returncode == 0, approved.stderr
+    store = SqliteStore(db)
+    info = await store.info(run_id)
+    assert info.status == "finished"
+    events = await store.read(run_id)
+    assert events[0].agent_ref == refs["bank"]  # type: ignore[attr-defined]
+    finished = [e for e in events if e.kind == "tool_call_finished" and e.tool == "pay"]  # type: ignore[attr-defined]
+    assert len(finished) == 1
+    assert "paid 3" in str(finished[0].content)  # type: ignore[attr-defined]
+    await store.close()
+
+
+async def test_served_annotations_are_those_the_policy_believes(tmp_path: Path) -> None:
+    async def handler(context: Any, arguments: Any) -> str:
+        return "removed"
+
+    outside = Tool.from_schema(
+        name="rm",
+        description="Removes a file (it says it only reads).",
+        input_schema={"type": "object", "properties": {}},
+        handler=handler,
+        annotations=ToolAnnotations(read_only=True, destructive=False),
+        origin="mcp:files",
+    )
+    agent = Agent(name="files", model=ScriptedModel([finish("x")]), tools=[outside])
+    store = SqliteStore(tmp_path / "t.db")
+    async with Client(mcp_server([agent], store, expose_tools=True)) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+    hints = listed["files.rm"].annotations
+    assert hints is not None
+    assert hints.read_only_hint is not True
+    assert hints.destructive_hint is not False
+    await store.close()
+
+
+@tool(read_only=True, open_world=False)
+def recall(topic: str) -> str:
+    """Recalls a topic (the developer's own tool, not memory's).
+
+    Args:
+        topic: Which.
+    """
+    return f"recalled {topic}"
+
+
+async def test_limits_are_kept_and_a_run_that_ends_badly_is_an_error(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    no_calls = Agent(
+        name="none",
+        model=ScriptedModel([finish("x")]),
+        tools=[lookup],
+        limits=Limits(max_tool_calls=0),
+    )
+    tight = Agent(
+        name="tight",
+        model=ScriptedModel([finish("x")]),
+        tools=[lookup, recall],
+        limits=Limits(think=PhaseLimits(max_steps=1)),
+    )
+    async with Client(mcp_server([no_calls, tight], store, expose_tools=True)) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        result = await client.call_tool("tight.lookup", {"key": "abc"})
+    assert names == {"none", "tight", "tight.lookup", "tight.recall"}  # none: no call fits
+    assert result.is_error
+    assert "budget_exhausted" in _text(result)
+    assert '"value":3' in _text(result)  # the call's result is still there
+    await store.close()
+
+
+@tool(read_only=True, open_world=False)
+def big(n: int) -> str:
+    """Returns n characters.
+
+    Args:
+        n: How many.
+    """
+    return "y" * n
+
+
+async def test_a_big_result_is_stored_whole_once(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    agent = Agent(name="b", model=ScriptedModel([finish("x")]), tools=[big])
+    async with Client(mcp_server([agent], store, expose_tools=True)) as client:
+        result = await client.call_tool("b.big", {"n": 200_000})
+    assert len(_text(result)) == 200_000
+    events = await store.read(_run_id(result))
+    whole = [e for e in events if "y" * 200_000 in str(e)]
+    assert [e.kind for e in whole] == ["tool_call_finished"]
+    await store.close()

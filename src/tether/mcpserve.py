@@ -32,7 +32,6 @@ from mcp.types import (
     ElicitRequestFormParams,
     ElicitResult,
     InputRequiredResult,
-    TextContent,
     ToolAnnotations,
 )
 from mcp_types.version import is_version_at_least
@@ -47,7 +46,8 @@ if TYPE_CHECKING:
 from tether.events import Event, ToolCallFinished
 from tether.jsontypes import JsonObject
 from tether.loop import AgentRun
-from tether.mcptools import direct_agents, mcp_tool, tool_result
+from tether.mcpresults import error_result, run_result, tool_result, waiting_result
+from tether.mcptools import direct_agents, mcp_tool
 from tether.models.direct import DIRECT_CALL_ID, DirectModel, direct_goal
 from tether.outcome import PendingCall, RunOutcome
 from tether.policy.approvals import Approval
@@ -88,12 +88,15 @@ def mcp_server(
     keys: ApiKeys | None = None,
     expose_tools: bool = False,
     bare_tool_names: bool = False,
+    agent_refs: Mapping[str, str] | None = None,
 ) -> MCPServer:
     """An MCP server whose tools run ``agents`` (one tool each) in ``store``.
 
     ``expose_tools``: each agent's own tools too, as ``AGENT.TOOL``; a call of one is a run
     of its own (``tether.mcptools``) that the agent's policy checks. ``bare_tool_names``:
     named ``TOOL`` instead (one agent's tools, or agents whose tool names differ).
+    ``agent_refs``: what loads each agent, by name (``module:attr``, a file): recorded in
+    its runs, so that ``tether approve`` and ``tether resume`` can continue them.
 
     With ``keys`` (over HTTP): every call needs a tether API key (``Authorization: Bearer``
     or ``X-API-Key``) with the ``run`` scope; its runs belong to the key's tenant, a run id is
@@ -106,9 +109,10 @@ def mcp_server(
     seen: set[str] = set()
     for agent in agents:
         _check_name(agent.name, seen)
+        ref = (agent_refs or {}).get(agent.name)
         tools.append(
             McpTool.from_function(
-                _handler(agent, store, active, max_active_runs, keys),
+                _handler(_Served(agent, ref), store, active, max_active_runs, keys),
                 name=agent.name,
                 title=agent.name,
                 description=_describe(agent),
@@ -125,8 +129,9 @@ def mcp_server(
         for definition, direct, model in direct_agents(agent):
             named = definition.name if bare_tool_names else direct.name
             _check_name(named, seen)
-            call = _handler(direct, store, active, max_active_runs, keys, tool=model)
-            tools.append(mcp_tool(definition, named, agent.name, call))
+            served = _Served(direct, ref, model)
+            call = _handler(served, store, active, max_active_runs, keys)
+            tools.append(mcp_tool(definition, named, agent, call))
     return MCPServer(
         name,
         instructions=(
@@ -205,6 +210,17 @@ class _Caller:
     may_approve: bool = True
 
 
+@dataclass(frozen=True)
+class _Served:
+    """What one MCP tool runs: an agent, or one call of its tool (``direct``)."""
+
+    agent: Agent[Any]
+    ref: str | None = None
+    """What loads the agent (recorded as the runs' ``agent_ref``)."""
+    direct: DirectModel | None = None
+    """The model of a tool's direct runs (``None``: an agent's runs)."""
+
+
 async def _caller(ctx: Context, keys: ApiKeys | None) -> _Caller:
     """Who calls: anyone (no keys), or the tenant of the key the request carries."""
     if keys is None:
@@ -219,68 +235,105 @@ async def _caller(ctx: Context, keys: ApiKeys | None) -> _Caller:
 
 
 def _handler(
-    agent: Agent[Any],
-    store: RunStore,
-    active: set[str],
-    limit: int,
-    keys: ApiKeys | None,
-    *,
-    tool: DirectModel | None = None,
+    served: _Served, store: RunStore, active: set[str], limit: int, keys: ApiKeys | None
 ) -> Any:
-    """What answers a call: a run of ``agent`` on the goal, or of the one call ``tool`` makes."""
+    """What answers a call: a run of the agent on the goal, or of one call of its tool."""
 
-    async def call(goal: str, ctx: Context, run_id: str | None) -> Any:
+    async def call(goal: str, ctx: Context, run_id: str | None, given: JsonObject | None) -> Any:
         if len(active) >= limit:
-            return _error(f"the server runs {limit} agent calls at once, its limit: try again")
+            return error_result(
+                f"the server runs {limit} agent calls at once, its limit: try again"
+            )
         token = f"{id(ctx)}:{len(active)}"
         active.add(token)
         try:
             caller = await _caller(ctx, keys)
-            return await _drive(agent, store, goal, run_id, ctx, caller, direct=tool is not None)
+            return await _drive(served, store, goal, run_id, ctx, caller, given)
         except TetherError as exc:  # a run id taken by another goal, a run that cannot resume
-            return _error(str(exc))
+            return error_result(str(exc))
         finally:
             active.discard(token)
 
-    if tool is not None:
+    direct = served.direct
+    if direct is not None:
 
         async def call_tool(ctx: Context, arguments: dict[str, Any]) -> Any:
             try:
-                goal = direct_goal(tool.tool, arguments)
+                goal = direct_goal(direct.tool, arguments)
             except orjson.JSONEncodeError:
-                return _error("the arguments are not valid JSON text (a lone surrogate?)")
-            run_id = new_run_id()
-            tool.give(run_id, arguments)  # as given: the log keeps the goal redacted
-            return await call(goal, ctx, run_id)
+                return error_result("the arguments are not valid JSON text (a lone surrogate?)")
+            return await call(goal, ctx, None, arguments)
 
         return call_tool
 
     async def run_agent(goal: str, ctx: Context, run_id: str | None = None) -> Any:
-        return await call(goal, ctx, run_id)
+        return await call(goal, ctx, run_id, None)
 
-    run_agent.__doc__ = _describe(agent)
+    run_agent.__doc__ = _describe(served.agent)
     return run_agent
 
 
 async def _drive(
-    agent: Agent[Any],
+    served: _Served,
     store: RunStore,
     goal: str,
     run_id: str | None,
     ctx: Context,
     caller: _Caller,
-    *,
-    direct: bool = False,
+    given: JsonObject | None,
 ) -> CallToolResult | InputRequiredResult:
+    """Run (or continue) the run a call asks for, asking the client what it must decide."""
+    agent = served.agent
     capabilities = ctx.client_capabilities
     can_elicit = capabilities is not None and capabilities.elicitation is not None
     version = ctx.protocol_version
     rounds = version is not None and is_version_at_least(version, _INPUT_REQUIRED_VERSION)
-    run = await _first(agent, store, goal, run_id, ctx, caller, rounds)
+    answering = rounds and bool(ctx.request_state)  # answers to the last round's questions
+    if answering:
+        run = await _continue(
+            agent, store, ctx.request_state or "", ctx.input_responses or {}, caller
+        )
+        if run is None:
+            return error_result(
+                "the answers do not match what the run asks now (it has moved on, or they "
+                "answer another question): call the tool again"
+            )
+    else:
+        refused = await _refused(goal, run_id, store, caller)
+        if refused:
+            return error_result(refused)
+        run = agent.stream(
+            goal, run_id=run_id or new_run_id(), store=store, tags=caller.tags, agent_ref=served.ref
+        )
     if isinstance(run, CallToolResult):
         return run
+    direct = served.direct
+    if direct is not None and given is not None and not answering:
+        direct.give(run.run_id, given)  # as given: the log keeps the goal redacted
+    try:
+        outcome, finished = await _rounds(served, store, ctx, caller, run, can_elicit, rounds)
+    finally:
+        if direct is not None:
+            direct.forget(run.run_id)
+    if isinstance(outcome, InputRequiredResult):
+        return outcome
+    if direct is not None:  # one call of a tool: its result, as the run recorded it
+        return tool_result(outcome, finished) or run_result(outcome)
+    return run_result(outcome)
+
+
+async def _rounds(
+    served: _Served,
+    store: RunStore,
+    ctx: Context,
+    caller: _Caller,
+    run: AgentRun[Any],
+    can_elicit: bool,
+    rounds: bool,
+) -> tuple[RunOutcome[Any] | InputRequiredResult, ToolCallFinished | None]:
+    """Drive ``run``, asking the client each decision it waits for (within bounds)."""
     outcome: RunOutcome[Any] | None = None
-    progress = _Progress(ctx, agent)
+    progress = _Progress(ctx, served.agent)
     for _ in range(MAX_DECISION_ROUNDS):
         async for event in run:
             await progress(event)
@@ -290,39 +343,14 @@ async def _drive(
         if outcome.status == "waiting_for_approval" and not caller.may_approve:
             break  # the key may run, not approve: the calls wait for a key that may
         if rounds:  # 2026-07-28 and later: ask in the result; the client calls again
-            return _ask_in_result(outcome, (await store.info(outcome.run_id)).events)
-        asked = await _ask_here(agent, store, ctx, outcome)
+            events = (await store.info(outcome.run_id)).events
+            return _ask_in_result(outcome, events), progress.finished
+        asked = await _ask_here(served.agent, store, ctx, outcome)
         if asked is None:
             break  # dismissed, or no answer in time: the run waits for one given elsewhere
         run = asked
     assert outcome is not None
-    if direct:  # one call of a tool: its result, as the run recorded it
-        return tool_result(outcome, progress.finished) or _result(outcome)
-    return _result(outcome)
-
-
-async def _first(
-    agent: Agent[Any],
-    store: RunStore,
-    goal: str,
-    run_id: str | None,
-    ctx: Context,
-    caller: _Caller,
-    rounds: bool,
-) -> AgentRun[Any] | CallToolResult:
-    """The run a call starts, or continues with the answers of the last round."""
-    if rounds and ctx.request_state:  # the client answers what the last round asked
-        run = await _continue(agent, store, ctx.request_state, ctx.input_responses or {}, caller)
-        if run is None:
-            return _error(
-                "the answers do not match what the run asks now (it has moved on, or they "
-                "answer another question): call the tool again"
-            )
-        return run
-    refused = await _refused(goal, run_id, store, caller)
-    if refused:
-        return _error(refused)
-    return agent.stream(goal, run_id=run_id, store=store, tags=caller.tags)
+    return outcome, progress.finished
 
 
 async def _ask_here(
@@ -447,7 +475,7 @@ async def _continue(
     if not calls:
         reply = responses.get("answer")
         if isinstance(reply, ElicitResult) and reply.action != "accept":
-            return _waiting(run_id, [])
+            return waiting_result(run_id, [])
         if not isinstance(reply, ElicitResult):
             return None
         answer = (reply.content or {}).get("answer")
@@ -474,7 +502,7 @@ async def _continue(
             )
         )
     if not approvals:  # every question dismissed: the calls wait for a decision elsewhere
-        return _waiting(run_id, sorted(calls))
+        return waiting_result(run_id, sorted(calls))
     return agent.resume_stream(run_id, approvals=approvals, store=store)
 
 
@@ -520,65 +548,3 @@ async def _ask(ctx: Context, question: str) -> str | None:
     except Exception:  # no answer in time: the run waits for one given elsewhere
         return None
     return reply.data.answer if reply.action == "accept" else None
-
-
-def _waiting(run_id: str, calls: list[str]) -> CallToolResult:
-    if calls:
-        text = (
-            f"The run {run_id} waits for approval of {', '.join(calls)}: decide with "
-            f"`tether approve {run_id} CALL` (or `--deny`), which continues the run."
-        )
-        status = "waiting_for_approval"
-    else:
-        text = f'The run {run_id} waits for an answer: `tether resume {run_id} --answer "..."`.'
-        status = "waiting_for_user"
-    summary: JsonObject = {"run_id": run_id, "status": status}
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=summary)
-
-
-def _error(text: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
-
-
-def _result(outcome: RunOutcome[Any]) -> CallToolResult:
-    summary: JsonObject = {
-        "run_id": outcome.run_id,
-        "status": outcome.status,
-        "answer": outcome.answer,
-        "steps": outcome.steps,
-        "tool_calls": outcome.tool_calls,
-        "usage": {
-            "input_tokens": outcome.usage.input_tokens,
-            "output_tokens": outcome.usage.output_tokens,
-            "cost": outcome.usage.cost,
-        },
-    }
-    if outcome.status == "finished":
-        text = outcome.answer or ""
-    elif outcome.status == "waiting_for_approval":
-        calls = ", ".join(f"{p.tool} ({p.call_id})" for p in outcome.pending)
-        summary["pending"] = [
-            {"call_id": p.call_id, "tool": p.tool, "arguments_hash": p.arguments_hash}
-            for p in outcome.pending
-        ]
-        text = (
-            f"The run {outcome.run_id} waits for approval of {calls}: decide with "
-            f"`tether approve {outcome.run_id} CALL` (or `--deny`), which continues the run."
-        )
-    elif outcome.status == "waiting_for_user":
-        summary["question"] = outcome.question
-        text = (
-            f"The run {outcome.run_id} asks: {outcome.question}\n"
-            f'Answer with `tether resume {outcome.run_id} --answer "..."`.'
-        )
-    else:
-        why = outcome.error.message if outcome.error is not None else outcome.limit or ""
-        text = f"The run {outcome.run_id} ended {outcome.status}: {why}".rstrip(": ")
-        if outcome.answer:
-            text += f"\nIts best answer: {outcome.answer}"
-    waiting = outcome.status in ("waiting_for_approval", "waiting_for_user")
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)],
-        structured_content=summary,
-        is_error=not (outcome.success or waiting),
-    )

@@ -16,23 +16,14 @@ from typing import Any
 from mcp import types as mcp_types
 from mcp.server.mcpserver.tools import Tool as McpTool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
-from mcp.types import (
-    CallToolResult,
-    EmbeddedResource,
-    ImageContent,
-    TextContent,
-    TextResourceContents,
-)
 
 from tether.agent import Agent
-from tether.content import ContentBlock, ImageBlock, TextBlock
-from tether.events import ToolCallFinished
 from tether.memory.config import MEMORY_TOOLS
 from tether.models.direct import DirectModel
-from tether.outcome import RunOutcome
+from tether.policy.gate import RulePolicy, effective_annotations
 from tether.tools.base import ToolDefinition
 
-__all__ = ["direct_agents", "mcp_tool", "tool_result"]
+__all__ = ["direct_agents", "mcp_tool"]
 
 
 def direct_agents(
@@ -40,14 +31,19 @@ def direct_agents(
 ) -> Iterator[tuple[ToolDefinition, Agent[str], DirectModel]]:
     """Each of ``agent``'s own tools, with the agent that runs one call of it and its model.
 
-    That agent has the original's tools, policy, redactor, limits (two steps, one call),
-    store and hooks; no memory, knowledge, thinking or questions to the user.
+    That agent has the original's tools, policy, redactor, store and hooks, and its limits
+    with at most two steps and one call; no memory, knowledge, thinking or questions to the
+    user. A tool the agent's limits allow no call of is not served.
     """
+    limits = agent.limits
+    if limits.max_steps < 2 or limits.max_tool_calls < 1:
+        return  # a call and the step that finishes with its result must fit
+    memory = agent.spec.memory
+    memory_tools = MEMORY_TOOLS if memory is not None and memory.tools else ()
     for tool in agent.spec.registry:
         definition = tool.definition
-        if definition.name in MEMORY_TOOLS:
+        if definition.name in memory_tools:
             continue  # the memory tools need the agent's memory, which a call does not use
-        limits = dataclasses.replace(agent.limits, max_steps=2, max_tool_calls=1)
         model = DirectModel(definition.name)
         direct: Agent[str] = dataclasses.replace(
             agent,  # pyright: ignore[reportArgumentType] - the output type becomes str
@@ -61,7 +57,7 @@ def direct_agents(
             compaction=None,
             can_ask_user=False,
             budget_warnings=(),
-            limits=limits,
+            limits=dataclasses.replace(limits, max_steps=2, max_tool_calls=1),
         )
         yield definition, direct, model
 
@@ -77,58 +73,36 @@ class _Arguments(FuncMetadata):
 
 
 def mcp_tool(
-    definition: ToolDefinition, name: str, agent: str, call: Callable[..., Any]
+    definition: ToolDefinition, name: str, agent: Agent[Any], call: Callable[..., Any]
 ) -> McpTool:
-    """The MCP tool ``name`` for ``definition``, answered by ``call(ctx, arguments)``."""
-    annotations = definition.annotations
+    """The MCP tool ``name`` for ``definition``, answered by ``call(ctx, arguments)``.
+
+    Its annotations are those ``agent``'s policy believes (an outside tool's claims of
+    safety are not passed on as tether's).
+    """
+    policy = agent.spec.policy
+    believed = (
+        policy.annotations(definition)
+        if isinstance(policy, RulePolicy)
+        else effective_annotations(definition)
+    )
     made = McpTool.from_function(
         call,
         name=name,
         title=definition.title or name,
         description=(
             f"{definition.description.strip()}\n\n(The tool {definition.name!r} of the tether "
-            f"agent {agent!r}: each call is a run, checked by the agent's policy.)"
+            f"agent {agent.name!r}: each call is a run, checked by the agent's policy.)"
         ).strip(),
         annotations=mcp_types.ToolAnnotations(
-            read_only_hint=annotations.read_only,
-            destructive_hint=annotations.destructive,
-            idempotent_hint=annotations.idempotent,
-            open_world_hint=annotations.open_world,
+            read_only_hint=believed.read_only,
+            destructive_hint=believed.destructive,
+            idempotent_hint=believed.idempotent,
+            open_world_hint=believed.open_world,
         ),
         structured_output=False,
     )
     metadata = _Arguments(arg_model=made.fn_metadata.arg_model)
     return made.model_copy(
         update={"parameters": dict(definition.input_schema), "fn_metadata": metadata}
-    )
-
-
-def tool_result(
-    outcome: RunOutcome[Any], finished: ToolCallFinished | None
-) -> CallToolResult | None:
-    """The call's result as the run recorded it (redacted as the log is).
-
-    ``None`` when the run did not get that far (it waits, or ended otherwise).
-    """
-    if finished is None or outcome.status in ("waiting_for_approval", "waiting_for_user"):
-        return None
-    structured = finished.structured if isinstance(finished.structured, dict) else None
-    return CallToolResult(
-        content=[_content(block) for block in finished.content],
-        structured_content=structured,
-        is_error=finished.is_error,
-        _meta={"tether/run_id": outcome.run_id},
-    )
-
-
-def _content(block: ContentBlock) -> mcp_types.ContentBlock:
-    if isinstance(block, TextBlock):
-        return TextContent(type="text", text=block.text)
-    if isinstance(block, ImageBlock):
-        return ImageContent(type="image", data=block.data, mime_type=block.mime_type)
-    return EmbeddedResource(
-        type="resource",
-        resource=TextResourceContents(
-            uri=block.uri, mime_type=block.mime_type, text=block.text or ""
-        ),
     )

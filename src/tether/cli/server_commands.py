@@ -114,16 +114,29 @@ def _revoke(
 
 
 def _agents(refs: list[str]) -> list[Agent[Any]]:
-    from tether.agentfile import agents_in
+    return [agent for _, agent in _loaded(refs)]
+
+
+def _loaded(refs: list[str]) -> list[tuple[str, Agent[Any]]]:
+    """Each agent ``refs`` name, with what loads it again (a folder's: its file)."""
+    from tether.agentfile import load_agent_file
     from tether.replay import load_agent
 
-    agents = [
-        a for ref in refs for a in (agents_in(ref) if Path(ref).is_dir() else [load_agent(ref)])
-    ]
-    names = [a.name for a in agents]
+    loaded: list[tuple[str, Agent[Any]]] = []
+    for ref in refs:
+        if Path(ref).is_dir():
+            files = sorted(Path(ref).glob("*.toml"))
+            if not files:
+                raise UserError(f"no agent files (*.toml) in {ref}")
+            loaded += [(str(f.resolve()), load_agent_file(f)) for f in files]
+        elif ref.endswith(".toml"):
+            loaded.append((str(Path(ref).resolve()), load_agent(ref)))
+        else:
+            loaded.append((ref, load_agent(ref)))
+    names = [a.name for _, a in loaded]
     if len(set(names)) != len(names):
         raise UserError(f"two served agents share a name ({', '.join(names)}): rename one")
-    return agents
+    return loaded
 
 
 _AGENT_HELP = (
@@ -214,13 +227,15 @@ def _mcp_serve(
             from tether.server.keys import ApiKeys
 
             keys = ApiKeys(cast("KeyValueStore", store))
+        loaded = _loaded(agent)
         server = mcp_server(
-            _agents(agent),
+            [a for _, a in loaded],
             store,
             max_active_runs=max_active_runs,
             keys=keys,
             expose_tools=tools or bare_tool_names,
             bare_tool_names=bare_tool_names,
+            agent_refs={a.name: ref for ref, a in loaded},
         )
     except TetherError as exc:
         raise fail(exc) from None

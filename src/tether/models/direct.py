@@ -3,12 +3,12 @@
 A caller outside any agent (an MCP client calling one of an agent's tools) still wants
 what every tether run gives: the policy gate, approvals, redaction, the event log. So the
 call becomes a run whose "model" asks for exactly that call, then finishes with its
-result. The call is written into the goal (``direct_goal``), where the run's data-flow
-rules see its arguments as the caller's own. The model takes the arguments as they were
-given (``give``, by run id) or, in a process that was not given them (a resumed run), reads
-them back from the goal. The log keeps the goal redacted, so arguments that held a secret
-exist only where they were given: elsewhere the run fails saying so, never calls the tool
-with ``[REDACTED]`` in place of the secret.
+result. The call is described in the goal (``direct_goal``); its arguments reach the
+model only as they were given (``give``, by run id, until ``forget``): the log keeps the
+goal redacted, so reading them back from it could call the tool with ``[REDACTED]`` (or a
+custom redactor's mask) in place of a secret. A run continued where its arguments were not
+given (another process) goes on if its call was made already, as it does once it waited
+for approval; one that had not made it yet fails, saying to call the tool again.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import orjson
 from tether.content import content_text
 from tether.errors import ModelError
 from tether.jsontypes import JsonObject
-from tether.messages import FINISH_TASK, AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from tether.messages import FINISH_TASK, AssistantMessage, ToolCall, ToolResultMessage
 from tether.models.base import Model, ModelProfile, ModelRequest, ModelResponse
 
 __all__ = ["DIRECT_CALL_ID", "DirectModel", "direct_goal"]
@@ -29,8 +29,8 @@ __all__ = ["DIRECT_CALL_ID", "DirectModel", "direct_goal"]
 DIRECT_CALL_ID = "direct"
 """The id of the one call a direct run makes."""
 _MARK = " with the arguments (JSON): "
-_REDACTED = "[REDACTED"  # what the redactor leaves in place of a secret
 _HELD = 10_000  # runs whose arguments one model holds at most (the oldest go first)
+_ANSWER = 1000  # characters of the result the run's answer repeats (the log has it whole)
 
 
 def direct_goal(tool: str, arguments: JsonObject) -> str:
@@ -57,6 +57,10 @@ class DirectModel(Model):
         while len(self._given) > _HELD:
             self._given.popitem(last=False)
 
+    def forget(self, run_id: str) -> None:
+        """Drop what ``give`` held for ``run_id`` (its call is made, or will not be)."""
+        self._given.pop(run_id, None)
+
     @property
     def tool(self) -> str:
         """The tool it calls."""
@@ -76,14 +80,22 @@ class DirectModel(Model):
         """The call (first turn), then ``finish_task`` with its result."""
         results = [m for m in request.messages if isinstance(m, ToolResultMessage)]
         if any(m.call_id == DIRECT_CALL_ID for m in results):
-            self._given.pop(request.run_id, None)
             result = next(m for m in reversed(results) if m.call_id == DIRECT_CALL_ID)
             answer = content_text(result.content)
+            if len(answer) > _ANSWER:
+                answer = (
+                    f"{answer[:_ANSWER]}… ({len(answer)} characters: tool_call_finished has it all)"
+                )
             return _finish(answer or ("the call failed" if result.is_error else "(no output)"))
         if any(isinstance(m, AssistantMessage) and m.tool_calls for m in request.messages):
             return _finish("the call was not made")  # the run refused it before it ran
-        given = self._given.get(request.run_id)
-        arguments = given if given is not None else _arguments(request, self._tool)
+        arguments = self._given.get(request.run_id)
+        if arguments is None:
+            raise ModelError(
+                f"the arguments of this call of {self._tool!r} were given to the process that "
+                "took the call, and only there (the log keeps them redacted): call the tool again",
+                model=self.name,
+            )
         return ModelResponse(
             tool_calls=(ToolCall(id=DIRECT_CALL_ID, name=self._tool, arguments=arguments),)
         )
@@ -94,28 +106,4 @@ def _finish(answer: str) -> ModelResponse:
         tool_calls=(
             ToolCall(id=f"{DIRECT_CALL_ID}-end", name=FINISH_TASK, arguments={"answer": answer}),
         )
-    )
-
-
-def _arguments(request: ModelRequest, tool: str) -> JsonObject:
-    head = f"Call the tool {tool}{_MARK}"
-    for message in request.messages:
-        if isinstance(message, UserMessage) and message.text.startswith(head):
-            text = message.text[len(head) :]
-            if _REDACTED in text:
-                raise ModelError(
-                    f"the arguments of this call of {tool!r} held a secret, which the log keeps "
-                    "redacted and only the process that took the call had: call the tool again",
-                    model=f"direct:{tool}",
-                )
-            try:
-                value = orjson.loads(text)
-            except orjson.JSONDecodeError:
-                break  # written by hand
-            if isinstance(value, dict):
-                return value  # pyright: ignore[reportUnknownVariableType] - JSON
-            break
-    raise ModelError(
-        f"a direct run of {tool!r} needs a goal made by direct_goal({tool!r}, arguments)",
-        model=f"direct:{tool}",
     )

@@ -91,6 +91,17 @@ def _scripted(rest: str) -> Model:
 register_model_provider("scripted", _scripted)
 
 
+def _direct(rest: str) -> Model:
+    from tether.models.direct import DirectModel
+
+    if not rest:
+        raise ConfigError("'direct' needs the tool it calls: 'direct:TOOL'")
+    return DirectModel(rest)
+
+
+register_model_provider("direct", _direct)  # continues a run of one tool call (mcp serve)
+
+
 _local_models: dict[str, Model] = {}
 
 
