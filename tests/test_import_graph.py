@@ -105,6 +105,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.mcpserve",
             "tether.mcptools",
             "tether.mcpresults",
+            "tether.directcall",
             "tether.packs",
             "tether.replay",
             "tether.testing",

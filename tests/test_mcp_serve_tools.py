@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +13,22 @@ import pytest
 from mcp import Client, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
-from tether import Agent, Limits, mcptools, tool
+from tether import Agent, Limits, directcall, tool
+from tether.content import TextBlock
 from tether.errors import ConfigError
+from tether.events import ToolCallFinished
 from tether.limits import PhaseLimits
+from tether.mcpresults import tool_result
 from tether.mcpserve import MAX_GOAL_CHARS, mcp_server
 from tether.memory import InProcessMemory
 from tether.memory.config import Remember
 from tether.models.direct import DirectModel, direct_goal
+from tether.outcome import RunOutcome
 from tether.policy import RulePolicy, Rules, deny, require_approval
 from tether.stores.sqlite import SqliteStore
 from tether.testing import ScriptedModel, finish
 from tether.tools.base import Tool, ToolAnnotations
+from tether.usage import Usage
 
 paid: list[float] = []
 
@@ -276,21 +282,19 @@ async def test_a_secret_argument_reaches_the_tool_whole_and_the_log_redacted(
 # What an adversarial review found, each kept from coming back
 
 
-async def test_arguments_are_held_only_while_their_call_runs(tmp_path: Path) -> None:
+async def test_arguments_are_held_only_while_their_call_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = SqliteStore(tmp_path / "t.db")
     models: list[DirectModel] = []
-    original = mcptools.DirectModel
 
     def recording(tool: str) -> DirectModel:
-        made = original(tool)
+        made = DirectModel(tool)
         models.append(made)
         return made
 
-    mcptools.DirectModel = recording  # type: ignore[misc, assignment]
-    try:
-        server = mcp_server([bank()], store, expose_tools=True, max_active_runs=1)
-    finally:
-        mcptools.DirectModel = original  # type: ignore[misc]
+    monkeypatch.setattr(directcall, "DirectModel", recording)
+    server = mcp_server([bank()], store, expose_tools=True, max_active_runs=1)
     huge = "x" * (MAX_GOAL_CHARS + 10)
     async with Client(server) as client:
         assert (await client.call_tool("bank.lookup", {"key": huge})).is_error  # refused
@@ -303,7 +307,10 @@ async def test_arguments_are_held_only_while_their_call_runs(tmp_path: Path) -> 
     await store.close()
 
 
-BANK = bank()
+BANK = bank(
+    output_type=int,  # what the agent answers; a direct run answers with the call's result
+    memory=Remember(memory=InProcessMemory()),
+)
 
 
 async def test_a_waiting_direct_run_is_continued_by_tether_approve(tmp_path: Path) -> None:
@@ -329,6 +336,8 @@ async def test_a_waiting_direct_run_is_continued_by_tether_approve(tmp_path: Pat
     finished = [e for e in events if e.kind == "tool_call_finished" and e.tool == "pay"]  # type: ignore[attr-defined]
     assert len(finished) == 1
     assert "paid 3" in str(finished[0].content)  # type: ignore[attr-defined]
+    assert events[-1].status == "finished"  # type: ignore[attr-defined]
+    assert not [e for e in events if e.kind == "memory_written"]  # not the agent's memory
     await store.close()
 
 
@@ -365,7 +374,7 @@ def recall(topic: str) -> str:
     return f"recalled {topic}"
 
 
-async def test_limits_are_kept_and_a_run_that_ends_badly_is_an_error(tmp_path: Path) -> None:
+async def test_no_tool_is_served_whose_call_the_limits_cannot_finish(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "t.db")
     no_calls = Agent(
         name="none",
@@ -373,20 +382,35 @@ async def test_limits_are_kept_and_a_run_that_ends_badly_is_an_error(tmp_path: P
         tools=[lookup],
         limits=Limits(max_tool_calls=0),
     )
-    tight = Agent(
+    one_step = Agent(
         name="tight",
         model=ScriptedModel([finish("x")]),
-        tools=[lookup, recall],
+        tools=[lookup],
         limits=Limits(think=PhaseLimits(max_steps=1)),
     )
-    async with Client(mcp_server([no_calls, tight], store, expose_tools=True)) as client:
-        names = {t.name for t in (await client.list_tools()).tools}
-        result = await client.call_tool("tight.lookup", {"key": "abc"})
-    assert names == {"none", "tight", "tight.lookup", "tight.recall"}  # none: no call fits
-    assert result.is_error
-    assert "budget_exhausted" in _text(result)
-    assert '"value":3' in _text(result)  # the call's result is still there
+    plain = Agent(name="plain", model=ScriptedModel([finish("x")]), tools=[recall])
+    async with Client(mcp_server([no_calls, one_step, plain], store, expose_tools=True)) as c:
+        names = {t.name for t in (await c.list_tools()).tools}
+    assert names == {"none", "tight", "plain", "plain.recall"}  # recall: not memory's here
     await store.close()
+
+
+def test_a_run_that_ends_badly_after_its_call_is_an_error() -> None:
+    finished = ToolCallFinished(
+        run_id="r", seq=3, at=datetime.now(UTC), prev_hash="0" * 64, call_id="direct",
+        tool="lookup", content=(TextBlock(text="found"),),
+    )  # fmt: skip
+    outcome = RunOutcome[Any](
+        run_id="r", status="budget_exhausted", output=None, answer=None, usage=Usage(),
+        steps=2, tool_calls=1, events=(), started_at=datetime.now(UTC),
+        finished_at=datetime.now(UTC), limit="think.max_steps",
+    )  # fmt: skip
+    result = tool_result(outcome, finished)
+    assert result is not None
+    assert result.is_error
+    assert "found" in _text(result)
+    assert "budget_exhausted" in _text(result)
+    assert tool_result(outcome, None) is None  # no result: the run's own answer
 
 
 @tool(read_only=True, open_world=False)

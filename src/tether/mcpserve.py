@@ -43,11 +43,12 @@ from tether.errors import ConfigError, RunNotFound, TetherError
 
 if TYPE_CHECKING:
     from tether.server.keys import ApiKeys
+from tether.directcall import direct_agents
 from tether.events import Event, ToolCallFinished
 from tether.jsontypes import JsonObject
 from tether.loop import AgentRun
 from tether.mcpresults import error_result, run_result, tool_result, waiting_result
-from tether.mcptools import direct_agents, mcp_tool
+from tether.mcptools import mcp_tool
 from tether.models.direct import DIRECT_CALL_ID, DirectModel, direct_goal
 from tether.outcome import PendingCall, RunOutcome
 from tether.policy.approvals import Approval

@@ -9,8 +9,7 @@ named ``AGENT.TOOL`` and has the tool's own input schema and annotations.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from mcp import types as mcp_types
@@ -18,48 +17,10 @@ from mcp.server.mcpserver.tools import Tool as McpTool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 
 from tether.agent import Agent
-from tether.memory.config import MEMORY_TOOLS
-from tether.models.direct import DirectModel
 from tether.policy.gate import RulePolicy, effective_annotations
 from tether.tools.base import ToolDefinition
 
-__all__ = ["direct_agents", "mcp_tool"]
-
-
-def direct_agents(
-    agent: Agent[Any],
-) -> Iterator[tuple[ToolDefinition, Agent[str], DirectModel]]:
-    """Each of ``agent``'s own tools, with the agent that runs one call of it and its model.
-
-    That agent has the original's tools, policy, redactor, store and hooks, and its limits
-    with at most two steps and one call; no memory, knowledge, thinking or questions to the
-    user. A tool the agent's limits allow no call of is not served.
-    """
-    limits = agent.limits
-    if limits.max_steps < 2 or limits.max_tool_calls < 1:
-        return  # a call and the step that finishes with its result must fit
-    memory = agent.spec.memory
-    memory_tools = MEMORY_TOOLS if memory is not None and memory.tools else ()
-    for tool in agent.spec.registry:
-        definition = tool.definition
-        if definition.name in memory_tools:
-            continue  # the memory tools need the agent's memory, which a call does not use
-        model = DirectModel(definition.name)
-        direct: Agent[str] = dataclasses.replace(
-            agent,  # pyright: ignore[reportArgumentType] - the output type becomes str
-            name=f"{agent.name}.{definition.name}",
-            model=model,
-            output_type=str,
-            output_schema=None,
-            memory=None,
-            knowledge=None,
-            thinking=None,
-            compaction=None,
-            can_ask_user=False,
-            budget_warnings=(),
-            limits=dataclasses.replace(limits, max_steps=2, max_tool_calls=1),
-        )
-        yield definition, direct, model
+__all__ = ["mcp_tool"]
 
 
 class _Arguments(FuncMetadata):

@@ -97,6 +97,7 @@ def _continue(
     decide: Decide | None,
 ) -> RunOutcome[Any]:
     from tether.cli.store_commands import resolve_run_id
+    from tether.directcall import DIRECT_PREFIX, direct_agent
     from tether.models.registry import resolve_model
     from tether.policy.gate import RulePolicy
     from tether.replay import load_agent
@@ -122,7 +123,10 @@ def _continue(
         raise ConfigError(
             "the run does not record which agent ran it: pass --agent package.module:attr"
         )
-    agent = replace(load_agent(ref), store=store, limits=started.limits)
+    agent = load_agent(ref)
+    if started.model.startswith(DIRECT_PREFIX):  # one call of one tool (mcp serve --tools)
+        agent = direct_agent(agent, started.model.removeprefix(DIRECT_PREFIX))
+    agent = replace(agent, store=store, limits=started.limits)
     if policy is not None:
         agent = replace(agent, policy=RulePolicy.from_toml(policy))
     chosen = model
