@@ -433,3 +433,23 @@ async def test_a_big_result_is_stored_whole_once(tmp_path: Path) -> None:
     whole = [e for e in events if "y" * 200_000 in str(e)]
     assert [e.kind for e in whole] == ["tool_call_finished"]
     await store.close()
+
+
+async def test_a_retry_with_the_run_id_is_the_same_run_and_one_call(tmp_path: Path) -> None:
+    paid.clear()
+    store = SqliteStore(tmp_path / "t.db")
+    open_bank = Agent(name="open", model=ScriptedModel([finish("x")]), tools=[pay])
+    async with Client(mcp_server([open_bank], store, expose_tools=True)) as client:
+        meta: Any = {"tether/run_id": "pay-once-1"}
+        first = await client.call_tool("open.pay", {"amount": 9, "to": "ed"}, meta=meta)
+        again = await client.call_tool("open.pay", {"amount": 9, "to": "ed"}, meta=meta)
+        other = await client.call_tool("open.pay", {"amount": 8, "to": "ed"}, meta=meta)
+        bad: Any = {"tether/run_id": "../x"}
+        path = await client.call_tool("open.pay", {"amount": 9, "to": "ed"}, meta=bad)
+    assert _run_id(first) == _run_id(again) == "pay-once-1"
+    assert _text(first) == _text(again) == "paid 9.0 to ed"
+    assert not again.is_error
+    assert paid == [9.0]  # called once
+    assert other.is_error  # the same id with other arguments is another call: refused
+    assert path.is_error
+    await store.close()

@@ -22,7 +22,11 @@ from tether.events import ToolCallFinished
 from tether.jsontypes import JsonObject
 from tether.outcome import RunOutcome
 
-__all__ = ["error_result", "run_result", "tool_result", "waiting_result"]
+__all__ = ["RUN_ID_META", "error_result", "run_result", "tool_result", "waiting_result"]
+
+RUN_ID_META = "tether/run_id"
+"""The ``_meta`` key of every result's run id; a call of an agent's tool may send it back
+in its request's ``_meta`` to retry that same run (its call is made once)."""
 
 
 def waiting_result(run_id: str, calls: list[str]) -> CallToolResult:
@@ -40,7 +44,7 @@ def waiting_result(run_id: str, calls: list[str]) -> CallToolResult:
     return CallToolResult(
         content=[TextContent(type="text", text=text)],
         structured_content=summary,
-        _meta={"tether/run_id": run_id},
+        _meta={RUN_ID_META: run_id},
     )
 
 
@@ -91,7 +95,7 @@ def run_result(outcome: RunOutcome[Any]) -> CallToolResult:
         content=[TextContent(type="text", text=text)],
         structured_content=summary,
         is_error=not (outcome.success or waiting),
-        _meta={"tether/run_id": outcome.run_id},
+        _meta={RUN_ID_META: outcome.run_id},
     )
 
 
@@ -115,7 +119,7 @@ def tool_result(
         content=content,
         structured_content=structured,
         is_error=finished.is_error or not outcome.success,
-        _meta={"tether/run_id": outcome.run_id},
+        _meta={RUN_ID_META: outcome.run_id},
     )
 
 

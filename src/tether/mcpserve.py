@@ -47,14 +47,21 @@ from tether.directcall import direct_agents
 from tether.events import Event, ToolCallFinished
 from tether.jsontypes import JsonObject
 from tether.loop import AgentRun
-from tether.mcpresults import error_result, run_result, tool_result, waiting_result
+from tether.mcpresults import RUN_ID_META, error_result, run_result, tool_result, waiting_result
 from tether.mcptools import mcp_tool
 from tether.models.direct import DIRECT_CALL_ID, DirectModel, direct_goal
 from tether.outcome import PendingCall, RunOutcome
 from tether.policy.approvals import Approval
 from tether.stores.base import RunStore
 
-__all__ = ["ELICIT_TIMEOUT", "MAX_DECISION_ROUNDS", "MAX_GOAL_CHARS", "keyed", "mcp_server"]
+__all__ = [
+    "ELICIT_TIMEOUT",
+    "MAX_DECISION_ROUNDS",
+    "MAX_GOAL_CHARS",
+    "RUN_ID_META",
+    "keyed",
+    "mcp_server",
+]
 
 ELICIT_TIMEOUT = 600.0
 """Seconds a client has to answer an approval or a question asked mid-call; then the call
@@ -263,7 +270,9 @@ def _handler(
                 goal = direct_goal(direct.tool, arguments)
             except orjson.JSONEncodeError:
                 return error_result("the arguments are not valid JSON text (a lone surrogate?)")
-            return await call(goal, ctx, None, arguments)
+            meta = ctx.request_context.meta or {}
+            retry = meta.get(RUN_ID_META)  # the same run id again: the same run, one call
+            return await call(goal, ctx, retry if isinstance(retry, str) else None, arguments)
 
         return call_tool
 
@@ -319,6 +328,15 @@ async def _drive(
     if isinstance(outcome, InputRequiredResult):
         return outcome
     if direct is not None:  # one call of a tool: its result, as the run recorded it
+        if finished is None:  # a retry of a run that had ended: its log has the result
+            finished = next(
+                (
+                    e
+                    for e in reversed(outcome.events)
+                    if isinstance(e, ToolCallFinished) and e.call_id == DIRECT_CALL_ID
+                ),
+                None,
+            )
         return tool_result(outcome, finished) or run_result(outcome)
     return run_result(outcome)
 
