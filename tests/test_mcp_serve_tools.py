@@ -453,3 +453,19 @@ async def test_a_retry_with_the_run_id_is_the_same_run_and_one_call(tmp_path: Pa
     assert other.is_error  # the same id with other arguments is another call: refused
     assert path.is_error
     await store.close()
+
+
+async def test_with_keys_a_tool_call_without_a_key_is_refused_before_any_run(
+    tmp_path: Path,
+) -> None:
+    from tether.server.keys import ApiKeys
+
+    paid.clear()
+    store = SqliteStore(tmp_path / "t.db")
+    server = mcp_server([bank()], store, expose_tools=True, keys=ApiKeys(store))
+    async with Client(server) as client:  # in memory: no HTTP headers, so no key
+        refused = await client.call_tool("bank.lookup", {"key": "abc"})
+    assert refused.is_error
+    assert "key" in _text(refused).lower()
+    assert await store.runs() == []
+    await store.close()
