@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -33,6 +34,13 @@ def big() -> str:
 def die() -> str:
     """Exits the server process in the middle of the call."""
     os._exit(3)
+
+
+@server.tool()
+def die_later() -> str:
+    """Answers, then exits the server process a moment later (while it is idle)."""
+    threading.Timer(0.3, os._exit, (3,)).start()
+    return "bye"
 
 
 class Trip(BaseModel):

@@ -213,3 +213,23 @@ async def test_a_handler_fills_the_form_and_the_schemas_defaults_fill_the_rest()
 
     assert "(decline)" in await _ask(declines)
     assert "(cancel)" in await _ask(breaks)
+
+
+async def test_a_server_that_died_while_idle_is_started_again_before_the_next_call() -> None:
+    server = McpServer.stdio("fixture", sys.executable, FIXTURE, timeout=20)
+    tools = await asyncio.to_thread(server.tools_now, only=["echo", "die_later"])
+    policy = RulePolicy(Rules(rules=(allow("*"),)))
+    first = Agent(
+        model=ScriptedModel([call("echo", text="one"), call("die_later"), finish("ok")]),
+        tools=tools,
+        policy=policy,
+    )
+    assert (await first.run("echo, then let the server go")).status == "finished"
+    await asyncio.sleep(2.5)  # the server exits 0.3 s after its answer; the session idles
+    second = Agent(
+        model=ScriptedModel([call("echo", text="two"), finish("ok")]), tools=tools, policy=policy
+    )
+    outcome = await second.run("echo again")
+    [echoed] = results(outcome)
+    assert not echoed.is_error, echoed.content
+    assert "echo: two" in str(echoed.content)

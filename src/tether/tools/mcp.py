@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import hashlib
+import time
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -44,6 +45,9 @@ server that asks anyway gets an error, and so does the call."""
 
 _MAX_TOOLS = 1000
 _MAX_PAGES = 100
+_IDLE_PING_S = 2.0
+"""A held session idle this long is pinged before a call: a server that died meanwhile is
+started again, and the call made on the new session (the old one never received it)."""
 MAX_RESULT_CHARS = 100_000
 """A result's text past this many characters is cut (and said to be)."""
 
@@ -97,6 +101,9 @@ class McpServer:
         self._opening: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
+        self._used: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
+            weakref.WeakKeyDictionary()
+        )  # when each loop's session was last used (monotonic)
         self.skipped: list[str] = []
         """Tools the server listed that tether could not take, and why."""
 
@@ -202,6 +209,27 @@ class McpServer:
         self._lazy = True
         return made
 
+    async def _live_session(self) -> Any:
+        """This event loop's held session, known to answer if it sat idle for a while."""
+        loop = asyncio.get_running_loop()
+        session = await self._held_session()
+        now = time.monotonic()
+        idle = now - self._used.get(loop, now)
+        self._used[loop] = now
+        if idle >= _IDLE_PING_S:
+            try:
+                await asyncio.wait_for(session.send_ping(), 5)
+            except Exception:  # it died while idle: nothing was sent to it, so start again
+                self._drop(loop, session)
+                session = await self._held_session()
+        return session
+
+    def _drop(self, loop: asyncio.AbstractEventLoop, session: Any) -> None:
+        held = self._held.get(loop)
+        if held is not None and held[1] is session:
+            del self._held[loop]
+            held[0].cancel()
+
     async def _held_session(self) -> Any:
         """This event loop's session (each loop has its own), opened if need be."""
         loop = asyncio.get_running_loop()
@@ -248,11 +276,7 @@ class McpServer:
             return
         except Exception:
             pass
-        loop = asyncio.get_running_loop()
-        held = self._held.get(loop)
-        if held is not None and held[1] is session:
-            del self._held[loop]
-            held[0].cancel()
+        self._drop(asyncio.get_running_loop(), session)
 
     async def _on_message(self, message: Any) -> None:
         from mcp import types
@@ -358,7 +382,7 @@ class McpServer:
         session = self._session
         if self._lazy:
             try:
-                session = await self._held_session()
+                session = await self._live_session()
             except Exception as exc:
                 return ToolResult.error(
                     f"the MCP server {self.name!r} did not start a session: "
