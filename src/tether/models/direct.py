@@ -39,7 +39,7 @@ def direct_goal(tool: str, arguments: JsonObject) -> str:
 
 
 class DirectModel(Model):
-    """Calls ``tool`` once, with the arguments its run's goal holds, then finishes.
+    """Calls ``tool`` once, with the arguments given for its run (``give``), then finishes.
 
     Its answer is the call's result as text (or, for a call that failed or was refused,
     what the run told the model about it). It makes no request anywhere and costs nothing.
