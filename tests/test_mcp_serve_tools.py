@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -468,4 +469,41 @@ async def test_with_keys_a_tool_call_without_a_key_is_refused_before_any_run(
     assert refused.is_error
     assert "key" in _text(refused).lower()
     assert await store.runs() == []
+    await store.close()
+
+
+calls_made: list[str] = []
+
+
+@tool(read_only=True, open_world=False)
+async def slow(tag: str) -> str:
+    """Takes a while.
+
+    Args:
+        tag: A label.
+    """
+    calls_made.append(tag)
+    await asyncio.sleep(0.5)
+    return f"done {tag}"
+
+
+async def test_two_calls_with_one_run_id_at_once_call_the_tool_once(tmp_path: Path) -> None:
+    calls_made.clear()
+    store = SqliteStore(tmp_path / "t.db")
+    agent = Agent(name="s", model=ScriptedModel([finish("x")]), tools=[slow])
+    server = mcp_server([agent], store, expose_tools=True)
+    meta: Any = {"tether/run_id": "slow-1"}
+    async with Client(server) as client:
+        first, second = await asyncio.gather(
+            client.call_tool("s.slow", {"tag": "a"}, meta=meta),
+            client.call_tool("s.slow", {"tag": "a"}, meta=meta),
+        )
+    assert calls_made == ["a"]
+    done = [r for r in (first, second) if not r.is_error]
+    assert done, (_text(first), _text(second))
+    assert all(_text(r) == "done a" for r in done)
+    for refused in (r for r in (first, second) if r.is_error):
+        assert "is executing now" in _text(refused), _text(refused)
+        assert f":{os.getpid()}:" not in _text(refused)  # no host or pid
+    assert (await store.info("slow-1")).status == "finished"
     await store.close()

@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field
 
 from tether._internal.ids import new_run_id
 from tether.agent import Agent
-from tether.errors import ConfigError, RunNotFound, TetherError
+from tether.errors import ConfigError, LeaseHeld, RunNotFound, TetherError
 
 if TYPE_CHECKING:
     from tether.server.keys import ApiKeys
@@ -257,6 +257,11 @@ def _handler(
         try:
             caller = await _caller(ctx, keys)
             return await _drive(served, store, goal, run_id, ctx, caller, given)
+        except LeaseHeld:  # its message names the owner's host and pid
+            return error_result(
+                f"the run {run_id} is executing now (another call of it is in flight, here or "
+                "in another process): wait for it, then call again with the same run id"
+            )
         except TetherError as exc:  # a run id taken by another goal, a run that cannot resume
             return error_result(str(exc))
         finally:
@@ -318,13 +323,16 @@ async def _drive(
     if isinstance(run, CallToolResult):
         return run
     direct = served.direct
-    if direct is not None and given is not None and not answering:
+    holder: DirectModel | None = None  # who holds this call's arguments, given here
+    fresh = given is not None and not answering  # (a retry in flight has given them already)
+    if direct is not None and given is not None and fresh and not direct.holds(run.run_id):
         direct.give(run.run_id, given)  # as given: the log keeps the goal redacted
+        holder = direct
     try:
         outcome, finished = await _rounds(served, store, ctx, caller, run, can_elicit, rounds)
     finally:
-        if direct is not None:
-            direct.forget(run.run_id)
+        if holder is not None:
+            holder.forget(run.run_id)
     if isinstance(outcome, InputRequiredResult):
         return outcome
     if direct is not None:  # one call of a tool: its result, as the run recorded it

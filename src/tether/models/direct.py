@@ -57,6 +57,10 @@ class DirectModel(Model):
         while len(self._given) > _HELD:
             self._given.popitem(last=False)
 
+    def holds(self, run_id: str) -> bool:
+        """Whether arguments were given for ``run_id`` (and not forgotten yet)."""
+        return run_id in self._given
+
     def forget(self, run_id: str) -> None:
         """Drop what ``give`` held for ``run_id`` (its call is made, or will not be)."""
         self._given.pop(run_id, None)
