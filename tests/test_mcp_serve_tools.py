@@ -14,6 +14,7 @@ import pytest
 from mcp import Client, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
+from tests.test_mcp_serve import AGENT
 from tether import Agent, Limits, directcall, tool
 from tether.content import TextBlock
 from tether.errors import ConfigError
@@ -221,25 +222,8 @@ async def test_the_direct_model_calls_only_with_arguments_it_was_given() -> None
     assert good.answer == '{"key":"xy","value":2}'
 
 
-SERVED = '''
-from tether import Agent, tool
-from tether.testing import ScriptedModel, finish
-
-@tool(read_only=True, open_world=False)
-def look(what: str) -> str:
-    """Looks.
-
-    Args:
-        what: What.
-    """
-    return "saw " + what
-
-agent = Agent(name="looker", model=ScriptedModel([finish("x")]), tools=[look])
-'''
-
-
 async def test_tether_mcp_serve_tools_over_stdio(tmp_path: Path) -> None:
-    (tmp_path / "served.py").write_text(SERVED)
+    (tmp_path / "served.py").write_text(AGENT)  # its model is never asked: a call has none
     db = tmp_path / "t.db"
     command = ["-m", "tether", "mcp", "serve", "--agent", "served:agent", "--tools", "--db"]
     params = StdioServerParameters(

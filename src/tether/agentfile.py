@@ -73,7 +73,7 @@ from tether.tools.base import Tool
 if TYPE_CHECKING:
     from tether.tools.mcp import McpServer
 
-__all__ = ["BUILTINS", "agents_in", "load_agent_file"]
+__all__ = ["BUILTINS", "agent_files_in", "agents_in", "load_agent_file"]
 
 _TOP = frozenset(
     {"name", "instructions", "instructions_file", "model", "can_ask_user", "limits", "tools",
@@ -147,10 +147,15 @@ def load_agent_file(path: str | Path) -> Agent[Any]:
 
 def agents_in(folder: str | Path) -> list[Agent[Any]]:
     """Every agent declared by a ``*.toml`` file of ``folder``, by file name."""
+    return [load_agent_file(f) for f in agent_files_in(folder)]
+
+
+def agent_files_in(folder: str | Path) -> list[Path]:
+    """The ``*.toml`` files of ``folder``, by name (at least one)."""
     found = sorted(Path(folder).glob("*.toml"))
     if not found:
         raise ConfigError(f"no agent files (*.toml) in {folder}")
-    return [load_agent_file(f) for f in found]
+    return found
 
 
 def _agent(data: Mapping[str, Any], file: Path) -> Agent[Any]:

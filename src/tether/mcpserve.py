@@ -337,14 +337,7 @@ async def _drive(
         return outcome
     if direct is not None:  # one call of a tool: its result, as the run recorded it
         if finished is None:  # a retry of a run that had ended: its log has the result
-            finished = next(
-                (
-                    e
-                    for e in reversed(outcome.events)
-                    if isinstance(e, ToolCallFinished) and e.call_id == DIRECT_CALL_ID
-                ),
-                None,
-            )
+            finished = next(filter(None, map(_direct_result, reversed(outcome.events))), None)
         return tool_result(outcome, finished) or run_result(outcome)
     return run_result(outcome)
 
@@ -395,6 +388,13 @@ async def _ask_here(
     return agent.resume_stream(outcome.run_id, answer=answer, store=store)
 
 
+def _direct_result(event: Event) -> ToolCallFinished | None:
+    """``event``, if it is the result of a direct run's call."""
+    if isinstance(event, ToolCallFinished) and event.call_id == DIRECT_CALL_ID:
+        return event
+    return None
+
+
 class _Progress:
     """Each committed event as a progress notification (none once the client stops taking them)."""
 
@@ -404,8 +404,7 @@ class _Progress:
         """The last direct call's result seen (a direct run's answer to the client)."""
 
     async def __call__(self, event: Event) -> None:
-        if isinstance(event, ToolCallFinished) and event.call_id == DIRECT_CALL_ID:
-            self.finished = event
+        self.finished = _direct_result(event) or self.finished
         if self._broken:
             return
         try:

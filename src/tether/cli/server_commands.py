@@ -119,16 +119,13 @@ def _agents(refs: list[str]) -> list[Agent[Any]]:
 
 def _loaded(refs: list[str]) -> list[tuple[str, Agent[Any]]]:
     """Each agent ``refs`` name, with what loads it again (a folder's: its file)."""
-    from tether.agentfile import load_agent_file
+    from tether.agentfile import agent_files_in, load_agent_file
     from tether.replay import load_agent
 
     loaded: list[tuple[str, Agent[Any]]] = []
     for ref in refs:
         if Path(ref).is_dir():
-            files = sorted(Path(ref).glob("*.toml"))
-            if not files:
-                raise UserError(f"no agent files (*.toml) in {ref}")
-            loaded += [(str(f.resolve()), load_agent_file(f)) for f in files]
+            loaded += [(str(f.resolve()), load_agent_file(f)) for f in agent_files_in(ref)]
         elif ref.endswith(".toml"):
             loaded.append((str(Path(ref).resolve()), load_agent(ref)))
         else:
