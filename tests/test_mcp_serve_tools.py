@@ -17,7 +17,7 @@ from mcp.client.stdio import stdio_client
 from tests.test_mcp_serve import AGENT
 from tether import Agent, Limits, directcall, tool
 from tether.content import TextBlock
-from tether.errors import ConfigError
+from tether.errors import ConfigError, RunExists
 from tether.events import ToolCallFinished
 from tether.limits import PhaseLimits
 from tether.mcpresults import tool_result
@@ -490,4 +490,47 @@ async def test_two_calls_with_one_run_id_at_once_call_the_tool_once(tmp_path: Pa
         assert "is executing now" in _text(refused), _text(refused)
         assert f":{os.getpid()}:" not in _text(refused)  # no host or pid
     assert (await store.info("slow-1")).status == "finished"
+    await store.close()
+
+
+@tool(read_only=True, open_world=False)
+def balance(api_key: str) -> str:
+    """The balance the key's account holds.
+
+    Args:
+        api_key: The account's key.
+    """
+    calls_made.append(api_key[-4:])
+    return f"balance of ...{api_key[-4:]}: 1000"
+
+
+async def test_a_retry_whose_input_holds_a_secret_is_refused(tmp_path: Path) -> None:
+    calls_made.clear()
+    store = SqliteStore(tmp_path / "t.db")
+    agent = Agent(name="a", model=ScriptedModel([finish("x")]), tools=[balance])
+    meta: Any = {"tether/run_id": "retry-1"}
+    first_key, other_key = "sk-ant-api03-" + "A" * 40, "sk-ant-api03-" + "B" * 40
+    async with Client(mcp_server([agent], store, expose_tools=True)) as client:
+        first = await client.call_tool("a.balance", {"api_key": first_key}, meta=meta)
+        other = await client.call_tool("a.balance", {"api_key": other_key}, meta=meta)
+        for bad in (12345, "", "\ud800", "x" * 5_000):
+            odd: Any = {"tether/run_id": bad}
+            refused = await client.call_tool("a.balance", {"api_key": "plain"}, meta=odd)
+            assert refused.is_error, bad
+            assert "Error executing tool" not in _text(refused)  # said why, no crash
+    assert not first.is_error
+    assert other.is_error  # redacted, the two keys look alike in the log: never A's answer
+    assert "holds a secret" in _text(other)
+    assert "AAAA" not in _text(other)
+    assert calls_made == ["AAAA"]
+    await store.close()
+
+
+async def test_a_run_id_of_another_tenant_is_refused_under_the_lease(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    agent = Agent(name="a", model=ScriptedModel([finish("mine")]))
+    await agent.run("same goal", run_id="shared-1", store=store, tags=["tenant:a"])
+    with pytest.raises(RunExists, match="another caller") as refused:
+        await agent.run("same goal", run_id="shared-1", store=store, tags=["tenant:b"])
+    assert "same goal" not in str(refused.value)  # nothing of the other tenant's run
     await store.close()

@@ -496,6 +496,11 @@ class AgentRun(Generic[OutputT]):
                 "Use another id, or resume that run (`tether resume`, agent.resume)",
                 run_id=self.run_id,
             )
+        if not set(self._ctx.tags) <= set(started.tags):  # a tenant's: checked under the lease
+            raise RunExists(
+                f"run {self.run_id!r} is stored already, for another caller: use another id",
+                run_id=self.run_id,
+            )
         self._journal.load(stored)
         return True
 

@@ -37,7 +37,7 @@ from mcp.types import (
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field
 
-from tether._internal.ids import new_run_id
+from tether._internal.ids import RUN_ID, new_run_id
 from tether.agent import Agent
 from tether.errors import ConfigError, LeaseHeld, RunNotFound, TetherError
 
@@ -277,7 +277,9 @@ def _handler(
                 return error_result("the arguments are not valid JSON text (a lone surrogate?)")
             meta = ctx.request_context.meta or {}
             retry = meta.get(RUN_ID_META)  # the same run id again: the same run, one call
-            return await call(goal, ctx, retry if isinstance(retry, str) else None, arguments)
+            if retry is not None and (not isinstance(retry, str) or not retry):
+                return error_result(f'_meta["{RUN_ID_META}"] must be the run id of a call')
+            return await call(goal, ctx, retry, arguments)
 
         return call_tool
 
@@ -314,7 +316,7 @@ async def _drive(
                 "answer another question): call the tool again"
             )
     else:
-        refused = await _refused(goal, run_id, store, caller)
+        refused = await _refused(agent, goal, run_id, store, caller)
         if refused:
             return error_result(refused)
         run = agent.stream(
@@ -428,7 +430,9 @@ _ANSWER_SCHEMA: JsonObject = {
 }
 
 
-async def _refused(goal: str, run_id: str | None, store: RunStore, caller: _Caller) -> str:
+async def _refused(
+    agent: Agent[Any], goal: str, run_id: str | None, store: RunStore, caller: _Caller
+) -> str:
     """Why a call may not start (or continue) a run, or ``""``."""
     if not goal.strip():
         return "the goal is empty: say what the agent should do"
@@ -439,12 +443,20 @@ async def _refused(goal: str, run_id: str | None, store: RunStore, caller: _Call
     except UnicodeEncodeError:
         return "the goal is not valid text (it holds a lone surrogate): send UTF-8 text"
     if run_id is not None:
+        if not RUN_ID.fullmatch(run_id):
+            return ""  # not a run id at all: starting the run refuses it, saying what one is
         try:
             info = await store.info(run_id)
         except RunNotFound:
             return ""
         if not set(caller.tags) <= set(info.tags):  # the CLI's, the HTTP API's, a tenant's
             return f"the run id {run_id!r} is taken by a run this caller did not start: use another"
+        redactor = agent.spec.redactor
+        if redactor is not None and redactor.redact_text(goal) != goal:
+            return (  # the log holds it redacted: another secret would look the same there
+                f"the run {run_id} exists, and this call's input holds a secret, so it cannot "
+                "be told from a call with another one: call without the run id"
+            )
     return ""
 
 

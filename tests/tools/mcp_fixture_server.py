@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -41,6 +42,13 @@ def die_later() -> str:
     """Answers, then exits the server process a moment later (while it is idle)."""
     threading.Timer(0.3, os._exit, (3,)).start()
     return "bye"
+
+
+@server.tool()
+async def hold(seconds: float) -> str:
+    """Holds the server's own event loop (a server that answers nothing meanwhile)."""
+    time.sleep(seconds)  # noqa: ASYNC251 - it blocks on purpose
+    return f"held {seconds}"
 
 
 class Trip(BaseModel):

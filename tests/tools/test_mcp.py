@@ -17,6 +17,7 @@ from tether import Agent
 from tether.errors import ConfigError
 from tether.events import PolicyDecided, ToolCallFinished
 from tether.jsontypes import JsonObject
+from tether.messages import ToolCall
 from tether.outcome import RunOutcome
 from tether.policy import RulePolicy, Rules, allow
 from tether.testing import ScriptedModel, call, finish
@@ -233,3 +234,24 @@ async def test_a_server_that_died_while_idle_is_started_again_before_the_next_ca
     [echoed] = results(outcome)
     assert not echoed.is_error, echoed.content
     assert "echo: two" in str(echoed.content)
+
+
+async def test_a_ping_never_cuts_off_a_call_in_flight() -> None:
+    server = McpServer.stdio("fixture", sys.executable, FIXTURE, timeout=30)
+    tools = await asyncio.to_thread(server.tools_now, only=["echo", "hold"])
+    policy = RulePolicy(Rules(rules=(allow("*"),)))
+
+    def agent(step: ToolCall) -> Agent[str]:
+        return Agent(model=ScriptedModel([step, finish("ok")]), tools=tools, policy=policy)
+
+    await agent(call("echo", text="warm")).run("open the session")
+    await asyncio.sleep(2.5)  # idle: the next call would ping first
+    holding = asyncio.create_task(agent(call("hold", seconds=9)).run("hold the server"))
+    await asyncio.sleep(3.0)  # the server answers nothing while it holds (not even a ping)
+    echoed = await agent(call("echo", text="after")).run("echo meanwhile")
+    held = await holding
+    [first] = results(held)
+    [second] = results(echoed)
+    assert not first.is_error, first.content  # not cut off by the second call's ping
+    assert "held 9" in str(first.content)
+    assert not second.is_error, second.content

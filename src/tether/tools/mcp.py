@@ -103,7 +103,10 @@ class McpServer:
         )
         self._used: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
             weakref.WeakKeyDictionary()
-        )  # when each loop's session was last used (monotonic)
+        )  # when each loop's session last answered a call (monotonic)
+        self._in_flight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = (
+            weakref.WeakKeyDictionary()
+        )  # calls each loop's session is carrying now
         self.skipped: list[str] = []
         """Tools the server listed that tether could not take, and why."""
 
@@ -210,15 +213,21 @@ class McpServer:
         return made
 
     async def _live_session(self) -> Any:
-        """This event loop's held session, known to answer if it sat idle for a while."""
+        """This event loop's held session, known to answer if it sat idle for a while.
+
+        Pinged only when no call is in flight on it (a busy server may answer late, and a
+        call it is carrying out must never be cut off); dropped only when the ping fails
+        outright, not when it is slow.
+        """
         loop = asyncio.get_running_loop()
         session = await self._held_session()
         now = time.monotonic()
         idle = now - self._used.get(loop, now)
-        self._used[loop] = now
-        if idle >= _IDLE_PING_S:
+        if idle >= _IDLE_PING_S and not self._in_flight.get(loop):
             try:
                 await asyncio.wait_for(session.send_ping(), 5)
+            except TimeoutError:
+                pass  # slow, not dead: the call goes on this session
             except Exception:  # it died while idle: nothing was sent to it, so start again
                 self._drop(loop, session)
                 session = await self._held_session()
@@ -271,12 +280,16 @@ class McpServer:
         A slow tool that timed out leaves the session (and the other calls on it) alone; a
         dead server's session ends, and the next call starts the server again.
         """
+        loop = asyncio.get_running_loop()
         try:
             await asyncio.wait_for(session.send_ping(), 5)
             return
+        except TimeoutError:
+            if self._in_flight.get(loop):
+                return  # hung or only busy: not while it may be carrying out other calls
         except Exception:
             pass
-        self._drop(asyncio.get_running_loop(), session)
+        self._drop(loop, session)
 
     async def _on_message(self, message: Any) -> None:
         from mcp import types
@@ -379,6 +392,15 @@ class McpServer:
         )
 
     async def _call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        if not self._lazy:
+            return await self._call_on(name, arguments)
+        loop = asyncio.get_running_loop()
+        try:
+            return await self._call_on(name, arguments)
+        finally:
+            self._used[loop] = time.monotonic()
+
+    async def _call_on(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         session = self._session
         if self._lazy:
             try:
@@ -404,8 +426,15 @@ class McpServer:
                 f"the MCP server {self.name!r} {gone} the tool {name!r} since it was listed; "
                 "the call was not made (the agent must list its tools again)"
             )
+        loop = asyncio.get_running_loop()
+        self._in_flight[loop] = self._in_flight.get(loop, 0) + 1
         try:
-            result = await session.call_tool(name, arguments, read_timeout_seconds=self._timeout)
+            try:
+                result = await session.call_tool(
+                    name, arguments, read_timeout_seconds=self._timeout
+                )
+            finally:
+                self._in_flight[loop] -= 1
         except Exception as exc:  # the server died, closed the pipe or broke the protocol
             if self._lazy:
                 await self._drop_if_dead(session)
