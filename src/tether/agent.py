@@ -408,7 +408,7 @@ class Agent(Generic[OutputT]):
         With a store, a ``run_id`` names one run for good: if a run is stored under it
         already (a process was killed, and a supervisor issues the same call again), that run
         continues from its log instead (after a crash), or its outcome is returned as stored
-        (it ended, or waits for a human). A stored run with another goal is ``RunExists``.
+        (it ended, or waits for a human). One with another goal or not all ``tags``: ``RunExists``.
 
         Args:
             goal: The task.
