@@ -21,6 +21,7 @@ from tether.content import ContentBlock, ImageBlock, TextBlock
 from tether.events import ToolCallFinished
 from tether.jsontypes import JsonObject
 from tether.outcome import RunOutcome
+from tether.status import TERMINAL_STATUSES
 
 __all__ = ["RUN_ID_META", "error_result", "run_result", "tool_result", "waiting_result"]
 
@@ -86,11 +87,10 @@ def run_result(outcome: RunOutcome[Any]) -> CallToolResult:
             f'Answer with `tether resume {outcome.run_id} --answer "..."`.'
         )
     else:
-        why = outcome.error.message if outcome.error is not None else outcome.limit or ""
-        text = f"The run {outcome.run_id} ended {outcome.status}: {why}".rstrip(": ")
+        text = f"The run {outcome.run_id} ended {outcome.status}: {_why(outcome)}".rstrip(": ")
         if outcome.answer:
             text += f"\nIts best answer: {outcome.answer}"
-    waiting = outcome.status in ("waiting_for_approval", "waiting_for_user")
+    waiting = outcome.status not in TERMINAL_STATUSES
     return CallToolResult(
         content=[TextContent(type="text", text=text)],
         structured_content=summary,
@@ -107,12 +107,11 @@ def tool_result(
     A run that did not finish after its call (a limit, a failure) adds a line saying so,
     and is an error. ``None`` when the call has no result (the run waits, or ended first).
     """
-    if finished is None or outcome.status in ("waiting_for_approval", "waiting_for_user"):
+    if finished is None or outcome.status not in TERMINAL_STATUSES:  # it waits
         return None
     content = [_content(block) for block in finished.content]
     if not outcome.success:
-        why = outcome.error.message if outcome.error is not None else outcome.limit or ""
-        note = f"(the run {outcome.run_id} ended {outcome.status} after the call: {why})"
+        note = f"(the run {outcome.run_id} ended {outcome.status} after the call: {_why(outcome)})"
         content.append(TextContent(type="text", text=note))
     structured = finished.structured if isinstance(finished.structured, dict) else None
     return CallToolResult(
@@ -121,6 +120,11 @@ def tool_result(
         is_error=finished.is_error or not outcome.success,
         _meta={RUN_ID_META: outcome.run_id},
     )
+
+
+def _why(outcome: RunOutcome[Any]) -> str:
+    """Why a run ended as it did: its error, or the limit it reached."""
+    return outcome.error.message if outcome.error is not None else outcome.limit or ""
 
 
 def _content(block: ContentBlock) -> mcp_types.ContentBlock:

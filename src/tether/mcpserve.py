@@ -52,6 +52,7 @@ from tether.mcptools import mcp_tool
 from tether.models.direct import DIRECT_CALL_ID, DirectModel, direct_goal
 from tether.outcome import PendingCall, RunOutcome
 from tether.policy.approvals import Approval
+from tether.status import TERMINAL_STATUSES
 from tether.stores.base import RunStore
 
 __all__ = [
@@ -360,7 +361,7 @@ async def _rounds(
         async for event in run:
             await progress(event)
         outcome = run.outcome
-        if not can_elicit or outcome.status not in ("waiting_for_approval", "waiting_for_user"):
+        if not can_elicit or outcome.status in TERMINAL_STATUSES:
             break
         if outcome.status == "waiting_for_approval" and not caller.may_approve:
             break  # the key may run, not approve: the calls wait for a key that may
