@@ -13,7 +13,7 @@ from tether.errors import ModelError, ModelWeightsError
 from tether.messages import UserMessage
 from tether.models._constrained import step_body, step_response, step_schema
 from tether.models.base import ModelRequest
-from tether.models.local import LocalModel
+from tether.models.local import LocalModel, local_body
 from tether.models.registry import resolve_model
 from tether.models.weights import KNOWN_MODELS, installed
 from tether.tools import tool
@@ -139,3 +139,24 @@ def test_a_request_without_tools_is_answered_in_plain_text() -> None:
     assert response.text == "It is 42."
     assert response.tool_calls == ()
     assert response.usage.output_tokens == 4
+
+
+def test_a_local_step_is_decoded_as_compact_json_under_the_same_schema() -> None:
+    request = ModelRequest(
+        instructions="Be brief.",
+        messages=(UserMessage(text="What is 2 + 2?"),),
+        tools=(calculate.definition, days_until.definition),
+    )
+    shaped = step_body(request)
+    body = local_body(request)
+    assert "response_format" not in body
+    head, _, schema = body["grammar"].partition("\nstart: %json ")
+    assert head == "%llguidance {}"
+    parsed = json.loads(schema)
+    assert parsed.pop("x-guidance") == {"whitespace_flexible": False}
+    assert parsed == shaped["response_format"]["json_schema"]["schema"]
+    assert {k: v for k, v in body.items() if k != "grammar"} == {
+        k: v for k, v in shaped.items() if k != "response_format"
+    }
+    plain = ModelRequest(instructions="Be brief.", messages=(UserMessage(text="Hi"),), tools=())
+    assert local_body(plain) == step_body(plain)  # a plain answer: no grammar at all

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import urllib.request
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
+from tests.realmodel.conftest import SERVED_NAME
 from tests.realmodel.scenario import GOAL, agent, check
 from tests.support import add
 from tether import Agent, ModelRequest
 from tether.events import ModelResponded
 from tether.messages import UserMessage
-from tether.models.local import LocalModel
+from tether.models.local import LocalModel, local_body
 from tether.stores import SqliteStore
+from tether.testing import ScriptedModel
+from tether.tools.builtin import calculate, current_time, days_until
 
 pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
 
@@ -48,3 +55,31 @@ async def test_its_own_token_count_is_what_it_reports(local_model: LocalModel) -
     assert counted is not None
     assert counted == response.usage.input_tokens
     assert local_model.profile.context_window == 4096
+
+
+async def test_a_step_is_written_compact_as_the_next_step_replays_it(llama_server: str) -> None:
+    """No whitespace tokens between keys and values: each would be a decoded token, and a
+    reply the next step renders differently misses the prompt cache from there on."""
+    spec = Agent(model=ScriptedModel([]), tools=[calculate, days_until, current_time]).spec
+    for question in (  # an agent's own instructions: the model spaces out each of these
+        "What is 17% of 2,340?",
+        "What's the square root of 1764?",
+        "What time is it in Tokyo?",
+    ):
+        request = ModelRequest(
+            instructions=spec.instructions,
+            messages=(UserMessage(text=question),),
+            tools=spec.definitions,
+        )
+        body = {**local_body(request), "model": SERVED_NAME}
+        reply = await asyncio.to_thread(_post, f"{llama_server}/chat/completions", body)
+        text = reply["choices"][0]["message"]["content"]
+        assert text == orjson.dumps(orjson.loads(text)).decode(), text
+
+
+def _post(url: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(
+        url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=600) as response:
+        return orjson.loads(response.read())

@@ -22,7 +22,7 @@ from tether.models._constrained import step_body, step_response
 from tether.models.base import Model, ModelProfile, ModelRequest, ModelResponse
 from tether.models.weights import DEFAULT_LOCAL_MODEL, KNOWN_MODELS, assemble, installed
 
-__all__ = ["LocalModel", "start_server"]
+__all__ = ["LocalModel", "local_body", "start_server"]
 
 
 class LocalModel(Model):
@@ -101,7 +101,7 @@ class LocalModel(Model):
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """One constrained step: the reply is exactly one call of one of the request's tools."""
-        body = step_body(request)
+        body = local_body(request)
         async with self._lock:  # one llama.cpp context: steps run one at a time
             server = await asyncio.to_thread(self._load)
             reply = await asyncio.to_thread(server.handle_chat_completions, body)
@@ -114,6 +114,25 @@ class LocalModel(Model):
         return step_response(
             reply, call_id=f"call_{self._calls}", cost=0.0, plain=not request.tools
         )
+
+
+def local_body(request: ModelRequest) -> dict[str, Any]:
+    """The chat completion body of one step of the embedded model (no ``model`` field).
+
+    ``step_body``'s, with the step's JSON Schema given as an llguidance grammar (the
+    grammar engine of xllamacpp's llama.cpp) that allows no whitespace outside strings.
+    llama.cpp's own ``response_format`` lets the model write spaces and newlines between
+    keys and values, and a small model does (``{"tool": "x", "arguments": {...}}``, at times
+    twenty whitespace tokens more): each is a decoded token, the slowest thing a step does,
+    and a reply that differs from how the next step renders it (compact) misses the prompt
+    cache from there on. The schema is the same; only the separators are fixed.
+    """
+    body = step_body(request)
+    fmt = body.pop("response_format", None)
+    if fmt is None:
+        return body
+    schema = {"x-guidance": {"whitespace_flexible": False}, **fmt["json_schema"]["schema"]}
+    return {**body, "grammar": "%llguidance {}\nstart: %json " + orjson.dumps(schema).decode()}
 
 
 def _count_tokens(address: str, messages: list[dict[str, Any]]) -> int | None:
