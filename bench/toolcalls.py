@@ -20,7 +20,8 @@ names (a mode), an optional one nobody mentioned (left out, never the string "No
 Prints one JSON line: prompts, tether_valid, tether_correct, raw_valid, raw_correct,
 median_step_s (tether, after the first step), raw_median_step_s, first_step_s,
 raw_first_step_s, median_step_ratio and first_step_ratio (tether's over the raw step's, in
-the same run), tether_misses. ``--modes tether`` runs tether's steps only (no ratios).
+the same run; tether's first step with no system prompt saved), first_step_warm_s (the first
+step of a new model server that restores the system prompt the first one saved), tether_misses. ``--modes tether`` runs tether's steps only (no ratios).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -319,8 +321,15 @@ def main() -> None:
     cases: list[dict[str, Any]] = json.loads(PROMPTS.read_text())[: args.limit]
     path = assemble(KNOWN_MODELS[args.model])
     runs: dict[str, list[dict[str, Any]]] = {}
+    warm_first: float | None = None
     if "tether" in modes:
-        runs["tether"] = asyncio.run(tether_mode(LocalModel(path, context=4096), cases))
+        with tempfile.TemporaryDirectory() as prompts:  # cold: no system prompt saved yet
+            runs["tether"] = asyncio.run(
+                tether_mode(LocalModel(path, context=4096, prompt_cache=prompts), cases)
+            )
+            warm = LocalModel(path, context=4096, prompt_cache=prompts)  # a new server
+            warm_first = asyncio.run(tether_mode(warm, cases[:1]))[0]["s"]
+            del warm
     if "raw" in modes:
         server = start_server(path, context=4096, alias=args.model)
         url = str(server.listening_address).rstrip("/") + "/v1"
@@ -342,6 +351,8 @@ def main() -> None:
     if "tether" in steps:
         report["median_step_s"] = round(steps["tether"][0], 3)
         report["first_step_s"] = round(steps["tether"][1], 3)
+    if warm_first is not None:
+        report["first_step_warm_s"] = round(warm_first, 3)
     if "raw" in steps:
         report["raw_median_step_s"] = round(steps["raw"][0], 3)
         report["raw_first_step_s"] = round(steps["raw"][1], 3)

@@ -14,6 +14,7 @@ from tether.messages import UserMessage
 from tether.models._constrained import step_body, step_response, step_schema
 from tether.models.base import ModelRequest
 from tether.models.local import LocalModel, local_body
+from tether.models.promptcache import prompt_cache_dir
 from tether.models.registry import resolve_model
 from tether.models.weights import KNOWN_MODELS, installed
 from tether.tools import tool
@@ -160,3 +161,15 @@ def test_a_local_step_is_decoded_as_compact_json_under_the_same_schema() -> None
     }
     plain = ModelRequest(instructions="Be brief.", messages=(UserMessage(text="Hi"),), tools=())
     assert local_body(plain) == step_body(plain)  # a plain answer: no grammar at all
+
+
+def test_the_prompt_cache_goes_where_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TETHER_PROMPT_CACHE", raising=False)
+    assert prompt_cache_dir(tmp_path) == tmp_path / "prompts"
+    monkeypatch.setenv("TETHER_PROMPT_CACHE", str(tmp_path / "mine"))
+    assert prompt_cache_dir(tmp_path) == tmp_path / "mine"
+    for off in ("off", "OFF", "0", "false", "no"):
+        monkeypatch.setenv("TETHER_PROMPT_CACHE", off)
+        assert prompt_cache_dir(tmp_path) is None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import urllib.request
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,7 +19,14 @@ import orjson
 from tether.errors import MissingExtraError, ModelError, ModelWeightsError
 from tether.models._constrained import step_body, step_response
 from tether.models.base import Model, ModelProfile, ModelRequest, ModelResponse
-from tether.models.weights import DEFAULT_LOCAL_MODEL, KNOWN_MODELS, assemble, installed
+from tether.models.promptcache import PromptCache, loopback_post, prompt_cache_dir
+from tether.models.weights import (
+    DEFAULT_LOCAL_MODEL,
+    KNOWN_MODELS,
+    assemble,
+    cache_dir,
+    installed,
+)
 
 __all__ = ["LocalModel", "local_body", "start_server"]
 
@@ -33,6 +39,10 @@ class LocalModel(Model):
         model: A known model's name (``tether models`` lists them).
         context: The context window in tokens.
         threads: CPU threads; default: the machine's cores.
+        prompt_cache: Save each agent's system prompt once computed, so that the first step
+            of the next process that runs it skips reading it (``tether.models.promptcache``):
+            ``True`` in ``$TETHER_PROMPT_CACHE`` (``off``: nowhere), else the cache
+            directory's ``prompts`` folder; a folder; or ``False``.
     """
 
     def __init__(
@@ -42,6 +52,7 @@ class LocalModel(Model):
         model: str = DEFAULT_LOCAL_MODEL,
         context: int = 8192,
         threads: int | None = None,
+        prompt_cache: bool | str | Path = True,
     ) -> None:
         if path is None and model not in KNOWN_MODELS:
             known = ", ".join(sorted(KNOWN_MODELS))
@@ -61,6 +72,14 @@ class LocalModel(Model):
         self._context = context
         self._threads = threads or os.cpu_count() or 1
         self._server: Any = None
+        self._prompts: PromptCache | None = None
+        self._prompt_dir = (
+            None
+            if prompt_cache is False
+            else prompt_cache_dir(cache_dir())
+            if prompt_cache is True
+            else Path(prompt_cache).expanduser()
+        )
         self._lock = asyncio.Lock()
         self._calls = 0
 
@@ -96,7 +115,26 @@ class LocalModel(Model):
         if self._server is not None:
             return self._server
         path = self._path or assemble(KNOWN_MODELS[self._model])
-        self._server = start_server(path, context=self._context, threads=self._threads)
+        self._server = start_server(
+            path, context=self._context, threads=self._threads, slot_dir=self._prompt_dir
+        )
+        if self._prompt_dir is not None:
+            import xllamacpp  # pyright: ignore[reportMissingTypeStubs]
+
+            stat = path.stat()
+            identity = "|".join(
+                map(
+                    str,
+                    (
+                        getattr(xllamacpp, "__version__", "?"),
+                        path.resolve(),
+                        stat.st_size,
+                        stat.st_mtime_ns,
+                        self._context,
+                    ),
+                )
+            )
+            self._prompts = PromptCache(self._prompt_dir, identity)
         return self._server
 
     async def request(self, request: ModelRequest) -> ModelResponse:
@@ -104,6 +142,8 @@ class LocalModel(Model):
         body = local_body(request)
         async with self._lock:  # one llama.cpp context: steps run one at a time
             server = await asyncio.to_thread(self._load)
+            if self._prompts is not None and request.tools:
+                await asyncio.to_thread(self._prompts.prepare, server, body)
             reply = await asyncio.to_thread(server.handle_chat_completions, body)
         reply = cast(dict[str, Any], reply)
         if "error" in reply or "choices" not in reply:
@@ -139,27 +179,20 @@ def _count_tokens(address: str, messages: list[dict[str, Any]]) -> int | None:
     """The tokens of ``messages`` as the server renders them (its template, its tokenizer)."""
     base = address if address.startswith("http") else f"http://{address}"
     try:
-        prompt = _post(f"{base}/apply-template", {"messages": messages})["prompt"]
-        tokens = _post(f"{base}/tokenize", {"content": prompt})["tokens"]
+        prompt = loopback_post(f"{base}/apply-template", {"messages": messages})["prompt"]
+        tokens = loopback_post(f"{base}/tokenize", {"content": prompt})["tokens"]
         return len(tokens)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-_LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-"""Requests to the model's own loopback server: never through a proxy the environment names."""
-
-
-def _post(url: str, body: dict[str, Any]) -> Any:
-    request = urllib.request.Request(
-        url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with _LOOPBACK.open(request, timeout=5) as reply:
-        return orjson.loads(reply.read())
-
-
 def start_server(
-    path: Path, *, context: int = 8192, threads: int | None = None, alias: str | None = None
+    path: Path,
+    *,
+    context: int = 8192,
+    threads: int | None = None,
+    alias: str | None = None,
+    slot_dir: Path | None = None,
 ) -> Any:
     """llama.cpp's server in this process, on a GGUF file: the engine of ``LocalModel``.
 
@@ -171,6 +204,7 @@ def start_server(
         context: The context window in tokens (one slot gets all of it).
         threads: CPU threads; default: the machine's cores.
         alias: The model name the HTTP API serves it under.
+        slot_dir: Where its slot's state may be saved and restored from (``None``: nowhere).
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # else it crawls beside a busy core
     try:
@@ -190,4 +224,6 @@ def start_server(
     params.n_parallel = 1  # one slot: the whole context, and its prompt cache, for us
     params.verbosity = -1  # llama.cpp's own logging would flood the user's terminal
     params.use_jinja = True  # the model's own chat template (and its tool-call format)
+    if slot_dir is not None:
+        params.slot_save_path = f"{slot_dir}{os.sep}"  # llama.cpp appends the file's name
     return xll.Server(params)

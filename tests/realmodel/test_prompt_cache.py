@@ -1,0 +1,69 @@
+"""The embedded model's saved system prompts, across model servers as across processes."""
+
+from __future__ import annotations
+
+import logging
+import stat
+from pathlib import Path
+
+import pytest
+
+from tether import Agent
+from tether.messages import UserMessage
+from tether.models.base import ModelRequest, ModelResponse
+from tether.models.local import LocalModel
+from tether.testing import ScriptedModel
+from tether.tools.builtin import calculate, current_time, days_until
+
+pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
+
+GOAL = "What is 17% of 2,340?"
+
+
+async def _first_step(model_path: Path, directory: Path) -> ModelResponse:
+    """A new model server's first step of an agent (its server then goes away)."""
+    model = LocalModel(model_path, context=4096, prompt_cache=directory)
+    spec = Agent(model=ScriptedModel([]), tools=[calculate, days_until, current_time]).spec
+    request = ModelRequest(
+        instructions=spec.instructions,
+        messages=(UserMessage(text=GOAL),),
+        tools=spec.definitions,
+    )
+    try:
+        return await model.request(request)
+    finally:
+        del model
+
+
+async def test_a_new_server_restores_the_system_prompt_an_earlier_one_saved(
+    model_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="tether")
+    cold = await _first_step(model_path, tmp_path)
+    saved = list(tmp_path.iterdir())
+    assert [p.suffix for p in saved] == [".slot"]  # one file, nothing left half-written
+    assert stat.S_IMODE(saved[0].stat().st_mode) == 0o600
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o700
+    assert GOAL.encode() not in saved[0].read_bytes()  # the system prompt alone is saved
+    assert "restored a saved system prompt" not in caplog.text
+
+    warm = await _first_step(model_path, tmp_path)
+    assert "restored a saved system prompt" in caplog.text
+    assert warm.tool_calls[0].name == cold.tool_calls[0].name == "calculate"
+    assert warm.tool_calls[0].arguments == cold.tool_calls[0].arguments
+    assert warm.usage.input_tokens == cold.usage.input_tokens  # the same prompt, read whole
+
+
+async def test_a_saved_state_that_cannot_be_restored_is_replaced(
+    model_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="tether")
+    cold = await _first_step(model_path, tmp_path)
+    (saved,) = tmp_path.iterdir()
+    good = saved.read_bytes()
+    saved.write_bytes(b"\0" * 4096)  # a torn write, a disk error, a stray file
+
+    again = await _first_step(model_path, tmp_path)
+    assert "restored a saved system prompt" not in caplog.text
+    assert again.tool_calls[0].arguments == cold.tool_calls[0].arguments
+    assert saved.read_bytes() == good  # computed again, and saved again
