@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import stat
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,3 +72,34 @@ async def test_a_saved_state_that_cannot_be_restored_is_replaced(
     assert "restored a saved system prompt" not in caplog.text
     assert again.tool_calls[0].arguments == cold.tool_calls[0].arguments
     assert saved.read_bytes() == good  # computed again, and saved again
+
+
+async def test_no_other_local_process_can_use_the_models_loopback_api(
+    local_model: LocalModel,
+) -> None:
+    """Its HTTP API (token counts, slot files) asks for a key only this process holds."""
+    spec = Agent(model=ScriptedModel([]), tools=[calculate]).spec
+    request = ModelRequest(
+        instructions=spec.instructions, messages=(UserMessage(text=GOAL),), tools=spec.definitions
+    )
+    await local_model.request(request)
+    assert await local_model.count_tokens(request)  # this process: with the key
+    address = str(getattr(local_model, "_server").listening_address).rstrip("/")  # noqa: B009
+    base = address if address.startswith("http") else f"http://{address}"
+    for path, body in (
+        ("/tokenize", {"content": "hi"}),
+        ("/slots/0?action=save", {"filename": "stolen.slot"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+    ):
+        assert await asyncio.to_thread(_status, base + path, body) == 401, path
+
+
+def _status(url: str, body: dict[str, Any]) -> int:
+    """The HTTP status of a POST without a key."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import secrets
 from pathlib import Path
 from typing import Any, cast
 
@@ -72,6 +73,8 @@ class LocalModel(Model):
         self._context = context
         self._threads = threads or os.cpu_count() or 1
         self._server: Any = None
+        self._key = secrets.token_urlsafe(32)
+        """The API key of the server's loopback HTTP API: no other local process may use it."""
         self._prompts: PromptCache | None = None
         self._prompt_dir = (
             None
@@ -109,14 +112,19 @@ class LocalModel(Model):
         if server is None or not request.tools:
             return None
         messages = step_body(request)["messages"]
-        return await asyncio.to_thread(_count_tokens, str(server.listening_address), messages)
+        address = str(server.listening_address)
+        return await asyncio.to_thread(_count_tokens, address, messages, self._key)
 
     def _load(self) -> Any:
         if self._server is not None:
             return self._server
         path = self._path or assemble(KNOWN_MODELS[self._model])
         self._server = start_server(
-            path, context=self._context, threads=self._threads, slot_dir=self._prompt_dir
+            path,
+            context=self._context,
+            threads=self._threads,
+            slot_dir=self._prompt_dir,
+            api_key=self._key,
         )
         if self._prompt_dir is not None:
             import xllamacpp  # pyright: ignore[reportMissingTypeStubs]
@@ -134,7 +142,7 @@ class LocalModel(Model):
                     ),
                 )
             )
-            self._prompts = PromptCache(self._prompt_dir, identity)
+            self._prompts = PromptCache(self._prompt_dir, identity, self._key)
         return self._server
 
     async def request(self, request: ModelRequest) -> ModelResponse:
@@ -175,12 +183,12 @@ def local_body(request: ModelRequest) -> dict[str, Any]:
     return {**body, "grammar": "%llguidance {}\nstart: %json " + orjson.dumps(schema).decode()}
 
 
-def _count_tokens(address: str, messages: list[dict[str, Any]]) -> int | None:
+def _count_tokens(address: str, messages: list[dict[str, Any]], key: str) -> int | None:
     """The tokens of ``messages`` as the server renders them (its template, its tokenizer)."""
     base = address if address.startswith("http") else f"http://{address}"
     try:
-        prompt = loopback_post(f"{base}/apply-template", {"messages": messages})["prompt"]
-        tokens = loopback_post(f"{base}/tokenize", {"content": prompt})["tokens"]
+        prompt = loopback_post(f"{base}/apply-template", {"messages": messages}, key=key)["prompt"]
+        tokens = loopback_post(f"{base}/tokenize", {"content": prompt}, key=key)["tokens"]
         return len(tokens)
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -193,6 +201,7 @@ def start_server(
     threads: int | None = None,
     alias: str | None = None,
     slot_dir: Path | None = None,
+    api_key: str | None = None,
 ) -> Any:
     """llama.cpp's server in this process, on a GGUF file: the engine of ``LocalModel``.
 
@@ -205,6 +214,8 @@ def start_server(
         threads: CPU threads; default: the machine's cores.
         alias: The model name the HTTP API serves it under.
         slot_dir: Where its slot's state may be saved and restored from (``None``: nowhere).
+        api_key: The key its HTTP API asks of every request (``None``: none; calls in this
+            process, ``handle_chat_completions``, need none).
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # else it crawls beside a busy core
     try:
@@ -224,6 +235,8 @@ def start_server(
     params.n_parallel = 1  # one slot: the whole context, and its prompt cache, for us
     params.verbosity = -1  # llama.cpp's own logging would flood the user's terminal
     params.use_jinja = True  # the model's own chat template (and its tool-call format)
+    if api_key is not None:
+        params.api_keys = [api_key]
     if slot_dir is not None:
         params.slot_save_path = f"{slot_dir}{os.sep}"  # llama.cpp appends the file's name
     return xll.Server(params)

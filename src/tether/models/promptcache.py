@@ -43,11 +43,10 @@ _LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """Requests to the model's own loopback server: never through a proxy the environment names."""
 
 
-def loopback_post(url: str, body: dict[str, Any], *, timeout: float = 5) -> Any:
-    """POST ``body`` as JSON to the in-process server's ``url``; its JSON reply."""
-    request = urllib.request.Request(
-        url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}, method="POST"
-    )
+def loopback_post(url: str, body: dict[str, Any], *, key: str, timeout: float = 5) -> Any:
+    """POST ``body`` as JSON to the in-process server's ``url`` with its API ``key``."""
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    request = urllib.request.Request(url, data=orjson.dumps(body), headers=headers, method="POST")
     with _LOOPBACK.open(request, timeout=timeout) as reply:
         return orjson.loads(reply.read())
 
@@ -69,11 +68,13 @@ class PromptCache:
     Args:
         directory: Where the files are (the server's slot folder).
         identity: What makes a state valid: the model file, the context size, the runtime.
+        key: The server's API key (its loopback HTTP API answers no one else).
     """
 
-    def __init__(self, directory: Path, identity: str) -> None:
+    def __init__(self, directory: Path, identity: str, key: str) -> None:
         self.directory = directory
         self._identity = identity
+        self._key = key
         self._held: str | None = None
         """The system text the server's slot starts with now (``None``: unknown)."""
 
@@ -106,7 +107,7 @@ class PromptCache:
     def _restore(self, address: str, name: str) -> bool:
         try:
             reply = loopback_post(
-                f"{address}/slots/0?action=restore", {"filename": name}, timeout=60
+                f"{address}/slots/0?action=restore", {"filename": name}, key=self._key, timeout=60
             )
         except (OSError, ValueError) as exc:  # llama.cpp refused the file (400): not its state
             _log.debug("tether: a saved system prompt could not be restored (%s): %s", name, exc)
@@ -128,7 +129,9 @@ class PromptCache:
             return
         partial = f"{name}.{os.getpid()}-{secrets.token_hex(4)}.part"
         try:
-            loopback_post(f"{address}/slots/0?action=save", {"filename": partial}, timeout=60)
+            loopback_post(
+                f"{address}/slots/0?action=save", {"filename": partial}, key=self._key, timeout=60
+            )
             os.chmod(self.directory / partial, 0o600)
             os.replace(self.directory / partial, self.directory / name)
         finally:
