@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 import jsonschema
 import pytest
+from pydantic import BaseModel
 
 from tether.errors import ModelError, ModelWeightsError
 from tether.messages import UserMessage
@@ -173,3 +175,60 @@ def test_the_prompt_cache_goes_where_the_environment_says(
     for off in ("off", "OFF", "0", "false", "no"):
         monkeypatch.setenv("TETHER_PROMPT_CACHE", off)
         assert prompt_cache_dir(tmp_path) is None
+
+
+class Address(BaseModel):
+    street: str
+    city: str
+
+
+class Parcel(BaseModel):
+    city: str
+    kilos: float
+
+
+@tool
+def ship(item: str, to: Address) -> str:
+    """Ship an item.
+
+    Args:
+        item: What to ship.
+        to: Where to.
+    """
+    raise NotImplementedError
+
+
+@tool
+def weigh(parcel: Parcel) -> str:
+    """Weigh a parcel.
+
+    Args:
+        parcel: The parcel.
+    """
+    raise NotImplementedError
+
+
+def test_nested_definitions_resolve_from_the_step_schemas_root() -> None:
+    """A tool's ``$defs`` (a nested model) and two tools' different models of one name."""
+    clash: dict[str, Any] = dict(weigh.definition.input_schema)  # Parcel, named as ship's
+    clash["$defs"] = {"Address": clash.pop("$defs")["Parcel"]}
+    clash["properties"] = {"parcel": {"$ref": "#/$defs/Address"}}
+    schema = step_schema((ship.definition, replace(weigh.definition, input_schema=clash)))
+    validator = jsonschema.Draft202012Validator(schema)
+    assert _valid(
+        validator, {"tool": "ship", "arguments": {"item": "a", "to": {"street": "x", "city": "y"}}}
+    )
+    assert not _valid(validator, {"tool": "ship", "arguments": {"item": "a", "to": {"x": 1}}})
+    assert _valid(validator, {"tool": "weigh", "arguments": {"parcel": {"city": "c", "kilos": 2}}})
+    assert not _valid(
+        validator, {"tool": "weigh", "arguments": {"parcel": {"street": "x", "city": "y"}}}
+    )
+    body = local_body(
+        ModelRequest(instructions="", messages=(UserMessage(text="x"),), tools=(ship.definition,))
+    )
+    assert '"$ref":"#/$defs/Address"' in body["grammar"]
+    assert '"$defs":{"Address"' in body["grammar"]
+
+
+def _valid(validator: jsonschema.Draft202012Validator, instance: Any) -> bool:
+    return not list(validator.iter_errors(instance))  # pyright: ignore[reportUnknownMemberType]

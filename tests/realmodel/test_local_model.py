@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+from pydantic import BaseModel
 
 from tests.realmodel.conftest import SERVED_NAME
 from tests.realmodel.scenario import GOAL, agent, check
@@ -19,6 +20,7 @@ from tether.messages import UserMessage
 from tether.models.local import LocalModel, local_body
 from tether.stores import SqliteStore
 from tether.testing import ScriptedModel
+from tether.tools import tool
 from tether.tools.builtin import calculate, current_time, days_until
 
 pytestmark = [pytest.mark.real_model, pytest.mark.timeout(900)]
@@ -83,3 +85,35 @@ def _post(url: str, body: dict[str, Any]) -> Any:
     )
     with urllib.request.urlopen(request, timeout=600) as response:
         return orjson.loads(response.read())
+
+
+class Address(BaseModel):
+    street: str
+    city: str
+
+
+@tool
+def ship(item: str, to: Address) -> str:
+    """Ship an item to an address.
+
+    Args:
+        item: What to ship.
+        to: Where to ship it.
+    """
+    return f"{item} shipped to {to.city}"
+
+
+async def test_a_tool_with_a_nested_model_gets_a_valid_call(local_model: LocalModel) -> None:
+    """Its schema's ``$defs`` resolve from the step schema's root: the grammar applies."""
+    spec = Agent(model=ScriptedModel([]), tools=[ship]).spec
+    request = ModelRequest(
+        instructions=spec.instructions,
+        messages=(UserMessage(text="Ship a lamp to 1 Main St, Springfield."),),
+        tools=spec.definitions,
+    )
+    response = await local_model.request(request)
+    (call,) = response.tool_calls
+    assert call.name == "ship", call
+    to = call.arguments["to"]
+    assert isinstance(to, dict), call
+    assert set(to) == {"street", "city"}, call

@@ -15,11 +15,11 @@ cache only processes each step's new tokens.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
-from tether.jsontypes import JsonObject
+from tether.jsontypes import JsonObject, JsonValue
 from tether.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from tether.models.base import ModelRequest, ModelResponse
 from tether.models.fence import fence
@@ -38,21 +38,57 @@ _STEP_GUIDE = (
 
 
 def step_schema(tools: tuple[ToolDefinition, ...]) -> JsonObject:
-    """The JSON Schema every step must match: one of the tools, with its own arguments."""
-    return {
-        "oneOf": [
+    """The JSON Schema every step must match: one of the tools, with its own arguments.
+
+    A tool's own definitions (``$defs``: a nested model, an output type) move to the root,
+    where its ``$ref``s resolve from; two tools' different definitions of one name are told
+    apart by the tool's name.
+    """
+    defs: dict[str, Any] = {}
+    variants: list[JsonValue] = []
+    for tool in tools:
+        arguments = _closed(tool.input_schema)
+        own = arguments.get("$defs")
+        if isinstance(own, dict) and own:
+            own_defs = cast(dict[str, Any], own)
+            renames = {
+                name: f"{tool.name}.{name}"
+                for name, definition in own_defs.items()
+                if name in defs and defs[name] != definition
+            }
+            arguments = _renamed({k: v for k, v in arguments.items() if k != "$defs"}, renames)
+            for name, definition in own_defs.items():
+                defs[renames.get(name, name)] = _renamed(definition, renames)
+        variants.append(
             {
                 "type": "object",
-                "properties": {
-                    "tool": {"const": tool.name},
-                    "arguments": _closed(tool.input_schema),
-                },
+                "properties": {"tool": {"const": tool.name}, "arguments": arguments},
                 "required": ["tool", "arguments"],
                 "additionalProperties": False,
             }
-            for tool in tools
-        ]
-    }
+        )
+    schema: JsonObject = {"oneOf": variants}
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+def _renamed(node: Any, renames: dict[str, str]) -> Any:
+    """``node`` with its ``$ref``s to the renamed definitions pointed at their new names."""
+    if not renames:
+        return node
+    if isinstance(node, dict):
+        items = cast(dict[str, Any], node)
+        ref = items.get("$ref")
+        out = {k: _renamed(v, renames) for k, v in items.items()}
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            name = ref[len("#/$defs/") :]
+            if name in renames:
+                out["$ref"] = f"#/$defs/{renames[name]}"
+        return out
+    if isinstance(node, list):
+        return [_renamed(v, renames) for v in cast(list[Any], node)]
+    return node
 
 
 def _closed(schema: JsonObject) -> JsonObject:

@@ -75,6 +75,9 @@ class ModelRequest:
     compacted: int = 0
     """How many of the run's model turns were condensed out of ``messages`` into one
     message (``tether.compaction``); test doubles count them with the turns they see."""
+    shared_instructions: bool = False
+    """Whether ``instructions`` are the agent's own alone, the same in every run (no plan,
+    recalled memory or other run-specific text): a prompt cache may keep them across runs."""
 
 
 @frozen

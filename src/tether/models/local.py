@@ -150,7 +150,7 @@ class LocalModel(Model):
         body = local_body(request)
         async with self._lock:  # one llama.cpp context: steps run one at a time
             server = await asyncio.to_thread(self._load)
-            if self._prompts is not None and request.tools:
+            if self._prompts is not None and request.tools and request.shared_instructions:
                 await asyncio.to_thread(self._prompts.prepare, server, body)
             reply = await asyncio.to_thread(server.handle_chat_completions, body)
         reply = cast(dict[str, Any], reply)
@@ -158,10 +158,35 @@ class LocalModel(Model):
             raise ModelError(
                 f"the local model failed: {reply.get('error', reply)}", model=self.name
             )
+        if request.tools and not _constrained(reply):
+            raise ModelError(
+                "the local model's reply does not follow the step's grammar (llama.cpp could "
+                "not apply it to these tools' schemas; report it with the tools): "
+                f"{_reply_text(reply)[:200]!r}",
+                model=self.name,
+            )
         self._calls += 1
         return step_response(
             reply, call_id=f"call_{self._calls}", cost=0.0, plain=not request.tools
         )
+
+
+def _reply_text(reply: dict[str, Any]) -> str:
+    return str(reply["choices"][0]["message"].get("content") or "")
+
+
+def _constrained(reply: dict[str, Any]) -> bool:
+    """Whether a tool step's reply is a call, as its grammar makes it, or was cut off.
+
+    llama.cpp decodes without a grammar it could not compile, and says nothing.
+    """
+    if reply["choices"][0].get("finish_reason") == "length":
+        return True  # cut off by max_tokens: the run asks again
+    try:
+        step = orjson.loads(_reply_text(reply))
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(step, dict) and "tool" in step and "arguments" in step
 
 
 def local_body(request: ModelRequest) -> dict[str, Any]:

@@ -9,12 +9,15 @@ it is computed and restored from it (in milliseconds) by the next process that s
 same agent on the same model.
 
 What is saved is the system prompt alone, computed by a request of its own (the system
-message and an empty user turn, one token long): never a goal, a tool result or an answer.
-The file is keyed by the SHA-256 of the model file's identity, the context size, the
-runtime's version and the system text, so a changed agent or model never restores a
-stale state; a file that cannot be restored is deleted and the step computes its prompt as
-it would without it. Files are private to the user (0600), the ``KEEP`` most recently used
-are kept.
+message and an empty user turn, one token long): never a goal, a tool result or an answer,
+and only for a request whose instructions are the agent's own
+(``ModelRequest.shared_instructions``: no plan or recalled memory in them). A file is named
+by the SHA-256 of the model file's identity, the context size, the runtime's version and the
+system text, then by the SHA-256 of its own bytes: a changed agent or model never restores a
+stale state, and a torn or truncated file is deleted unread (llama.cpp aborts the process
+on a truncated state). It is written under a temporary name, synced, then renamed. The
+folder must be this user's alone (0700; files 0600), else it is not used; the ``KEEP`` most
+recently used files are kept.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import hashlib
 import logging
 import os
 import secrets
+import stat
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,8 @@ KEEP = 8
 """How many saved system prompts a cache directory keeps (the most recently used)."""
 
 _SUFFIX = ".slot"
+_STALE_PART_S = 600.0
+"""Seconds after which a ``.part`` file is what a killed save left (a save takes < 1 s)."""
 
 _LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 """Requests to the model's own loopback server: never through a proxy the environment names."""
@@ -82,7 +89,8 @@ class PromptCache:
         """Start the slot with the state of ``body``'s system prompt: restored, or computed.
 
         Called before a step, in the model's thread, under its lock. A system prompt not
-        saved yet is computed by a request of its own and saved. Nothing here fails a step: whatever goes wrong, the step computes its prompt itself.
+        saved yet is computed by a request of its own and saved. Nothing here fails a step:
+        whatever goes wrong, the step computes its prompt itself.
         """
         messages: list[dict[str, Any]] = body.get("messages") or []
         if not messages or messages[0].get("role") != "system":
@@ -91,34 +99,63 @@ class PromptCache:
         if system == self._held:  # the slot starts with it already (an earlier step)
             return
         self._held = system
-        name = hashlib.sha256(f"{self._identity}\n{system}".encode()).hexdigest() + _SUFFIX
+        key = hashlib.sha256(f"{self._identity}\n{system}".encode()).hexdigest()
         address = _base(str(server.listening_address))
-        path = self.directory / name
         try:
-            if path.is_file():
-                if self._restore(address, name):
-                    os.utime(path)  # recently used: kept
-                    return
-                path.unlink(missing_ok=True)
-            self._save(server, address, messages[0], name)
+            if not self._private():
+                return
+            if self._restore(address, key):
+                return
+            self._save(server, address, messages[0], key)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            _log.debug("tether: the saved system prompt %s was not used: %s", path, exc)
+            _log.debug("tether: the saved system prompt %s was not used: %s", key, exc)
 
-    def _restore(self, address: str, name: str) -> bool:
-        try:
-            reply = loopback_post(
-                f"{address}/slots/0?action=restore", {"filename": name}, key=self._key, timeout=60
-            )
-        except (OSError, ValueError) as exc:  # llama.cpp refused the file (400): not its state
-            _log.debug("tether: a saved system prompt could not be restored (%s): %s", name, exc)
-            return False
-        restored = isinstance(reply, dict) and int(reply.get("n_restored", 0)) > 0  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
-        if restored:
-            _log.debug("tether: restored a saved system prompt (%s)", name)
-        return restored
+    def _private(self) -> bool:
+        """Whether the folder is this user's alone (made so if it does not exist).
 
-    def _save(self, server: Any, address: str, system: dict[str, Any], name: str) -> None:
+        A file someone else could write would be a state this process's model reads.
+        """
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = os.lstat(self.directory)
+        if (
+            stat.S_ISDIR(info.st_mode)
+            and info.st_uid == os.getuid()
+            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        ):
+            return True
+        _log.warning(
+            "tether: the prompt cache %s is not a folder only you can write to: not used "
+            "(chmod 700 it, or set TETHER_PROMPT_CACHE)",
+            self.directory,
+        )
+        return False
+
+    def _restore(self, address: str, key: str) -> bool:
+        """Restore the newest intact file saved for ``key``; the others are deleted."""
+        found = sorted(self.directory.glob(f"{key}.*{_SUFFIX}"), key=_mtime_or_zero, reverse=True)
+        for path in found:
+            if not _intact(path):  # torn, truncated or foreign: llama.cpp would abort on it
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                reply = loopback_post(
+                    f"{address}/slots/0?action=restore",
+                    {"filename": path.name},
+                    key=self._key,
+                    timeout=60,
+                )
+            except (OSError, ValueError) as exc:  # llama.cpp refused it (400): not its state
+                _log.debug("tether: a saved system prompt was refused (%s): %s", path, exc)
+                path.unlink(missing_ok=True)
+                continue
+            if isinstance(reply, dict) and int(reply.get("n_restored", 0)) > 0:  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+                os.utime(path)  # recently used: kept
+                _log.debug("tether: restored a saved system prompt (%s)", path.name)
+                return True
+            path.unlink(missing_ok=True)
+        return False
+
+    def _save(self, server: Any, address: str, system: dict[str, Any], key: str) -> None:
         prefix = {  # the system prompt, then an empty user turn: no goal is ever saved
             "messages": [system, {"role": "user", "content": ""}],
             "max_tokens": 1,
@@ -127,28 +164,69 @@ class PromptCache:
         reply = server.handle_chat_completions(prefix)
         if not isinstance(reply, dict) or "choices" not in reply:
             return
-        partial = f"{name}.{os.getpid()}-{secrets.token_hex(4)}.part"
+        partial = self.directory / f"{key}.{os.getpid()}-{secrets.token_hex(4)}.part"
         try:
             loopback_post(
-                f"{address}/slots/0?action=save", {"filename": partial}, key=self._key, timeout=60
+                f"{address}/slots/0?action=save",
+                {"filename": partial.name},
+                key=self._key,
+                timeout=60,
             )
-            os.chmod(self.directory / partial, 0o600)
-            os.replace(self.directory / partial, self.directory / name)
+            os.chmod(partial, 0o600)
+            digest = hashlib.sha256()
+            with open(partial, "rb") as fh:  # durable before it is named: never torn
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+                os.fsync(fh.fileno())
+            os.replace(partial, self.directory / f"{key}.{digest.hexdigest()}{_SUFFIX}")
+            _fsync_dir(self.directory)
         finally:
             with contextlib.suppress(OSError):
-                (self.directory / partial).unlink(missing_ok=True)
+                partial.unlink(missing_ok=True)
         self._prune()
 
     def _prune(self) -> None:
-        """Keep the ``KEEP`` most recently used files."""
-        files = sorted(
-            (p for p in self.directory.glob(f"*{_SUFFIX}") if p.is_file()),
-            key=lambda p: p.stat().st_mtime,
-            reverse=True,
-        )
+        """Keep the ``KEEP`` most recently used files; drop what a killed save left."""
+        now = time.time()
+        for part in self.directory.glob("*.part"):
+            with contextlib.suppress(OSError):
+                if now - part.stat().st_mtime > _STALE_PART_S:
+                    part.unlink()
+        files = sorted(self.directory.glob(f"*{_SUFFIX}"), key=_mtime_or_zero, reverse=True)
         for old in files[KEEP:]:
             with contextlib.suppress(OSError):
                 old.unlink()
+
+
+def _intact(path: Path) -> bool:
+    """Whether ``path`` is this user's regular file and its bytes hash to its name."""
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            return False
+        expected = path.name.split(".")[1]
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        return digest.hexdigest() == expected
+    except (OSError, IndexError):
+        return False
+
+
+def _mtime_or_zero(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _base(address: str) -> str:

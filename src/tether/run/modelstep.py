@@ -133,8 +133,9 @@ class ModelStep(Generic[OutputT]):
             left = max(1, limits.max_tokens - st.input_tokens - st.output_tokens)
             if settings.max_output_tokens is None or settings.max_output_tokens > left:
                 settings = replace(settings, max_output_tokens=left)
+        instructions = self.instructions()
         return ModelRequest(
-            instructions=self.instructions(),
+            instructions=instructions,
             messages=self.messages(),
             tools=() if final else spec.definitions,
             tool_choice="none" if final else tool_choice,
@@ -142,6 +143,7 @@ class ModelStep(Generic[OutputT]):
             run_id=self._ctx.run_id,
             earlier=st.earlier,
             compacted=st.compacted,
+            shared_instructions=instructions == spec.instructions,
         )
 
     def messages(self, base: Sequence[Message] | None = None) -> tuple[Message, ...]:
