@@ -65,3 +65,15 @@ def test_a_body_without_a_system_prompt_is_left_alone(tmp_path: Path) -> None:
         Unreachable(), {"messages": [{"role": "user", "content": "x"}]}
     )
     assert not (tmp_path / "p").exists()
+
+
+def test_after_another_prompt_the_agents_own_is_restored_again(tmp_path: Path) -> None:
+    """Between two steps of one agent, a step the cache does not keep (a plan, a plain
+    answer) fills the slot: the next step starts it again from the file."""
+    cache, server = PromptCache(tmp_path / "p", "model", "key"), Unreachable()
+    cache.prepare(server, BODY)
+    cache.prepare(server, BODY)  # the slot starts with it: nothing to do
+    assert server.asked == 1
+    cache.elsewhere()
+    cache.prepare(server, BODY)
+    assert server.asked == 2

@@ -150,8 +150,11 @@ class LocalModel(Model):
         body = local_body(request)
         async with self._lock:  # one llama.cpp context: steps run one at a time
             server = await asyncio.to_thread(self._load)
-            if self._prompts is not None and request.tools and request.shared_instructions:
-                await asyncio.to_thread(self._prompts.prepare, server, body)
+            if self._prompts is not None:
+                if request.tools and request.shared_instructions:
+                    await asyncio.to_thread(self._prompts.prepare, server, body)
+                else:  # a plan, a memory, a plain answer: the slot holds another prompt next
+                    self._prompts.elsewhere()
             reply = await asyncio.to_thread(server.handle_chat_completions, body)
         reply = cast(dict[str, Any], reply)
         if "error" in reply or "choices" not in reply:

@@ -110,6 +110,10 @@ class PromptCache:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             _log.debug("tether: the saved system prompt %s was not used: %s", key, exc)
 
+    def elsewhere(self) -> None:
+        """The slot is about to hold another prompt (one this cache does not keep)."""
+        self._held = None
+
     def _private(self) -> bool:
         """Whether the folder is this user's alone (made so if it does not exist).
 
