@@ -177,12 +177,8 @@ class PromptCache:
                 timeout=60,
             )
             os.chmod(partial, 0o600)
-            digest = hashlib.sha256()
-            with open(partial, "rb") as fh:  # durable before it is named: never torn
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(chunk)
-                os.fsync(fh.fileno())
-            os.replace(partial, self.directory / f"{key}.{digest.hexdigest()}{_SUFFIX}")
+            digest = _sha256_of(partial, sync=True)  # durable before it is named: never torn
+            os.replace(partial, self.directory / f"{key}.{digest}{_SUFFIX}")
             _fsync_dir(self.directory)
         finally:
             with contextlib.suppress(OSError):
@@ -208,14 +204,20 @@ def _intact(path: Path) -> bool:
         info = os.lstat(path)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
             return False
-        expected = path.name.split(".")[1]
-        digest = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-        return digest.hexdigest() == expected
+        return _sha256_of(path) == path.name.split(".")[1]
     except (OSError, IndexError):
         return False
+
+
+def _sha256_of(path: Path, *, sync: bool = False) -> str:
+    """The SHA-256 of a file's bytes (``sync``: and the file flushed to the disk)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+        if sync:
+            os.fsync(fh.fileno())
+    return digest.hexdigest()
 
 
 def _mtime_or_zero(path: Path) -> float:
