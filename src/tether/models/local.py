@@ -20,7 +20,12 @@ import orjson
 from tether.errors import MissingExtraError, ModelError, ModelWeightsError
 from tether.models._constrained import step_body, step_response
 from tether.models.base import Model, ModelProfile, ModelRequest, ModelResponse
-from tether.models.promptcache import PromptCache, loopback_post, prompt_cache_dir
+from tether.models.promptcache import (
+    PromptCache,
+    loopback_post,
+    loopback_url,
+    prompt_cache_dir,
+)
 from tether.models.weights import (
     DEFAULT_LOCAL_MODEL,
     KNOWN_MODELS,
@@ -213,7 +218,7 @@ def local_body(request: ModelRequest) -> dict[str, Any]:
 
 def _count_tokens(address: str, messages: list[dict[str, Any]], key: str) -> int | None:
     """The tokens of ``messages`` as the server renders them (its template, its tokenizer)."""
-    base = address if address.startswith("http") else f"http://{address}"
+    base = loopback_url(address)
     try:
         prompt = loopback_post(f"{base}/apply-template", {"messages": messages}, key=key)["prompt"]
         tokens = loopback_post(f"{base}/tokenize", {"content": prompt}, key=key)["tokens"]

@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["KEEP", "PromptCache", "loopback_post", "prompt_cache_dir"]
+__all__ = ["KEEP", "PromptCache", "loopback_post", "loopback_url", "prompt_cache_dir"]
 
 _log = logging.getLogger("tether")
 
@@ -100,7 +100,7 @@ class PromptCache:
             return
         self._held = system
         key = hashlib.sha256(f"{self._identity}\n{system}".encode()).hexdigest()
-        address = _base(str(server.listening_address))
+        address = loopback_url(str(server.listening_address))
         try:
             if not self._private():
                 return
@@ -235,6 +235,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _base(address: str) -> str:
+def loopback_url(address: str) -> str:
+    """The base URL of the in-process server at ``address`` (as ``listening_address`` gives it)."""
     address = address.rstrip("/")
     return address if address.startswith("http") else f"http://{address}"
