@@ -362,6 +362,29 @@ async def test_a_summary_that_loops_or_restates_the_goal_is_cleaned() -> None:
     assert summary == "Page 1 says WORD-7."
 
 
+class Stuck(Summarizer):
+    """A small model in a loop: the task copied back until its length cap, then a fragment.
+
+    (The embedded model's summary of the real-model compaction test, shortened: with it in
+    the view the model finished after 7 of 8 pages; with the record of the calls alone it
+    read page 8.)
+    """
+
+    async def summarize(self, context: SummaryContext) -> str | None:
+        return f"Page 1 says WORD-7. {GOAL}. {GOAL}. {GOAL}. Read每页,"
+
+
+async def test_a_summary_that_loops_is_not_used_and_the_outcome_says_so() -> None:
+    model = Summarizing(ScriptedModel(pages_script(8), context_window=2000))
+    agent = Agent(model=model, tools=[read_page], compaction=Compaction(summarizer=Stuck()))
+    outcome = await agent.run(GOAL)
+    assert outcome.status == "finished", outcome.error
+    view = next(e for e in outcome.events if isinstance(e, ContextCompacted)).summary
+    assert "Summary:" not in view
+    assert "The code word of page 1 is WORD-7." in view  # the record of the calls stays
+    assert any("summary repeated itself in a loop" in w for w in outcome.warnings)
+
+
 def test_a_long_json_result_keeps_its_matching_part() -> None:
     blob = (
         '{"order": 1, "status": "shipped", "code word": "WORD-7", "items": ' + '"x", ' * 200 + "}"

@@ -55,6 +55,8 @@ _TRANSCRIPT_SHARE = 0.4
 summary request costs time: a small local model reads about 100 tokens a second)."""
 _SUMMARY_OVERHEAD = 400
 """Tokens the summary request's instructions, goal and framing take."""
+_LOOPED = 3
+"""A summary that says one sentence this many times looped: it is not used."""
 
 
 def _short(text: str, limit: int) -> str:
@@ -227,22 +229,28 @@ def _earlier_lines(text: str) -> list[str]:
     return [line for line in body.splitlines() if line.startswith("- ")]
 
 
-def _distinct(summary: str, goal: str) -> str:
+def _distinct(summary: str, goal: str) -> str | None:
     """``summary`` without the sentences it repeats, or that restate the goal (kept anyway).
 
-    A small model's summary often loops over one sentence or copies the task back.
+    A small model's summary often says a sentence twice or copies the task back: those go.
+    One that says a sentence ``_LOOPED`` times or more went into a loop (until its length
+    cap, where it ends in a broken fragment): nothing in it is trusted, ``None``.
     """
     goal = " ".join(goal.split())
     kept: list[str] = []
-    seen: set[str] = set()
+    said: dict[str, int] = {}
     for line in summary.strip().splitlines():
         sentences: list[str] = []
         for sentence in _SENTENCE.split(line.strip()):
             key = sentence.casefold()
             bare = sentence.rstrip(".!? ")
-            if not bare or key in seen or (len(bare) > 12 and bare in goal):
+            if not bare:
                 continue
-            seen.add(key)
+            said[key] = times = said.get(key, 0) + 1
+            if times >= _LOOPED:
+                return None
+            if times > 1 or (len(bare) > 12 and bare in goal):
+                continue
             sentences.append(sentence)
         if sentences:
             kept.append(" ".join(sentences))
@@ -390,5 +398,11 @@ class Compactor(Generic[OutputT]):
             return None
         if not isinstance(summary, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user code
             return None
-        summary = _distinct(summary, ctx.state.goal)
-        return _middle(summary, int(cap * CHARS_PER_TOKEN * 1.5)) if summary else None
+        cleaned = _distinct(summary, ctx.state.goal)
+        if cleaned is None:
+            ctx.journal.warnings.append(
+                "compaction: the model's summary repeated itself in a loop; only the record "
+                "of the calls was kept"
+            )
+            return None
+        return _middle(cleaned, int(cap * CHARS_PER_TOKEN * 1.5)) if cleaned else None
