@@ -238,6 +238,7 @@ async def tether_mode(model: LocalModel, cases: list[dict[str, Any]]) -> list[di
             messages=(UserMessage(text=case["prompt"]),),
             tools=(*TOOLS, FINISH),
             settings=ModelSettings(temperature=0.0),
+            shared_instructions=True,  # the agent's own instructions, as the loop marks them
         )
         t0 = time.perf_counter()
         response = await model.request(request)
