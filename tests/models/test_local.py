@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jsonschema
+import orjson
 import pytest
 from pydantic import BaseModel
 
 from tether.errors import ModelError, ModelWeightsError
 from tether.messages import UserMessage
-from tether.models._constrained import step_body, step_response, step_schema
+from tether.models._constrained import STEP_OPENING, step_body, step_response, step_schema
 from tether.models.base import ModelRequest
 from tether.models.local import LocalModel, local_body
 from tether.models.promptcache import prompt_cache_dir
@@ -145,6 +146,8 @@ def test_a_request_without_tools_is_answered_in_plain_text() -> None:
 
 
 def test_a_local_step_is_decoded_as_compact_json_under_the_same_schema() -> None:
+    """The grammar continues the prefilled opening with exactly ``step_schema``'s calls,
+    written as the next step renders them (compact), so the prompt cache holds."""
     request = ModelRequest(
         instructions="Be brief.",
         messages=(UserMessage(text="What is 2 + 2?"),),
@@ -153,14 +156,33 @@ def test_a_local_step_is_decoded_as_compact_json_under_the_same_schema() -> None
     shaped = step_body(request)
     body = local_body(request)
     assert "response_format" not in body
-    head, _, schema = body["grammar"].partition("\nstart: %json ")
-    assert head == "%llguidance {}"
-    parsed = json.loads(schema)
-    assert parsed.pop("x-guidance") == {"whitespace_flexible": False}
-    assert parsed == shaped["response_format"]["json_schema"]["schema"]
-    assert {k: v for k, v in body.items() if k != "grammar"} == {
-        k: v for k, v in shaped.items() if k != "response_format"
+    assert body["messages"] == [
+        *shaped["messages"],
+        {"role": "assistant", "content": STEP_OPENING},
+    ]
+    assert {k: v for k, v in body.items() if k not in ("grammar", "messages")} == {
+        k: v for k, v in shaped.items() if k not in ("response_format", "messages")
     }
+    head, start, *rules = body["grammar"].split("\n")
+    assert head == "%llguidance {}"
+    variants = shaped["response_format"]["json_schema"]["schema"]["oneOf"]
+    alternatives = start.removeprefix("start: ").split(" | ")
+    assert len(alternatives) == len(rules) == len(variants) == 2
+    for n, (alternative, rule, variant) in enumerate(
+        zip(alternatives, rules, variants, strict=True)
+    ):
+        name = variant["properties"]["tool"]["const"]
+        literal, argument, closing = alternative.split(" ")
+        assert argument == f"args{n}"
+        assert closing == '"}"'
+        label, _, schema = rule.partition(": %json ")
+        assert label == f"args{n}"
+        parsed = json.loads(schema)
+        assert parsed.pop("x-guidance") == {"whitespace_flexible": False}
+        assert parsed == variant["properties"]["arguments"]
+        call = {"expression": "2 + 2"} if name == "calculate" else {"target": "2027-01-01"}
+        written = STEP_OPENING + json.loads(literal) + orjson.dumps(call).decode() + "}"
+        assert written == orjson.dumps({"tool": name, "arguments": call}).decode()
     plain = ModelRequest(instructions="Be brief.", messages=(UserMessage(text="Hi"),), tools=())
     assert local_body(plain) == step_body(plain)  # a plain answer: no grammar at all
 
@@ -232,3 +254,44 @@ def test_nested_definitions_resolve_from_the_step_schemas_root() -> None:
 
 def _valid(validator: jsonschema.Draft202012Validator, instance: Any) -> bool:
     return not list(validator.iter_errors(instance))  # pyright: ignore[reportUnknownMemberType]
+
+
+class _Replies:
+    """A stand-in for llama.cpp's server: the reply content it is given, whatever it is asked."""
+
+    def __init__(self, content: str) -> None:
+        self.content = content
+        self.bodies: list[dict[str, Any]] = []
+
+    def handle_chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.bodies.append(body)
+        message = {"role": "assistant", "content": self.content}
+        return {"choices": [{"message": message, "finish_reason": "stop"}], "usage": {}}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"tool":"calculate","arguments":{"expression":"2+2"}}',  # the prefill and the rest
+        'calculate","arguments":{"expression":"2+2"}}',  # only what was decoded after it
+    ],
+)
+async def test_a_step_reads_its_call_whether_or_not_the_reply_repeats_the_prefill(
+    tmp_path: Path, content: str
+) -> None:
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF")
+    model = LocalModel(gguf, prompt_cache=False)
+    server = _Replies(content)
+    model._server = server  # pyright: ignore[reportPrivateUsage]
+    request = ModelRequest(
+        instructions="", messages=(UserMessage(text="2+2?"),), tools=(calculate.definition,)
+    )
+    response = await model.request(request)
+    assert server.bodies[0]["messages"][-1] == {"role": "assistant", "content": STEP_OPENING}
+    (call,) = response.tool_calls
+    assert (call.name, call.arguments, call.parse_error) == (
+        "calculate",
+        {"expression": "2+2"},
+        None,
+    )

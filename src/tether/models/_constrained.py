@@ -26,7 +26,14 @@ from tether.models.fence import fence
 from tether.tools.base import ToolDefinition
 from tether.usage import Usage
 
-__all__ = ["step_body", "step_response", "step_schema", "tool_block"]
+__all__ = [
+    "STEP_OPENING",
+    "step_body",
+    "step_grammar",
+    "step_response",
+    "step_schema",
+    "tool_block",
+]
 
 _STEP_GUIDE = (
     "You act by calling exactly one tool per step; your reply is that call as compact JSON "
@@ -71,6 +78,30 @@ def step_schema(tools: tuple[ToolDefinition, ...]) -> JsonObject:
     if defs:
         schema["$defs"] = defs
     return schema
+
+
+STEP_OPENING = '{"tool":"'
+"""How every step's reply starts, whichever tool it calls (``step_grammar`` continues it)."""
+
+
+def step_grammar(tools: tuple[ToolDefinition, ...]) -> str:
+    """An llguidance grammar of a step's reply after ``STEP_OPENING``: ``step_schema``'s calls.
+
+    The same calls ``step_schema`` admits, written compact (no whitespace outside strings),
+    with the opening left out: an engine that can prefill the reply (llama.cpp's assistant
+    prefill) reads those tokens with the prompt instead of decoding them one at a time.
+    Each tool's arguments are a ``%json`` rule of their own, so a tool's ``$defs`` resolve
+    from its own schema and two tools' definitions never meet.
+    """
+    starts: list[str] = []
+    rules: list[str] = []
+    for n, tool in enumerate(tools):
+        name = orjson.dumps(tool.name).decode()[1:-1]  # as written inside the JSON string
+        schema = {"x-guidance": {"whitespace_flexible": False}, **_closed(tool.input_schema)}
+        head = json.dumps(name + '","arguments":')  # a lark string: JSON's escapes
+        starts.append(f'{head} args{n} "}}"')
+        rules.append(f"args{n}: %json {orjson.dumps(schema).decode()}")
+    return "\n".join(["%llguidance {}", "start: " + " | ".join(starts), *rules])
 
 
 def _renamed(node: Any, renames: dict[str, str]) -> Any:

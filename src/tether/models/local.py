@@ -18,7 +18,7 @@ from typing import Any, cast
 import orjson
 
 from tether.errors import MissingExtraError, ModelError, ModelWeightsError
-from tether.models._constrained import step_body, step_response
+from tether.models._constrained import STEP_OPENING, step_body, step_grammar, step_response
 from tether.models.base import Model, ModelProfile, ModelRequest, ModelResponse
 from tether.models.promptcache import (
     PromptCache,
@@ -166,6 +166,8 @@ class LocalModel(Model):
             raise ModelError(
                 f"the local model failed: {reply.get('error', reply)}", model=self.name
             )
+        if request.tools:
+            reply = _opened(reply)
         if request.tools and not _constrained(reply):
             raise ModelError(
                 "the local model's reply does not follow the step's grammar (llama.cpp could "
@@ -181,6 +183,19 @@ class LocalModel(Model):
 
 def _reply_text(reply: dict[str, Any]) -> str:
     return str(reply["choices"][0]["message"].get("content") or "")
+
+
+def _opened(reply: dict[str, Any]) -> dict[str, Any]:
+    """``reply`` with its content from the prefilled opening on.
+
+    Some llama.cpp versions return only what was decoded after a prefill.
+    """
+    text = _reply_text(reply)
+    if text.startswith(STEP_OPENING):
+        return reply
+    choice = {**reply["choices"][0]}
+    choice["message"] = {**choice["message"], "content": STEP_OPENING + text}
+    return {**reply, "choices": [choice, *reply["choices"][1:]]}
 
 
 def _constrained(reply: dict[str, Any]) -> bool:
@@ -200,20 +215,27 @@ def _constrained(reply: dict[str, Any]) -> bool:
 def local_body(request: ModelRequest) -> dict[str, Any]:
     """The chat completion body of one step of the embedded model (no ``model`` field).
 
-    ``step_body``'s, with the step's JSON Schema given as an llguidance grammar (the
-    grammar engine of xllamacpp's llama.cpp) that allows no whitespace outside strings.
-    llama.cpp's own ``response_format`` lets the model write spaces and newlines between
-    keys and values, and a small model does (``{"tool": "x", "arguments": {...}}``, at times
-    twenty whitespace tokens more): each is a decoded token, the slowest thing a step does,
-    and a reply that differs from how the next step renders it (compact) misses the prompt
-    cache from there on. The schema is the same; only the separators are fixed.
+    ``step_body``'s, with two changes that make a step decode fewer tokens, the slowest
+    thing it does (each ~90 ms for the 1.5B model on 2 cores, against ~40 ms for a token
+    read with the prompt):
+
+    - The reply's opening (``{"tool":"``, the same for every call) is an assistant prefill
+      that llama.cpp reads with the prompt; the grammar (``step_grammar``) continues it.
+    - The grammar is llguidance's, allowing no whitespace outside strings. llama.cpp's own
+      ``response_format`` lets the model write spaces and newlines between keys and values,
+      and a small model does (at times twenty whitespace tokens more): each is a decoded
+      token, and a reply that differs from how the next step renders it (compact) misses
+      the prompt cache from there on.
     """
     body = step_body(request)
-    fmt = body.pop("response_format", None)
-    if fmt is None:
+    if body.pop("response_format", None) is None:
         return body
-    schema = {"x-guidance": {"whitespace_flexible": False}, **fmt["json_schema"]["schema"]}
-    return {**body, "grammar": "%llguidance {}\nstart: %json " + orjson.dumps(schema).decode()}
+    opening = {"role": "assistant", "content": STEP_OPENING}
+    return {
+        **body,
+        "messages": [*body["messages"], opening],
+        "grammar": step_grammar(request.tools),
+    }
 
 
 def _count_tokens(address: str, messages: list[dict[str, Any]], key: str) -> int | None:
