@@ -116,9 +116,9 @@ class LocalModel(Model):
         server = self._server
         if server is None or not request.tools:
             return None
-        messages = step_body(request)["messages"]
+        messages = step_body(request)["messages"]  # as sent, less the prefilled opening
         address = str(server.listening_address)
-        return await asyncio.to_thread(_count_tokens, address, messages, self._key)
+        return await asyncio.to_thread(_count_tokens, address, messages, self._key, STEP_OPENING)
 
     def _load(self) -> Any:
         if self._server is not None:
@@ -238,11 +238,17 @@ def local_body(request: ModelRequest) -> dict[str, Any]:
     }
 
 
-def _count_tokens(address: str, messages: list[dict[str, Any]], key: str) -> int | None:
-    """The tokens of ``messages`` as the server renders them (its template, its tokenizer)."""
+def _count_tokens(
+    address: str, messages: list[dict[str, Any]], key: str, prefill: str = ""
+) -> int | None:
+    """The tokens of ``messages`` as the server renders them (its template, its tokenizer).
+
+    An assistant ``prefill`` follows, as llama.cpp appends one to the rendered prompt.
+    """
     base = loopback_url(address)
     try:
         prompt = loopback_post(f"{base}/apply-template", {"messages": messages}, key=key)["prompt"]
+        prompt += prefill
         tokens = loopback_post(f"{base}/tokenize", {"content": prompt}, key=key)["tokens"]
         return len(tokens)
     except (OSError, ValueError, KeyError, TypeError):
