@@ -3,9 +3,10 @@
 Small models rarely write valid tool calls on their own. Here the reply is decoded under a
 JSON Schema, a ``oneOf`` of exactly the request's tools, each with its fixed name and its own
 closed argument schema, so every step is a valid call by construction. The request is an
-OpenAI-style chat completion body (``response_format: json_schema``): the embedded model
-answers it in-process, and any server that supports JSON Schema output (llama.cpp, vLLM,
-Ollama) answers it over HTTP. The model reads every tool's whole contract (``tool_block``:
+OpenAI-style chat completion body (``response_format: json_schema``) that any server with
+JSON Schema output (llama.cpp, vLLM, Ollama) answers over HTTP; the embedded model gets the
+same calls as an llguidance grammar (``step_grammar``) after a prefilled opening
+(``STEP_OPENING``). The model reads every tool's whole contract (``tool_block``:
 descriptions, parameters, enums, defaults), as its native tool-calling template shows them.
 The model's own chat template is kept; tool results come back
 as clearly marked data, and earlier turns render identically each step, so a server's prompt
