@@ -14,14 +14,23 @@ from pydantic import BaseModel
 
 from tether.errors import ModelError, ModelWeightsError
 from tether.messages import UserMessage
-from tether.models._constrained import STEP_OPENING, step_body, step_response, step_schema
+from tether.models._constrained import (
+    NAME_STOP,
+    STEP_OPENING,
+    call_grammar,
+    name_grammar,
+    step_body,
+    step_response,
+    step_schema,
+)
 from tether.models.base import ModelRequest
 from tether.models.local import LocalModel, local_body
 from tether.models.promptcache import prompt_cache_dir
 from tether.models.registry import resolve_model
 from tether.models.weights import KNOWN_MODELS, installed
 from tether.tools import tool
-from tether.tools.builtin import calculate, days_until
+from tether.tools.base import ToolDefinition
+from tether.tools.builtin import calculate, current_time, days_until
 
 
 def test_the_step_schema_admits_exactly_one_call_of_a_known_tool() -> None:
@@ -145,9 +154,9 @@ def test_a_request_without_tools_is_answered_in_plain_text() -> None:
     assert response.usage.output_tokens == 4
 
 
-def test_a_local_step_is_decoded_as_compact_json_under_the_same_schema() -> None:
-    """The grammar continues the prefilled opening with exactly ``step_schema``'s calls,
-    written as the next step renders them (compact), so the prompt cache holds."""
+def test_a_local_step_first_asks_for_the_tool_only() -> None:
+    """The first request prefills the opening and decodes a tool's name, stopping at its
+    closing quote; everything else is the step's own body."""
     request = ModelRequest(
         instructions="Be brief.",
         messages=(UserMessage(text="What is 2 + 2?"),),
@@ -160,29 +169,16 @@ def test_a_local_step_is_decoded_as_compact_json_under_the_same_schema() -> None
         *shaped["messages"],
         {"role": "assistant", "content": STEP_OPENING},
     ]
-    assert {k: v for k, v in body.items() if k not in ("grammar", "messages")} == {
+    assert body["grammar"] == name_grammar(request.tools)
+    assert body["stop"] == [NAME_STOP]
+    assert {k: v for k, v in body.items() if k not in ("grammar", "messages", "stop")} == {
         k: v for k, v in shaped.items() if k not in ("response_format", "messages")
     }
-    head, start, *rules = body["grammar"].split("\n")
-    assert head == "%llguidance {}"
-    variants = shaped["response_format"]["json_schema"]["schema"]["oneOf"]
-    alternatives = start.removeprefix("start: ").split(" | ")
-    assert len(alternatives) == len(rules) == len(variants) == 2
-    for n, (alternative, rule, variant) in enumerate(
-        zip(alternatives, rules, variants, strict=True)
-    ):
-        name = variant["properties"]["tool"]["const"]
-        literal, argument, closing = alternative.split(" ")
-        assert argument == f"args{n}"
-        assert closing == '"}"'
-        label, _, schema = rule.partition(": %json ")
-        assert label == f"args{n}"
-        parsed = json.loads(schema)
-        assert parsed.pop("x-guidance") == {"whitespace_flexible": False}
-        assert parsed == variant["properties"]["arguments"]
-        call = {"expression": "2 + 2"} if name == "calculate" else {"target": "2027-01-01"}
-        written = STEP_OPENING + json.loads(literal) + orjson.dumps(call).decode() + "}"
-        assert written == orjson.dumps({"tool": name, "arguments": call}).decode()
+    grammar = body["grammar"]
+    assert _accepts(grammar, 'calculate"')
+    assert _accepts(grammar, 'days_until"')
+    assert not _accepts(grammar, 'calc"')
+    assert not _accepts(grammar, 'calculate","')  # the stop ends it: nothing after the quote
     plain = ModelRequest(instructions="Be brief.", messages=(UserMessage(text="Hi"),), tools=())
     assert local_body(plain) == step_body(plain)  # a plain answer: no grammar at all
 
@@ -245,11 +241,9 @@ def test_nested_definitions_resolve_from_the_step_schemas_root() -> None:
     assert not _valid(
         validator, {"tool": "weigh", "arguments": {"parcel": {"street": "x", "city": "y"}}}
     )
-    body = local_body(
-        ModelRequest(instructions="", messages=(UserMessage(text="x"),), tools=(ship.definition,))
-    )
-    assert '"$ref":"#/$defs/Address"' in body["grammar"]
-    assert '"$defs":{"Address"' in body["grammar"]
+    grammar = call_grammar(ship.definition).grammar
+    assert '"$ref":"#/$defs/Address"' in grammar
+    assert '"$defs":{"Address"' in grammar
 
 
 def _valid(validator: jsonschema.Draft202012Validator, instance: Any) -> bool:
@@ -257,41 +251,203 @@ def _valid(validator: jsonschema.Draft202012Validator, instance: Any) -> bool:
 
 
 class _Replies:
-    """A stand-in for llama.cpp's server: the reply content it is given, whatever it is asked."""
+    """A stand-in for llama.cpp's server: the given replies' contents, one per request."""
 
-    def __init__(self, content: str) -> None:
-        self.content = content
+    def __init__(self, *contents: str, prompt: int = 100) -> None:
+        self.contents = list(contents)
         self.bodies: list[dict[str, Any]] = []
+        self.prompt = prompt
 
     def handle_chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
         self.bodies.append(body)
-        message = {"role": "assistant", "content": self.content}
-        return {"choices": [{"message": message, "finish_reason": "stop"}], "usage": {}}
+        content = self.contents[min(len(self.bodies), len(self.contents)) - 1]  # the last again
+        message = {"role": "assistant", "content": content}
+        prefilled = len(body["messages"][-1]["content"])  # a token a character, here
+        usage = {"prompt_tokens": self.prompt + prefilled, "completion_tokens": 5}
+        return {"choices": [{"message": message, "finish_reason": "stop"}], "usage": usage}
+
+
+_OPENING = '{"tool":"calculate","arguments":{"expression'
 
 
 @pytest.mark.parametrize(
-    "content",
+    ("replies", "expression"),
     [
-        '{"tool":"calculate","arguments":{"expression":"2+2"}}',  # the prefill and the rest
-        'calculate","arguments":{"expression":"2+2"}}',  # only what was decoded after it
+        (['{"tool":"calculate', f'{_OPENING}":"2+2"}}}}'], "2+2"),  # each repeats the prefill
+        (["calculate", '":"2+2"}}'], "2+2"),  # only what was decoded after it
+        (["calculate", '":"2+2'], "2+2"),  # ended at the stop string, which is left out
+        (["calculate", '":"say \\', '":"say \\"}}"}}'], 'say "}}'),  # a stop in a string
     ],
+    ids=["repeats-prefill", "decoded-only", "at-the-stop", "stop-inside-a-string"],
 )
-async def test_a_step_reads_its_call_whether_or_not_the_reply_repeats_the_prefill(
-    tmp_path: Path, content: str
+async def test_a_step_is_its_tools_name_then_the_rest_of_its_call(
+    tmp_path: Path, replies: list[str], expression: str
 ) -> None:
+    """Two requests: the name, then the call with what that tool forces prefilled. The
+    reply is read whether or not the server repeats a prefill (llama.cpp versions differ)
+    and whether it ended at the call's stop string; one that stopped inside a string is
+    asked for again without it. The step's usage is its prompt once and every token of its
+    reply."""
     gguf = tmp_path / "x.gguf"
     gguf.write_bytes(b"GGUF")
     model = LocalModel(gguf, prompt_cache=False)
-    server = _Replies(content)
+    server = _Replies(*replies)
     model._server = server  # pyright: ignore[reportPrivateUsage]
     request = ModelRequest(
-        instructions="", messages=(UserMessage(text="2+2?"),), tools=(calculate.definition,)
+        instructions="",
+        messages=(UserMessage(text="2+2?"),),
+        tools=(calculate.definition, days_until.definition),
     )
     response = await model.request(request)
-    assert server.bodies[0]["messages"][-1] == {"role": "assistant", "content": STEP_OPENING}
+    assert len(server.bodies) == len(replies)
+    first, second, *again = server.bodies
+    assert first["messages"][-1] == {"role": "assistant", "content": STEP_OPENING}
+    assert second["messages"][:-1] == first["messages"][:-1]
+    assert second["messages"][-1] == {"role": "assistant", "content": _OPENING}
+    assert second["grammar"] == call_grammar(calculate.definition).grammar
+    assert second["stop"] == ['"}}']
+    assert second["max_tokens"] == first["max_tokens"] - 5
+    if again:
+        assert again[0] == {k: v for k, v in second.items() if k != "stop"}
     (call,) = response.tool_calls
     assert (call.name, call.arguments, call.parse_error) == (
         "calculate",
-        {"expression": "2+2"},
+        {"expression": expression},
         None,
     )
+    prefilled_more = len(_OPENING) - len(STEP_OPENING)
+    assert response.usage.input_tokens == 100 + len(STEP_OPENING)
+    assert response.usage.output_tokens == prefilled_more + 5
+
+
+async def test_a_reply_that_ignored_the_grammar_is_an_error(tmp_path: Path) -> None:
+    """llama.cpp decodes without a grammar it could not compile, and says nothing."""
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF")
+    tools = (calculate.definition, days_until.definition)
+    request = ModelRequest(instructions="", messages=(UserMessage(text="2+2?"),), tools=tools)
+    for replies in (["Sure! The answer"], ['{"tool":"calculate', "four, I think"]):
+        model = LocalModel(gguf, prompt_cache=False)
+        model._server = _Replies(*replies)  # pyright: ignore[reportPrivateUsage]
+        with pytest.raises(ModelError, match="does not follow the step's grammar") as caught:
+            await model.request(request)
+        assert caught.value.model == model.name
+
+
+async def test_a_failed_request_is_a_model_error_naming_the_model(tmp_path: Path) -> None:
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF")
+    model = LocalModel(gguf, prompt_cache=False)
+
+    class Failing:
+        def handle_chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
+            return {"error": {"message": "the context is full"}}
+
+    model._server = Failing()  # pyright: ignore[reportPrivateUsage]
+    request = ModelRequest(
+        instructions="", messages=(UserMessage(text="2+2?"),), tools=(calculate.definition,)
+    )
+    with pytest.raises(ModelError, match="the context is full") as caught:
+        await model.request(request)
+    assert caught.value.model == "local:x.gguf"
+
+
+@tool
+def convert(amount: float, source: str, target: str = "EUR") -> str:
+    """Convert money.
+
+    Args:
+        amount: How much.
+        source: From this currency.
+        target: To this one.
+    """
+    raise NotImplementedError
+
+
+_CALLS: list[tuple[Any, list[dict[str, Any]]]] = [
+    (
+        days_until,
+        [
+            {"target": "2027-01-01"},
+            {"target": "2027-01-01", "timezone": "UTC"},
+            {"target": 'say "hi"\\ \n é \u0001'},  # escapes of every kind
+            {"timezone": "UTC", "target": "2027-01-01"},  # out of the schema's order
+            {},
+            {"target": 3},
+            {"target": "x", "extra": 1},
+        ],
+    ),
+    (calculate, [{"expression": "1+1"}, {"expression": None}, {"expr": "1"}]),
+    (  # the first argument is a number: its key is forced, its value is not a string
+        convert,
+        [
+            {"amount": 3.5, "source": "USD"},
+            {"amount": 3, "source": "USD", "target": "CHF"},
+            {"amount": "3", "source": "USD"},
+            {"amount": 3},
+            {"source": "USD", "amount": 3},
+        ],
+    ),
+    (current_time, [{}, {"timezone": "UTC"}, {"timezone": 1}]),  # nothing required
+    (
+        set_thermostat,
+        [
+            {"room": "hall", "mode": "eco"},
+            {"room": "hall", "mode": "eco", "target": 20.5},
+            {"room": "hall", "mode": "eco", "target": None},
+            {"room": "hall", "mode": "cold"},
+        ],
+    ),
+    (  # nested definitions resolve inside every argument's rule
+        ship,
+        [
+            {"item": "a", "to": {"street": "x", "city": "y"}},
+            {"item": "a", "to": {"street": "x"}},
+            {"item": "a", "to": "y"},
+        ],
+    ),
+    (weigh, [{"parcel": {"city": "c", "kilos": 2}}, {"parcel": {"city": "c"}}]),
+]
+
+
+@pytest.mark.parametrize(("fn", "calls"), _CALLS, ids=[fn.name for fn, _ in _CALLS])
+def test_the_rest_of_a_call_admits_what_the_step_schema_admits(
+    fn: Any, calls: list[dict[str, Any]]
+) -> None:
+    """After the name, the second request's prefill plus its grammar write exactly the
+    compact calls that llguidance's own JSON Schema grammar of the tool's arguments (the
+    step schema's) writes: same calls, same bytes, what the tool forces read with the prompt."""
+    definition: ToolDefinition = fn.definition
+    opening, grammar, stop = call_grammar(definition)
+    whole_schema: Any = step_schema((definition,))
+    arguments_schema: dict[str, Any] = whole_schema["oneOf"][0]["properties"]["arguments"]
+    if "$defs" in whole_schema:
+        arguments_schema = {**arguments_schema, "$defs": whole_schema["$defs"]}
+    schema = {"x-guidance": {"whitespace_flexible": False}, **arguments_schema}
+    whole = f'%llguidance {{}}\nstart: args "}}"\nargs: %json {orjson.dumps(schema).decode()}'
+    head = f'{STEP_OPENING}{definition.name}","arguments":'
+    assert opening.startswith(head[:-2])  # it stops before the key's closing quote
+    validator = jsonschema.Draft202012Validator(arguments_schema)
+    seen = {True: 0, False: 0}
+    for arguments in calls:
+        written = orjson.dumps({"tool": definition.name, "arguments": arguments}).decode()
+        expected = _accepts(whole, written[len(head) :])
+        mine = written.startswith(opening) and _accepts(grammar, written[len(opening) :])
+        assert mine == expected, arguments
+        if expected:
+            assert _valid(validator, arguments), arguments
+        seen[expected] += 1
+    assert seen[True], "each tool's samples hold calls it admits"
+    # a call may stop at ``"}}`` only where no argument holds an object or a list
+    assert (stop is None) == (fn in (ship, weigh)), stop
+    assert seen[False], "and calls it refuses"
+
+
+def _accepts(grammar: str, text: str) -> bool:
+    """Whether llguidance (the engine llama.cpp runs) lets ``grammar`` write exactly ``text``."""
+    llguidance = pytest.importorskip("llguidance")
+    tokenizer = llguidance.LLTokenizer("byte")
+    matcher = llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_lark(grammar))
+    assert not matcher.is_error(), matcher.get_error()
+    tokens = tokenizer.tokenize_str(text)
+    return matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting()

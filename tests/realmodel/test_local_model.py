@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from tests.support import add
 from tether import Agent, ModelRequest
 from tether.events import ModelResponded
 from tether.messages import UserMessage
-from tether.models.local import LocalModel, local_body
+from tether.models.local import LocalModel, local_body, local_step
 from tether.stores import SqliteStore
 from tether.testing import ScriptedModel
 from tether.tools import tool
@@ -74,7 +75,8 @@ async def test_a_step_is_written_compact_as_the_next_step_replays_it(llama_serve
             tools=spec.definitions,
         )
         body = {**local_body(request), "model": SERVED_NAME}
-        reply = await asyncio.to_thread(_post, f"{llama_server}/chat/completions", body)
+        url = f"{llama_server}/chat/completions"
+        reply = await asyncio.to_thread(local_step, partial(_post, url), request, body)
         text = reply["choices"][0]["message"]["content"]
         assert text == orjson.dumps(orjson.loads(text)).decode(), text
 
