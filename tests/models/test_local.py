@@ -179,6 +179,9 @@ def test_a_local_step_first_asks_for_the_tool_only() -> None:
     assert _accepts(grammar, 'days_until"')
     assert not _accepts(grammar, 'calc"')
     assert not _accepts(grammar, 'calculate","')  # the stop ends it: nothing after the quote
+    prefixed = name_grammar((calculate.definition, replace(calculate.definition, name="calc")))
+    assert _accepts(prefixed, 'calc"')  # a name that begins another is still told apart
+    assert _accepts(prefixed, 'calculate"')
     plain = ModelRequest(instructions="Be brief.", messages=(UserMessage(text="Hi"),), tools=())
     assert local_body(plain) == step_body(plain)  # a plain answer: no grammar at all
 
