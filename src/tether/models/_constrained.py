@@ -5,13 +5,13 @@ JSON Schema, a ``oneOf`` of exactly the request's tools, each with its fixed nam
 closed argument schema, so every step is a valid call by construction. The request is an
 OpenAI-style chat completion body (``response_format: json_schema``) that any server with
 JSON Schema output (llama.cpp, vLLM, Ollama) answers over HTTP; the embedded model gets the
-same calls in two requests under llguidance grammars: the tool's name (``name_grammar``) after
-a prefilled opening (``STEP_OPENING``), then the call's arguments (``call_grammar``) after
-what the chosen tool forces, prefilled too. The model reads every tool's whole contract (``tool_block``:
-descriptions, parameters, enums, defaults), as its native tool-calling template shows them.
-The model's own chat template is kept; tool results come back
-as clearly marked data, and earlier turns render identically each step, so a server's prompt
-cache only processes each step's new tokens.
+same calls in two requests under llguidance grammars: the tool's name (``name_grammar``)
+after a prefilled opening (``STEP_OPENING``), then the call's arguments (``call_grammar``)
+after what the chosen tool forces, prefilled too. The model reads every tool's whole
+contract (``tool_block``: descriptions, parameters, enums, defaults), as its native
+tool-calling template shows them. The model's own chat template is kept; tool results come
+back as clearly marked data, and earlier turns render identically each step, so a server's
+prompt cache only processes each step's new tokens.
 """
 
 from __future__ import annotations
@@ -94,6 +94,11 @@ NAME_STOP = '"'
 
 _PLAIN_STRING_KEYS = frozenset({"type", "description", "title", "default", "examples"})
 """A string schema with only these keys admits any string: its opening quote is forced."""
+
+_PLAIN_OBJECT_KEYS = frozenset(
+    {"type", "properties", "required", "additionalProperties", "$defs", "title", "description"}
+)
+"""An object schema with only these keys: its properties are written in order, each once."""
 
 _STRING_REST = r'/(\\(["\\\/bfnrt]|u[a-fA-F0-9]{4})|[^"\\\x00-\x1F\x7F])*"/'
 """A lark lexeme: a JSON string's characters after its opening quote, and the closing one."""
@@ -179,8 +184,6 @@ def _ordered_properties(schema: JsonObject) -> list[tuple[str, JsonValue, bool]]
     ``None`` unless it is a plain one: ``properties`` and ``required``, nothing that relates
     properties to each other.
     """
-    plain = {"type", "properties", "required", "additionalProperties", "$defs", "title"}
-    plain |= {"description"}
     props = schema.get("properties")
     required = schema.get("required") or []
     if (
@@ -189,7 +192,7 @@ def _ordered_properties(schema: JsonObject) -> list[tuple[str, JsonValue, bool]]
         or not isinstance(props, dict)
         or not props
         or not isinstance(required, list)
-        or set(schema) - plain
+        or set(schema) - _PLAIN_OBJECT_KEYS
     ):
         return None
     wanted = set(cast(list[Any], required))
