@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import socket
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import cast
 
 from tether import Event, ModelRetry, tool
@@ -190,3 +193,17 @@ def wait_listening(port: int, alive: Callable[[], bool], *, seconds: float = 60)
             assert alive(), f"the process meant to listen on {port} has ended"
             assert time.monotonic() < deadline, f"nothing listens on {port} after {seconds} s"
             time.sleep(0.1)
+
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load_bench(script: str, name: str) -> ModuleType:
+    """``bench/<script>.py`` imported as the module ``name`` (registered in ``sys.modules``)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH_DIR / f"{script}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bfcl.py"
+from tests.support import load_bench
 
 
 def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location("bfcl_bench", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bfcl", "bfcl_bench")
 
 
 def test_bfcl_functions_become_json_schema_tools() -> None:

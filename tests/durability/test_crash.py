@@ -6,23 +6,14 @@ service on loopback) once per kill point.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "crash.py"
+from tests.support import load_bench
 
 
 def load_harness() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("crash_harness", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["crash_harness"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("crash", "crash_harness")
 
 
 def test_every_kill_point_recovers_without_double_effects_or_lost_events() -> None:
