@@ -280,8 +280,15 @@ _OPENING = '{"tool":"calculate","arguments":{"expression'
         (["calculate", '":"2+2"}}'], "2+2"),  # only what was decoded after it
         (["calculate", '":"2+2'], "2+2"),  # ended at the stop string, which is left out
         (["calculate", '":"say \\', '":"say \\"}}"}}'], 'say "}}'),  # a stop in a string
+        (["calculate", '":"{1: 2}'], "{1: 2}"),  # at the stop, after a brace of the value
     ],
-    ids=["repeats-prefill", "decoded-only", "at-the-stop", "stop-inside-a-string"],
+    ids=[
+        "repeats-prefill",
+        "decoded-only",
+        "at-the-stop",
+        "stop-inside-a-string",
+        "at-the-stop-after-a-brace",
+    ],
 )
 async def test_a_step_is_its_tools_name_then_the_rest_of_its_call(
     tmp_path: Path, replies: list[str], expression: str

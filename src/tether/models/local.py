@@ -244,7 +244,9 @@ def local_step(
         call.opening,
     )
     stopped = reply["choices"][0].get("finish_reason") == "stop"
-    if call.stop and stopped and not _reply_text(reply).endswith("}"):  # at the stop string
+    if call.stop and stopped and not _constrained(reply):
+        # it ended at the stop string (a call cut there is inside its last string, so it
+        # never parses), not at the grammar's end; a value may end with a brace itself
         reply = _with_text(reply, _reply_text(reply) + call.stop)
         if not _constrained(reply):  # it stopped inside a string: ask again without the stop
             reply = _opened(_reply(handle, rest, model), call.opening)
