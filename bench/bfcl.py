@@ -13,7 +13,8 @@ Python's type names (``dict``, ``float``, ``tuple``, ``any``); they are mapped t
 Schema's, and dots in function names become ``_`` (as BFCL does for OpenAI-style APIs).
 
 Prints one JSON line: prompts, valid (a call of one of the candidates that its schema
-admits), correct, by_category, median_step_s, and with ``-v`` every miss.
+admits), correct, by_category, median_step_s, and with ``-v`` every miss (a step that failed
+with a ``ModelError`` is one, shown with its message).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/qadata.py, ben
 from qadata import downloaded
 from toolcalls import FINISH, INSTRUCTIONS  # the same agent's words as bench/toolcalls.py
 
+from tether.errors import ModelError
 from tether.messages import UserMessage
 from tether.models.base import ModelRequest, ModelSettings
 from tether.models.local import LocalModel
@@ -136,9 +138,13 @@ async def run(
             settings=ModelSettings(temperature=0.0),
         )
         t0 = time.perf_counter()
-        response = await model.request(request)
+        error = None
+        try:
+            response = await model.request(request)
+            call = response.tool_calls[0] if response.tool_calls else None
+        except ModelError as exc:  # a step that failed is a miss, not the end of the check
+            call, error = None, str(exc)
         seconds = time.perf_counter() - t0
-        call = response.tool_calls[0] if response.tool_calls else None
         schemas = {t.name: t.input_schema for t in tools}
         valid = (
             call is not None
@@ -152,7 +158,7 @@ async def run(
         if call is not None and call.name in schemas:
             output = [{call.name: call.arguments}]
             correct = ast_checker(case["function"], output, case["answer"], case["category"])
-        shown = None if call is None else {"name": call.name, "arguments": call.arguments}
+        shown = error if call is None else {"name": call.name, "arguments": call.arguments}
         results.append(
             {"id": case["id"], "valid": valid, "correct": correct, "s": seconds, "call": shown}
         )
