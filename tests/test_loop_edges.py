@@ -6,7 +6,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -237,6 +237,14 @@ async def test_leaving_the_stream_early_ends_the_run_cancelled(tmp_path: Path) -
 def test_limits_must_be_finite_and_non_negative(value: float) -> None:
     with pytest.raises(ConfigError, match="finite number"):
         Limits(max_seconds=value)
+
+
+@pytest.mark.parametrize("name", ["max_steps", "max_tokens", "max_tool_calls"])
+def test_a_count_beyond_64_bits_is_a_config_error(name: str) -> None:
+    # the log holds counts as 64-bit integers: one beyond that used to fail in Agent()
+    with pytest.raises(ConfigError, match=r"from 0 to 2\*\*63 - 1"):
+        Limits(**cast(dict[str, Any], {name: 2**64}))
+    assert getattr(Limits(**cast(dict[str, Any], {name: 2**63 - 1})), name) == 2**63 - 1
 
 
 async def test_max_steps_zero_makes_no_model_call() -> None:

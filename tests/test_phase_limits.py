@@ -125,9 +125,9 @@ def test_phase_limits_round_trip_through_the_log_and_keep_the_hash() -> None:
 @pytest.mark.parametrize(
     ("fields", "says"),
     [
-        ({"max_steps": -1}, "PhaseLimits.max_steps must be an int >= 0"),
-        ({"max_steps": 2.5}, "PhaseLimits.max_steps must be an int >= 0"),
-        ({"max_steps": True}, "PhaseLimits.max_steps must be an int >= 0"),
+        ({"max_steps": -1}, "PhaseLimits.max_steps must be an int from 0 to 2\\*\\*63 - 1"),
+        ({"max_steps": 2.5}, "PhaseLimits.max_steps must be an int from 0 to 2\\*\\*63 - 1"),
+        ({"max_steps": True}, "PhaseLimits.max_steps must be an int from 0 to 2\\*\\*63 - 1"),
         ({"timeout": float("inf")}, "PhaseLimits.timeout must be a finite number >= 0"),
         ({"max_seconds": "10"}, "PhaseLimits.max_seconds must be a finite number >= 0"),
     ],

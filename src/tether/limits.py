@@ -16,6 +16,9 @@ from tether.errors import ConfigError
 
 __all__ = ["LimitName", "Limits", "PhaseLimits", "PhaseName"]
 
+_MAX_COUNT = 2**63
+"""Counts stay below this: a run's log holds them as JSON's 64-bit integers."""
+
 LimitName: TypeAlias = Literal[
     "max_steps", "max_tool_calls", "max_seconds", "max_tokens", "max_cost", "max_retries"
 ]
@@ -61,11 +64,11 @@ class PhaseLimits:
             value: object = getattr(self, name)
             if value is None:
                 continue
-            if type(value) is not kinds or not (0 <= cast(float, value) < math.inf):
-                kind = "an int" if kinds is int else "a finite number"
-                raise ConfigError(
-                    f"PhaseLimits.{name} must be {kind} >= 0 (or None), got {value!r}"
-                )
+            if type(value) is not kinds or not (
+                0 <= cast(float, value) < (_MAX_COUNT if kinds is int else math.inf)
+            ):
+                kind = "an int from 0 to 2**63 - 1" if kinds is int else "a finite number >= 0"
+                raise ConfigError(f"PhaseLimits.{name} must be {kind} (or None), got {value!r}")
 
 
 @frozen(slots=False)
@@ -117,9 +120,10 @@ class Limits:
                 raise ConfigError(
                     f"Limits.{name} must be {kind} >= 0 (or None for no limit), got {value!r}"
                 )
-            if value is not None and not (0 <= value < math.inf):
+            if value is not None and not (0 <= value < (_MAX_COUNT if counted else math.inf)):
+                what = "a whole number from 0 to 2**63 - 1" if counted else "a finite number >= 0"
                 raise ConfigError(
-                    f"Limits.{name} must be a finite number >= 0 (or None for no limit), got {value!r}"
+                    f"Limits.{name} must be {what} (or None for no limit), got {value!r}"
                 )
         if self.max_parallel_tools < 1:
             raise ConfigError("Limits.max_parallel_tools must be >= 1")

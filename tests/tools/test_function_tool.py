@@ -411,6 +411,19 @@ async def test_tool_exception_propagates() -> None:
 # -- ToolContext --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("blocking", [True, False])
+async def test_a_sync_tool_raising_stop_iteration_fails_at_once(blocking: bool) -> None:
+    # next() on an empty iterator: in a worker thread a future cannot carry StopIteration,
+    # and the call used to hang until its timeout, then be logged as timed out
+    @tool(blocking=blocking)
+    def first(word: str) -> str:
+        """The first line with the word."""
+        return next(line for line in ["alpha", "beta"] if word in line)
+
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        await asyncio.wait_for(call(first, {"word": "zeta"}), timeout=5)
+
+
 def test_context_parameter_is_hidden_from_the_schema() -> None:
     assert whoami.definition.input_schema == {
         "type": "object",
@@ -520,6 +533,13 @@ _unresolvable.__annotations__["value"] = "NoSuchTypeAnywhere"
 def test_config_errors(func: Callable[..., object], pattern: str) -> None:
     with pytest.raises(ConfigError, match=pattern):
         function_tool(func)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), True, "5"])
+def test_a_timeout_that_bounds_nothing_is_a_config_error(timeout: object) -> None:
+    # 0 or less used to abandon every call; NaN left the call unbounded
+    with pytest.raises(ConfigError, match="timeout takes a positive, finite number"):
+        function_tool(add_two, timeout=timeout)  # pyright: ignore[reportArgumentType]
 
 
 def add_two(value: int) -> int:

@@ -273,6 +273,16 @@ class Tool:
     tool: another tool's success does not reset it."""
 
     def __post_init__(self) -> None:
+        timeout = self.timeout
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+            or not 0 < timeout < math.inf
+        ):
+            raise ConfigError(
+                f"tool {self.definition.name!r}: timeout takes a positive, finite number of "
+                f"seconds (or None for Limits.tool_timeout), not {timeout!r}"
+            )
         retries = self.retries
         if retries is not None and (
             not isinstance(retries, int) or isinstance(retries, bool) or retries < 0  # pyright: ignore[reportUnnecessaryIsInstance] - user input

@@ -187,8 +187,14 @@ def _handler(
         return run_async
     if blocking:
 
+        def call(arguments: Mapping[str, Any]) -> object:
+            try:
+                return func(**arguments)
+            except StopIteration as exc:  # a future cannot carry it: it would never resolve
+                raise RuntimeError(f"raised StopIteration{f': {exc}' if str(exc) else ''}") from exc
+
         async def run_in_thread(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
-            return to_tool_result(await asyncio.to_thread(func, **arguments))
+            return to_tool_result(await asyncio.to_thread(call, arguments))
 
         return run_in_thread
 
