@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether._internal.eventmaker",
             "tether._internal.lazy",
             "tether._internal.configfiles",
+            "tether._internal.mend",
             "tether.jsontypes",
             "tether.content",
             "tether.messages",

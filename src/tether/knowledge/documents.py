@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from tether._internal.frozen import frozen
+from tether._internal.mend import mended
 from tether.errors import InvalidEntry, MissingExtraError
 
 __all__ = ["Document", "html_text", "read_document"]
@@ -37,6 +38,8 @@ class Document:
             raise InvalidEntry("a document needs a source (a path, a URL or a title)")
         if not isinstance(self.text, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
             raise InvalidEntry(f"the text of {self.source!r} must be a string")
+        for name in ("source", "text"):  # a lone surrogate (a file name that is not UTF-8)
+            object.__setattr__(self, name, mended(getattr(self, name)))
 
 
 _SKIP = frozenset({"script", "style", "noscript", "template", "svg", "math", "iframe", "object"})

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from tether._internal.frozen import frozen
+from tether._internal.mend import mended
 from tether.content import JsonObject
 from tether.errors import InvalidEntry
 
@@ -85,6 +86,7 @@ class MemoryRecord:
             )
         if not self.text.strip():
             raise InvalidEntry(f"a memory record in {self.namespace!r} has no text")
+        object.__setattr__(self, "text", mended(self.text))  # a lone surrogate: its escape
         if self.kind not in KINDS:
             raise InvalidEntry(f"memory kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if not 0.0 <= self.importance <= 1.0:

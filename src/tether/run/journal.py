@@ -13,6 +13,7 @@ import orjson
 
 from tether._internal.clock import Clock, now_of
 from tether._internal.eventmaker import BODIES, MAKERS, NOT_SCANNED, body, maker
+from tether._internal.mend import mended
 from tether._internal.sealed import remember as _remember
 from tether.auditkey import AuditKeySetting, resolve_audit_key
 from tether.codec import encode_line, hashed_fields, kept
@@ -178,7 +179,12 @@ class Journal:
             at = self._batch_at = self._now()
         make = MAKERS.get(cls) or maker(cls)
         event, hashed, scanned = make(self.run_id, self.seq, at, self.prev_hash, **fields)
-        payload = _dumps(hashed)
+        try:
+            payload = _dumps(hashed)
+        except TypeError:  # a lone surrogate (a file name that is not UTF-8): its escape
+            fields = mended(fields)  # (anything else JSON cannot hold raises again: the caller's)
+            event, hashed, scanned = make(self.run_id, self.seq, at, self.prev_hash, **fields)
+            payload = _dumps(hashed)
         redactor = self._redactor
         found: Redaction | None = None
         redacted = False
@@ -249,11 +255,12 @@ class Journal:
         if known is None:
             if len(self._seen) > 256:
                 self._seen.clear()
-            known = self._seen[texts] = not self._might_hold(redactor, _dumps(texts))
+            known = self._seen[texts] = not self._might_hold(redactor, _dumps(mended(texts)))
         return known
 
     def redacted(self, value: Any) -> Any:
         """``value`` (text, or JSON) as an event's field would hold it in this run's log."""
+        value = mended(value)
         redactor = self._redactor
         if redactor is None:
             return value
