@@ -505,6 +505,31 @@ def test_run_verbose_prints_every_event(tmp_path: Path) -> None:
     assert f"{events[-1].seq} run finished 2 steps, 1 tool calls" in stderr
 
 
+def test_markup_in_a_runs_text_is_shown_as_it_is_and_never_ends_the_run(tmp_path: Path) -> None:
+    # "[/INST]" is a token some models write; Rich read it as a closing tag, raised
+    # MarkupError from -v's printing, and the finished run was stored as cancelled
+    answer = "x = a[/] [/INST] [bold]b[/bold] [link=http://evil.example]c[/link]"
+    steps: list[dict[str, object]] = [
+        {
+            "text": "[/INST]",
+            "tool_calls": [{"name": "calculate", "arguments": {"expression": "2+2"}}],
+        },
+        {"tool_calls": [{"name": "finish_task", "arguments": {"answer": answer}}]},
+    ]
+    script = write_script(tmp_path, steps)
+
+    ran = invoke("run", "print [bold]x[/bold] [/]", "--model", f"scripted:{script}", "-v")
+
+    assert ran.exit_code == 0, ran.output
+    [log] = default_logs(tmp_path)
+    assert finished_event(read_jsonl(log)).status == "finished"
+    assert "goal='print [bold]x[/bold] [/]'" in ran.stderr
+    assert "says '[/INST]'" in ran.stderr
+    shown = invoke("show", str(log))
+    assert shown.exit_code == 0, shown.output
+    assert answer in shown.stdout
+
+
 def test_run_that_hits_max_steps_exits_1(tmp_path: Path) -> None:
     forever: list[dict[str, object]] = [
         {"tool_calls": [{"name": "calculate", "arguments": {"expression": f"{n}+1"}}]}

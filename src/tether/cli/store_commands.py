@@ -293,7 +293,7 @@ def _table(rows: list[RunInfo], now: datetime) -> Table:
         color = _STATUS_COLORS.get(row.status, "red")
         tokens = row.usage.input_tokens + row.usage.output_tokens
         table.add_row(
-            row.run_id,
+            escape(row.run_id),
             escape(row.agent),
             f"[{color}]{row.status}[/]",
             str(row.steps),
