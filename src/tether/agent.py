@@ -90,7 +90,8 @@ def _context(context: Mapping[str, Any] | None) -> JsonObject | None:
     if not isinstance(context, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - callers
         raise UserError(f"context must be a mapping (a JSON object), not {type(context).__name__}")
     try:
-        value: object = orjson.loads(orjson.dumps(dict(context)))
+        # inside two more levels: the event that holds it must be encodable too
+        value: object = orjson.loads(orjson.dumps([[dict(context)]]))[0][0]
     except TypeError as exc:
         raise UserError(
             f"the context cannot be stored as JSON ({exc}); give strings, numbers, booleans, "

@@ -207,11 +207,30 @@ def decode_line(data: bytes | str, *, line: int | None = None) -> tuple[Event, s
     try:
         return cast(Event, _adapter(kind).validate_json(data, strict=True)), mac
     except ValidationError as exc:
+        if any("recursion limit" in err["msg"] for err in exc.errors()):
+            return _deep(kind, fields_, line), mac
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}"
             for err in exc.errors()
         )
         raise LogError(f"a {kind!r} event does not fit its schema: {problems}", line=line) from None
+
+
+def _deep(kind: str, fields_: dict[str, object], line: int | None) -> Event:
+    """An event nested deeper than the strict JSON reader goes (~200 levels; orjson: 254).
+
+    It is read from the parsed values, and taken only if it encodes to them exactly: it is
+    then what the strict reader would have made of it.
+    """
+    from pydantic import ValidationError
+
+    try:
+        event = cast(Event, _adapter(kind).validate_python(fields_))
+    except ValidationError:
+        event = None
+    if event is None or _dumps(event) != _dumps(fields_):
+        raise LogError(f"a {kind!r} event does not fit its schema", line=line)
+    return event
 
 
 def verify_chain(events: Iterable[Event], *, run_id: str | None = None, start_seq: int = 0) -> None:

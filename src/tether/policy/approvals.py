@@ -9,7 +9,10 @@ still stands.
 
 from __future__ import annotations
 
+import orjson
+
 from tether._internal.frozen import frozen
+from tether.errors import UserError
 from tether.jsontypes import JsonObject
 from tether.outcome import PendingCall
 
@@ -34,6 +37,22 @@ class Approval:
     """Who decided."""
     reason: str = ""
     """Why (shown to the model for a denial)."""
+
+    def __post_init__(self) -> None:
+        if self.arguments is None:
+            return
+        if not isinstance(self.arguments, dict):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+            raise UserError(
+                f"an approval's edited arguments must be a JSON object, not "
+                f"{type(self.arguments).__name__}"
+            )
+        try:  # as deep as the log's events hold them
+            orjson.dumps([[[self.arguments]]])
+        except TypeError as exc:
+            raise UserError(
+                f"an approval's edited arguments cannot be stored as JSON ({exc}); give "
+                "strings, numbers, booleans, None, lists and objects, nested less deeply"
+            ) from None
 
     @classmethod
     def approve(

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+import orjson
+
 from tether._internal.frozen import frozen
 from tether.auditkey import AuditKey
 from tether.codec import compute_hash, decode_line
@@ -187,6 +189,13 @@ def audit_encoded(
             event, mac = decode_line(raw)
         except LogError as exc:
             return bad(position, f"it does not decode: {exc}")
+        body = raw.strip()
+        if orjson.dumps(orjson.loads(body)) != body:
+            return bad(
+                position,
+                "it is not written as tether writes it (a key twice, or the line edited by "
+                "hand): readers may disagree on its values, which its hash does not cover",
+            )
         run_id = run_id or event.run_id
         problem = _chain_problem(event, run_id, position, prev)
         if problem is not None:

@@ -78,7 +78,7 @@ def _secret_like(redactor: Redactor, text: str) -> bool:
 def _unencodable(call: ToolCall) -> ToolCall:
     """``call`` with its arguments dropped if JSON tools (orjson) cannot encode them."""
     try:
-        orjson.dumps(call.arguments)
+        orjson.dumps([[[call.arguments]]])  # as deep as an event holds them
     except TypeError as exc:
         return replace(
             call,
