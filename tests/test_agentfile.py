@@ -92,6 +92,8 @@ async def test_a_file_declares_the_whole_agent(
         ('name = "a"\n[policy]\nalow = []\n', "[policy]"),
         ('name = "a"\ncan_ask_user = "yes"\n', "can_ask_user must be true or false"),
         ("name = \n", "is not valid TOML"),
+        ('name = "a"\na = ' + "[" * 5000 + "]" * 5000 + "\n", "nests arrays or tables too deeply"),
+        ('name = "a"\ninstructions_file = "bad.txt"\n', "it is not UTF-8 text"),
         ('name = "a"\n[limits]\nmax_steps = 7.5\n', "Limits.max_steps must be an int"),
         ('name = "a"\n[limits]\nmax_tool_calls = true\n', "Limits.max_tool_calls must be an int"),
         (
@@ -102,6 +104,7 @@ async def test_a_file_declares_the_whole_agent(
     ],
 )
 def test_every_mistake_names_the_file_and_the_key(tmp_path: Path, text: str, says: str) -> None:
+    (tmp_path / "bad.txt").write_bytes(b"\xff\xfe\x00garbage")
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as raised:
         load_agent_file(path)

@@ -75,6 +75,8 @@ def _doc(folder: Path) -> Path:
         ('[memory]\nnamespace = "x"\n', "[memory]: database must be"),
         ('[memory]\ndatabase = "m.db"\nembedder = "bert"\n', "embedder is 'minilm'"),
         ('[memory]\ndatabase = "m.db"\nttl = -5\n', "ttl is a positive number"),
+        ('[memory]\ndatabase = "m.db"\nttl = inf\n', "ttl is a positive number"),
+        ('[memory]\ndatabase = "m.db"\nttl = nan\n', "ttl is a positive number"),
         ('[memory]\ndatabase = "m.db"\nrecal_limit = 3\n', "recal_limit"),
         ('[knowledge]\ndatabase = "kb.db"\nlimt = 3\n', "limt"),
         ('[thinking]\nplan = "yes"\n', "plan must be true or false"),

@@ -170,9 +170,10 @@ def _agent(data: Mapping[str, Any], file: Path) -> Agent[Any]:
         text_file = file.parent / _required(data, "instructions_file", file)
         try:
             instructions = text_file.read_text(encoding="utf-8")
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
+            why = "it is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc
             raise ConfigError(
-                f"{file}: instructions_file: cannot read {text_file}: {exc}"
+                f"{file}: instructions_file: cannot read {text_file}: {why}"
             ) from None
     can_ask = data.get("can_ask_user", False)
     if not isinstance(can_ask, bool):

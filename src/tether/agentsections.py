@@ -69,8 +69,10 @@ def memory_section(
     memory = _store(table, file, "[memory]")
     ttl = table.get("ttl")
     if ttl is not None:
-        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
-            raise ConfigError(f"{file}: [memory]: ttl is a positive number of seconds, not {ttl!r}")
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 1e10:
+            raise ConfigError(
+                f"{file}: [memory]: ttl is a positive number of seconds (below 1e10), not {ttl!r}"
+            )
         table["ttl"] = timedelta(seconds=ttl)
     return build(Remember, {"memory": memory, **table}, file, "[memory]")
 

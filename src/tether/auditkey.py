@@ -140,7 +140,8 @@ def audit_key_from_env(environ: Mapping[str, str] | None = None) -> AuditKey | N
     if path is not None:
         return AuditKey.from_file(path)
     if value is not None:
-        return AuditKey(value.encode(), source=f"${ENV_KEY}")
+        # the bytes the variable was set to (not UTF-8 ones come back as they were set)
+        return AuditKey(os.fsencode(value), source=f"${ENV_KEY}")
     return None
 
 

@@ -18,7 +18,7 @@ from tether._internal.frozen import frozen
 from tether.agent import Agent
 from tether.codec import event_to_dict, verify_chain
 from tether.content import JsonObject, JsonValue, ToolResult
-from tether.errors import ConfigError, StoreError
+from tether.errors import ConfigError, StoreError, TetherError
 from tether.events import (
     BudgetWarning,
     ContextCompacted,
@@ -92,7 +92,14 @@ def load_agent(ref: str) -> Agent[Any]:
         return load_agent_file(ref)
     value = import_ref(ref, "agent", beside=Path.cwd())
     if not isinstance(value, Agent) and callable(value):
-        value = value()
+        try:
+            value = value()
+        except TetherError:
+            raise
+        except Exception as exc:  # the user's factory: say whose failure it is
+            raise ConfigError(
+                f"calling {ref!r} to make the agent failed: {type(exc).__name__}: {exc}"
+            ) from exc
     if not isinstance(value, Agent):
         raise ConfigError(f"{ref!r} is a {type(value).__name__}, not an Agent")
     return cast(Agent[Any], value)

@@ -225,6 +225,19 @@ def test_replay_with_an_agent_that_cannot_be_imported_exits_2(tmp_path: Path) ->
     assert "error: cannot import agent 'tether.examples.demo:nope'" in flat(result.stderr)
 
 
+@pytest.mark.parametrize("command", ["replay", "run"])
+def test_an_agent_factory_that_raises_exits_2_saying_whose_failure(
+    tmp_path: Path, command: str
+) -> None:
+    where = [str(demo_log(tmp_path))] if command == "replay" else ["hi", "--no-log"]
+
+    result = invoke(command, *where, "--agent", "json:dumps")
+
+    assert result.exit_code == 2, result.output
+    assert "error: calling 'json:dumps' to make the agent failed: TypeError" in flat(result.stderr)
+    assert "Traceback" not in result.output
+
+
 @pytest.mark.parametrize("content", [b"", b"\n \n"], ids=["empty", "blank"])
 def test_replay_of_a_log_without_events_exits_2(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "run.jsonl").write_bytes(content)

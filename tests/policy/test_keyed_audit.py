@@ -9,6 +9,7 @@ documented limit of that mode. With an audit key every event carries a MAC besid
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -128,6 +129,14 @@ def test_the_key_comes_from_one_environment_variable(tmp_path: Path) -> None:
     assert from_file.key_id == from_value.key_id == KEY.key_id
     with pytest.raises(AuditKeyError, match=r"both \$TETHER_AUDIT_KEY_FILE and"):
         audit_key_from_env({ENV_KEY_FILE: str(path), ENV_KEY: SECRET.decode()})
+
+
+def test_a_key_set_as_bytes_that_are_not_utf8_is_those_bytes() -> None:
+    # os.environ gives such a value with lone surrogates: encoding it strictly raised
+    raw = b"\xff\xfe\xfd" + SECRET
+    key = audit_key_from_env({ENV_KEY: os.fsdecode(raw)})
+    assert key is not None
+    assert key.key_id == AuditKey(raw, source="test").key_id
 
 
 def test_a_short_or_missing_key_is_refused_without_showing_it(tmp_path: Path) -> None:

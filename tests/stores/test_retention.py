@@ -87,6 +87,12 @@ def test_parse_age_rejects_anything_else_saying_what_to_write(text: str) -> None
     assert "e.g. '30d'" in str(raised.value)
 
 
+@pytest.mark.parametrize("text", ["36501d", "1000000d", "99999999999999999999d"])
+def test_parse_age_refuses_an_age_no_date_can_be_that_far_back(text: str) -> None:
+    with pytest.raises(ConfigError, match="too long an age: give at most 36500d"):
+        parse_age(text)
+
+
 # -- by age --------------------------------------------------------------------------------------
 
 

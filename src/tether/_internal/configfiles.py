@@ -47,6 +47,8 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"no {what} at {file}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{file} nests arrays or tables too deeply to read") from None
     except OSError as exc:  # a directory, no permission, ...
         raise ConfigError(f"cannot read the {what} {file}: {exc}") from None
 

@@ -25,6 +25,10 @@ _AGE = re.compile(r"(\d+)\s*([smhdw])", re.IGNORECASE)
 _PRUNE_LEASE_TTL = 60.0
 
 
+_MAX_AGE = timedelta(days=36_500)
+"""The longest age a command takes (a hundred years)."""
+
+
 def parse_age(text: str) -> timedelta:
     """Parse an age such as ``"30d"``, ``"12h"``, ``"90m"``, ``"45s"`` or ``"2w"``.
 
@@ -44,7 +48,13 @@ def parse_age(text: str) -> timedelta:
             "(e.g. '30d', '12h', '90m', '45s', '2w')"
         )
     amount, unit = match.groups()
-    return timedelta(**{_UNITS[unit.lower()]: int(amount)})
+    try:
+        age = timedelta(**{_UNITS[unit.lower()]: int(amount)})
+    except OverflowError:
+        age = _MAX_AGE + _MAX_AGE
+    if age > _MAX_AGE:  # older than that, nothing was stored: and a date before it overflows
+        raise ConfigError(f"{text!r} is too long an age: give at most {_MAX_AGE.days}d")
+    return age
 
 
 async def prune(
