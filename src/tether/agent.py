@@ -516,7 +516,10 @@ class Agent(Generic[OutputT]):
             clock=clock or Clock(),
             tool_runner=tool_runner,
             store=chosen_store,
-            sinks=(HookSink(self.hooks),) if self.hooks else (),
+            sinks=(  # the run's JSONL log is brought up to date before it goes on
+                *(() if self.log_dir is None else (JsonlSink(self.log_dir, run_id),)),
+                *((HookSink(self.hooks),) if self.hooks else ()),
+            ),
             on_text=on_text,
             on_call=on_call,
             answer=answer,

@@ -26,6 +26,13 @@ class EventSink(ABC):
     async def write(self, events: Sequence[Event]) -> None:
         """Persist ``events`` (in order); return only when they are written."""
 
+    async def catch_up(self, events: Sequence[Event]) -> None:  # noqa: B027 - optional hook
+        """The run's events before the first batch this sink gets (a continued run's).
+
+        Called once, before that batch, only when the run did not start in this process:
+        a copy of the whole log brings itself up to date here; the default ignores them.
+        """
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; called once when the run ends."""
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields as fields_of
 from datetime import datetime
@@ -16,8 +18,8 @@ from tether._internal.eventmaker import BODIES, MAKERS, NOT_SCANNED, body, maker
 from tether._internal.mend import mended
 from tether._internal.sealed import remember as _remember
 from tether.auditkey import AuditKeySetting, resolve_audit_key
-from tether.codec import encode_line, hashed_fields, kept
-from tether.errors import ConfigError, StoreError, StoreWriteError
+from tether.codec import decode_line, encode_line, hashed_fields, iter_jsonl_lines, kept
+from tether.errors import ConfigError, LogError, StoreError, StoreWriteError
 from tether.events import GENESIS_HASH, Event, EventBase, Redacted, RunFinished
 from tether.policy.redaction import Redaction, Redactor
 from tether.sinks import EventSink
@@ -61,11 +63,13 @@ class JsonlSink(EventSink):
     ) -> None:
         self._key = resolve_audit_key(audit_key)
         path = Path(directory)
+        self.path = path / f"{run_id}.jsonl"
+        self._fh: IO[bytes] | None = None  # opened by the first write: a run that never
+        self._failed = self._closed = False  # started leaves no empty file behind
         try:
             path.mkdir(parents=True, exist_ok=True)
-            self.path = path / f"{run_id}.jsonl"
-            self._fh: IO[bytes] | None = self.path.open("ab")
-            self._failed = False
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "permission denied")
         except OSError as exc:
             blocker = next((p for p in (path, *path.parents) if p.is_file()), None)
             why = f"{blocker} is a file, not a directory" if blocker else exc.strerror or exc
@@ -74,11 +78,49 @@ class JsonlSink(EventSink):
                 "$TETHER_LOG_DIR, or Agent(log_dir=...)), or --no-log"
             ) from None
 
+    def _open(self) -> IO[bytes]:
+        if self._closed:
+            raise RuntimeError(f"the log {self.path} is closed")
+        if self._fh is None:
+            try:
+                self._fh = self.path.open("ab")
+            except OSError as exc:
+                raise StoreWriteError(
+                    f"could not open the run log {self.path}: {exc.strerror or exc}"
+                ) from None
+        return self._fh
+
+    async def catch_up(self, events: Sequence[Event]) -> None:
+        """Bring the file up to the run's log before a continued run's first batch.
+
+        A file that holds a prefix of the log gets the rest; a missing or empty one, all of
+        it; one that holds anything else is left as it is, and this run writes no copy there.
+        """
+        held = 0
+        last: bytes = b""
+        try:
+            for held, (_, line) in enumerate(iter_jsonl_lines(self.path), 1):  # noqa: B007 - kept
+                last = line
+        except FileNotFoundError:
+            pass
+        except (OSError, LogError) as exc:
+            raise StoreWriteError(f"could not read the run log {self.path}: {exc}") from None
+        if held:
+            try:
+                event, _ = decode_line(last)
+                prefix = held <= len(events) and event.hash == events[held - 1].hash
+            except LogError:
+                prefix = False
+            if not prefix:
+                raise StoreWriteError(
+                    f"the run log {self.path} holds another history of this run than the "
+                    "store's; it was left as it is (move it aside for a whole copy)"
+                )
+        await self.write(events[held:])
+
     async def write(self, events: Sequence[Event]) -> None:
         """Append the events' lines and flush them to the OS."""
-        fh = self._fh
-        if fh is None:
-            raise RuntimeError(f"the log {self.path} is closed")
+        fh = self._open()
         key = self._key
         try:
             if key is None:
@@ -95,7 +137,7 @@ class JsonlSink(EventSink):
 
     async def close(self) -> None:
         """Close the file (after a failed write, what it could not flush is dropped)."""
-        fh, self._fh = self._fh, None
+        fh, self._fh, self._closed = self._fh, None, True
         if fh is None:
             return
         try:
@@ -117,6 +159,7 @@ class Journal:
         "_pending",
         "_redactor",
         "_seen",
+        "_started",
         "_unseen",
         "clock",
         "committed",
@@ -150,6 +193,8 @@ class Journal:
         self.seq = len(self.events)
         self.prev_hash = self.events[-1].hash if self.events else GENESIS_HASH
         self._pending: list[Event] = []
+        self._started: list[EventSink] = []
+        """Sinks that have had a batch (a sink's first one may need ``catch_up`` first)."""
         self._batch_at: datetime | None = None
         self.on_event = on_event
         """Called with every event as it is added (the run's fold)."""
@@ -352,21 +397,33 @@ class Journal:
         if not batch:
             return batch
         sinks = self.sinks
+        new = len(self._started) < len(sinks)  # a sink that has had no batch yet
         if sinks:
+            if new and sinks[0] not in self._started:
+                await self._begin(sinks[0], batch)
             await sinks[0].write(batch)
         self._pending = []
         self.committed += len(batch)
         for sink in sinks[1:]:
             try:
+                if new and sink not in self._started:
+                    await self._begin(sink, batch)
                 await sink.write(batch)
             except StoreError as exc:  # a copy failed, not the run: stop writing the copy
                 self.sinks = tuple(s for s in self.sinks if s is not sink)
+                self._started = [s for s in self._started if s is not sink]
                 self.warnings.append(f"{exc}; that copy of the log stops at seq {batch[0].seq}")
                 await sink.close()
         for sink in sinks:
             if notes := sink.take_warnings():
                 self.warnings.extend(notes)
         return batch
+
+    async def _begin(self, sink: EventSink, batch: Sequence[Event]) -> None:
+        """A sink's first batch: a run continued here gives it the events before it first."""
+        if batch[0].seq > 0:
+            await sink.catch_up(self.events[: batch[0].seq])
+        self._started.append(sink)
 
     async def close(self) -> None:
         """Close every sink."""
