@@ -19,7 +19,6 @@ from tests.support import assert_protocol_valid
 from tether import Agent, Limits, RulePolicy, Tool, allow, tool
 from tether.events import RunFinished, ToolCallFinished, ToolCallUnknown
 from tether.outcome import RunOutcome
-from tether.stores import SqliteStore
 from tether.testing import ScriptedModel, call, finish
 
 LIMITS = Limits(tool_timeout=1, max_seconds=20)
@@ -157,40 +156,6 @@ async def test_a_tool_raising_system_exit_is_a_tool_error() -> None:
     ]
     assert result.is_error
     assert "sys.exit(3)" in str(result.content)
-
-
-class FrameworkAbort(BaseException):
-    """A framework's own signal (gevent's GreenletExit, say): not an Exception."""
-
-
-@pytest.mark.parametrize("blocking", [False, True])
-async def test_a_tool_raising_a_base_exception_of_its_own_is_a_tool_error(
-    tmp_path: Path, blocking: bool
-) -> None:
-    # it used to escape agent.run and leave the run "running", and resume raised it again
-    @tool(read_only=True, open_world=False, blocking=blocking)
-    def aborts(n: int) -> str:
-        """Raises a BaseException of its own.
-
-        Args:
-            n: Which call.
-        """
-        raise FrameworkAbort("framework abort")
-
-    store = SqliteStore(tmp_path / "runs.db")
-    agent = Agent(
-        model=ScriptedModel([call("aborts", n=1), finish("x")]),
-        tools=[aborts],
-        policy=POLICY,
-        store=store,
-    )
-    outcome = await run(agent)
-    assert outcome.status == "finished"
-    (result,) = [e for e in outcome.events if isinstance(e, ToolCallFinished)][:1]
-    assert result.is_error
-    assert "aborts failed: FrameworkAbort: framework abort" in str(result.content)
-    assert (await store.info(outcome.run_id)).status == "finished"
-    await store.close()
 
 
 @tool(read_only=True, open_world=False, name="ctrl_c")

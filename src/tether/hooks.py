@@ -113,9 +113,7 @@ class HookSink(EventSink):
                     continue
                 try:
                     result = handler(event)
-                except KeyboardInterrupt:
-                    raise  # Ctrl-C: the run is cancelled, as anywhere else
-                except BaseException as exc:  # sys.exit or a framework's own, too: the hook's
+                except Exception as exc:
                     self._report(handler, event, f"raised {type(exc).__name__}: {exc}")
                     continue
                 if inspect.isawaitable(result):

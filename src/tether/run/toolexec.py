@@ -125,9 +125,7 @@ async def run_tool(
         if task is not None and task.cancelling() > 0:
             raise  # really cancelled
         return tool_error(tool, RuntimeError(f"raised CancelledError: {exc!r}"), None)
-    except GeneratorExit:
-        raise  # this call is being closed: it must not answer
-    except BaseException as exc:  # a framework's own (gevent's GreenletExit) too: the tool's
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         return tool_error(tool, exc, None)
     return result, ("tool_error" if result.is_error else None)
 
