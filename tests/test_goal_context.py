@@ -90,6 +90,8 @@ async def test_a_secret_in_the_context_is_redacted_before_anyone_sees_it() -> No
         (["not", "a", "mapping"], "context must be a mapping"),
         ({"when": {1, 2}}, "cannot be stored as JSON"),
         ({1: "int key"}, "cannot be stored as JSON"),
+        ({"price": float("nan")}, r"holds nan \(at price\), a number JSON cannot carry"),
+        ({"a": [1.0, float("-inf")]}, r"holds -inf \(at a\[1\]\)"),
     ],
 )
 async def test_a_context_that_is_not_a_json_object_is_refused(

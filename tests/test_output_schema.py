@@ -9,11 +9,12 @@ import pytest
 
 from tether import Agent
 from tether.agentfile import load_agent_file
+from tether.content import content_text
 from tether.errors import ConfigError
-from tether.events import RunStarted
+from tether.events import RunStarted, ToolCallFinished
 from tether.jsontypes import JsonObject, JsonValue
 from tether.messages import ToolCall
-from tether.testing import ScriptedModel
+from tether.testing import ScriptedModel, call
 
 TICKET: JsonObject = {
     "type": "object",
@@ -40,6 +41,17 @@ async def test_an_output_that_breaks_the_schema_is_sent_back_and_a_fitting_one_i
     started = outcome.events[0]
     assert isinstance(started, RunStarted)
     assert started.output_schema == TICKET
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf")])
+async def test_an_output_json_cannot_carry_is_sent_back(number: float) -> None:
+    # it used to be accepted: the outcome held nan, the log null
+    model = ScriptedModel([call("finish_task", result=number), call("finish_task", result=2.5)])
+    outcome = await Agent(model=model, output_type=float).run("compute")
+    assert outcome.status == "finished"
+    assert outcome.output == 2.5
+    sent_back = next(e for e in outcome.events if isinstance(e, ToolCallFinished))
+    assert "a number JSON cannot carry" in content_text(sent_back.content)
 
 
 async def test_a_schema_that_is_not_an_object_is_wrapped_in_result() -> None:

@@ -18,7 +18,7 @@ from tether.codec import canonical_json
 from tether.compaction import Compaction
 from tether.errors import ConfigError, UserError
 from tether.hooks import Hooks, HookSink
-from tether.jsontypes import JsonObject
+from tether.jsontypes import JsonObject, non_finite
 from tether.knowledge.base import KnowledgeBase
 from tether.knowledge.config import Knowledge, search_definition
 from tether.limits import Limits
@@ -89,6 +89,11 @@ def _context(context: Mapping[str, Any] | None) -> JsonObject | None:
         return None
     if not isinstance(context, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - callers
         raise UserError(f"context must be a mapping (a JSON object), not {type(context).__name__}")
+    found = non_finite(context)
+    if found is not None:  # JSON has no such number: the log would hold null
+        raise UserError(
+            f"the context holds {found}, a number JSON cannot carry; give a string or None"
+        )
     try:
         # inside two more levels: the event that holds it must be encodable too
         value: object = orjson.loads(orjson.dumps([[dict(context)]]))[0][0]

@@ -201,6 +201,9 @@ def test_audit_of_a_jsonl_log(tmp_path: Path) -> None:
     outcome = asyncio.run(go())
     log = tmp_path / f"{outcome.run_id}.jsonl"
     assert cli("audit", str(log))[0] == 0
+    renamed = log.rename(tmp_path / "run.log")  # a log by any name, as show and replay take it
+    assert cli("audit", str(renamed))[0] == 0
+    log = renamed.rename(log)
     lines = log.read_bytes().splitlines()
     log.write_bytes(b"\n".join([*lines[:3], *lines[4:]]) + b"\n")  # one cut out of the middle
     code, output = cli("audit", str(log))

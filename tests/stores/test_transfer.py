@@ -179,6 +179,15 @@ async def test_reimporting_the_identical_run_is_a_no_op(target: RunStore) -> Non
     assert len(await target.runs()) == 1
 
 
+@pytest.mark.parametrize("run_id", ["../../evil", "a/b", "x y", "", "[bold]x", "a" * 201])
+async def test_import_refuses_a_run_id_no_command_could_name(target: RunStore, run_id: str) -> None:
+    # a resealed log: its chain holds, but tether never makes (or takes) such an id
+    events = reseal([dataclasses.replace(e, run_id=run_id) for e in await agent_run()])
+    with pytest.raises(LogError, match="is not one tether makes or takes"):
+        await import_run(target, jsonl(events))
+    assert await target.runs() == []
+
+
 async def test_import_refuses_a_stored_run_with_other_events(target: RunStore) -> None:
     mine = await stored_run(target, goal="add 1 and 2")
     theirs = await agent_run(goal="something else", run_id=mine[0].run_id)

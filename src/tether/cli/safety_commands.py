@@ -177,11 +177,13 @@ def _audit_report(
     run: str, db: Path | None, busy_timeout: float | None, key: AuditKey | None
 ) -> AuditReport:
     path = Path(run)
-    if path.suffix == ".jsonl" and path.is_file():
+    if path.is_file():  # as show and replay take it: a file by any name
         lines = [line for _, line in iter_jsonl_lines(path)]
         if not lines:
             raise EmptyLog(run)
         return audit_encoded(lines, key=key)
+    if path.exists():
+        raise UserError(f"{run} is not a file: give a run id or a run's JSONL log")
     from tether.cli.store_commands import open_store, resolve_run_id
 
     async def go() -> AuditReport:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tether._internal.frozen import frozen
+from tether._internal.ids import RUN_ID
 from tether.codec import MAX_LINE_BYTES, decode_line, encode_line, iter_jsonl_lines, verify_chain
 from tether.errors import BrokenChain, EmptyLog, LogError, UserError
 from tether.events import Event, RunStarted
@@ -128,6 +129,13 @@ def _check_whole_run(
             f"the log begins with a {events[0].kind!r} event, not 'run_started': it is not a "
             "whole run. Export the complete run and import that",
             run_id=events[0].run_id,
+            line=lines[0] if lines else None,
+        )
+    if not RUN_ID.fullmatch(events[0].run_id):  # tether never makes one: no command could name it
+        raise LogError(
+            f"the log's run id {events[0].run_id[:80]!r} is not one tether makes or takes (1-200 "
+            "letters, digits and . _ : @ + = -, starting with a letter or digit): it was not "
+            "written by tether, or was edited",
             line=lines[0] if lines else None,
         )
 

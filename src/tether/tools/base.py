@@ -19,6 +19,7 @@ from tether.content import (
     ToolResult,
 )
 from tether.errors import ConfigError, ModelRetry
+from tether.jsontypes import non_finite
 
 __all__ = [
     "ArgumentsValidator",
@@ -361,25 +362,6 @@ class Tool:
 _SCALARS = (int, float, bool)
 
 
-def _non_finite(value: object, where: str = "") -> str | None:
-    """The first NaN or infinity in JSON data and where (``nan (at rows[2].mean)``), else ``None``."""
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return None
-        return f"{value!r} (at {where})" if where else repr(value)
-    if isinstance(value, dict):
-        for key, item in cast(dict[object, object], value).items():
-            found = _non_finite(item, f"{where}.{key}" if where else str(key))
-            if found is not None:
-                return found
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(cast(Sequence[object], value)):
-            found = _non_finite(item, f"{where}[{index}]")
-            if found is not None:
-                return found
-    return None
-
-
 def _unrepresentable(found: str) -> ToolResult:
     return ToolResult.error(
         f"the tool's result holds {found}, a number JSON cannot carry (it would reach you as "
@@ -405,10 +387,10 @@ def to_tool_result(value: object) -> ToolResult:
     if kind is str:
         return ToolResult(content=(TextBlock(text=cast(str, value)),))
     if isinstance(value, ToolResult):
-        found = None if value.structured is None else _non_finite(value.structured)
+        found = None if value.structured is None else non_finite(value.structured)
         return value if found is None else _unrepresentable(found)
     if kind in _SCALARS:
-        found = _non_finite(value)
+        found = non_finite(value)
         if found is not None:
             return _unrepresentable(found)
         return ToolResult(
@@ -434,7 +416,7 @@ def to_tool_result(value: object) -> ToolResult:
         data = to_jsonable_python(value)
     text = orjson.dumps(data)
     # orjson writes NaN and infinities as null: only then can there be one to find
-    found = _non_finite(data) if b"null" in text else None
+    found = non_finite(data) if b"null" in text else None
     if found is not None:
         return _unrepresentable(found)
     return ToolResult(content=(TextBlock(text=text.decode()),), structured=data)

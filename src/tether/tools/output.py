@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast
 import orjson
 from typing_extensions import TypeVar
 
-from tether.jsontypes import JsonObject, JsonValue
+from tether.jsontypes import JsonObject, JsonValue, non_finite
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -132,6 +132,11 @@ class OutputSpec(Generic[OutputT]):
         """
         from pydantic import ValidationError
 
+        found = non_finite(arguments)
+        if found is not None:  # the log would hold null where the outcome held the number
+            raise ModelRetry(
+                f"invalid output: {found} is a number JSON cannot carry; give a finite number"
+            )
         if self.cites:
             return cast(OutputT, _cited(arguments))
         if self.checker is not None:
