@@ -18,7 +18,7 @@ from tests.support import add, long_line, open_store, reseal
 from tether import Agent, Event
 from tether.codec import MAX_LINE_BYTES, encode_event, read_jsonl, write_jsonl
 from tether.content import TextBlock
-from tether.errors import BrokenChain, EmptyLog, LogError, UnknownEventKind
+from tether.errors import BrokenChain, EmptyLog, LogError, StoreCorrupt, UnknownEventKind
 from tether.events import ToolCallFinished
 from tether.messages import ToolCall
 from tether.stores import (
@@ -354,3 +354,31 @@ def test_any_run_round_trips_exactly(goal: str, calls: int) -> None:
     events, first, second, imported = asyncio.run(round_trip())
     assert first == second
     assert imported == events
+
+
+async def test_a_time_at_the_edge_of_the_calendar_imports(tmp_path: Path) -> None:
+    # UTC puts 0001-01-01T00:30+01:00 in year 0: indexing it raised OverflowError
+    edge = datetime.fromisoformat("0001-01-01T00:30:00+01:00")
+    events = reseal([dataclasses.replace(e, at=edge) for e in await agent_run()])
+    store = SqliteStore(tmp_path / "t.db")
+    try:
+        run_id = await import_run(store, jsonl(events))
+        assert await store.read(run_id) == events
+    finally:
+        await store.close()
+
+
+async def test_a_damaged_index_row_is_a_store_corrupt_error(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    try:
+        run_id = await import_run(store, jsonl(await agent_run()))
+    finally:
+        await store.close()
+    with sqlite3.connect(tmp_path / "t.db") as db:
+        db.execute("UPDATE runs SET created_at = '2026-11-29 garbage'")
+    store = SqliteStore(tmp_path / "t.db")
+    try:
+        with pytest.raises(StoreCorrupt, match=f"index row of run '{run_id}' is damaged"):
+            await store.runs()
+    finally:
+        await store.close()

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import orjson
 
+from tether.errors import StoreCorrupt
 from tether.events import Event, ModelResponded, RunFinished, RunStarted
 from tether.stores._runindex import index_row
 from tether.stores.base import RunIndexStatus, RunInfo
@@ -181,7 +182,11 @@ def utc_text(moment: datetime) -> str:
     """A time as sortable UTC text (naive times are taken as UTC)."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+    try:
+        moment = moment.astimezone(UTC)
+    except OverflowError:  # a time in year 1 or 9999 that UTC puts outside them: the edge
+        moment = (datetime.min if moment.year == 1 else datetime.max).replace(tzinfo=UTC)
+    return moment.isoformat(timespec="microseconds")
 
 
 def run_info(row: Sequence[Any]) -> RunInfo:
@@ -201,16 +206,23 @@ def run_info(row: Sequence[Any]) -> RunInfo:
         parent,
         tags,
     ) = row
-    return RunInfo(
-        run_id=run_id,
-        agent=agent,
-        goal=goal,
-        status=cast(RunIndexStatus, status),
-        created_at=datetime.fromisoformat(created),
-        updated_at=datetime.fromisoformat(updated),
-        usage=Usage(input_tokens=tin, output_tokens=tout, requests=requests, cost=cost),
-        steps=steps,
-        events=events,
-        parent_run_id=parent,
-        tags=tuple(orjson.loads(tags)),
-    )
+    try:
+        return RunInfo(
+            run_id=run_id,
+            agent=agent,
+            goal=goal,
+            status=cast(RunIndexStatus, status),
+            created_at=datetime.fromisoformat(created),
+            updated_at=datetime.fromisoformat(updated),
+            usage=Usage(input_tokens=tin, output_tokens=tout, requests=requests, cost=cost),
+            steps=steps,
+            events=events,
+            parent_run_id=parent,
+            tags=tuple(orjson.loads(tags)),
+        )
+    except (ValueError, TypeError) as exc:  # orjson's JSONDecodeError is a ValueError
+        raise StoreCorrupt(
+            f"the store's index row of run {str(run_id)[:80]!r} is damaged ({exc}); the run's "
+            "events are kept apart from it. Restore the file from a backup, or export the "
+            "run's events with sqlite3 (SELECT body FROM events WHERE run_id = ...)"
+        ) from None
