@@ -159,6 +159,7 @@ def _serve(
     _need_server()
     import uvicorn
 
+    from tether.cli.serving import serving
     from tether.server import create_app
 
     try:
@@ -168,8 +169,7 @@ def _serve(
     except TetherError as exc:
         raise fail(exc) from None
     try:
-        # open event streams would hold shutdown forever: 3 s, then the runs end cancelled
-        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
+        uvicorn.run(app, host=host, port=port, **serving())
     finally:
         asyncio.run(store.close())
 
@@ -240,13 +240,12 @@ def _mcp_serve(
         if http:
             import uvicorn
 
+            from tether.cli.serving import serving
+
             app = server.streamable_http_app(host="127.0.0.1")
             if keys is not None:
                 app = keyed(app, keys)
-            # open streams would hold shutdown forever: 3 s, then the calls end cancelled
-            uvicorn.run(
-                app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=3
-            )
+            uvicorn.run(app, host="127.0.0.1", port=port, **serving())
         else:
             asyncio.run(server.run_stdio_async())
     finally:

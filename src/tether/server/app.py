@@ -43,10 +43,12 @@ from tether.server.runs import Busy, ServerRuns, TooBusy
 from tether.stores.base import RunIndexStatus, RunStore
 from tether.stores.kv import KeyValueStore
 
-__all__ = ["MAX_BODY_BYTES", "Invalid", "create_app"]
+__all__ = ["BODY_SECONDS", "MAX_BODY_BYTES", "Invalid", "create_app"]
 
 MAX_BODY_BYTES = 1_000_000
 """Requests with a larger body are refused with 413."""
+BODY_SECONDS = 30.0
+"""Seconds a request's body may take to arrive; a slower one is refused with 408."""
 
 _log = logging.getLogger("tether.server")
 _SEQ = re.compile(r"^-?[0-9]{1,18}$")
@@ -283,19 +285,9 @@ class _Guard:
             await _too_large()(scope, receive, send)
             return
         if scope["method"] not in ("GET", "HEAD", "OPTIONS"):
-            held: list[Message] = []
-            seen = 0
-            while True:
-                message = await receive()
-                held.append(message)
-                if message["type"] != "http.request":
-                    break
-                seen += len(message.get("body", b""))
-                if seen > MAX_BODY_BYTES:
-                    await _too_large()(scope, receive, send)
-                    return
-                if not message.get("more_body", False):
-                    break
+            held = await _read_body(scope, receive, send)
+            if held is None:
+                return
 
             async def replay() -> Message:
                 return held.pop(0) if held else await receive()
@@ -317,6 +309,29 @@ class _Guard:
             await _error(500, "internal error: the server's log has the details")(
                 scope, receive, send
             )
+
+
+async def _read_body(scope: Scope, receive: Receive, send: Send) -> list[Message] | None:
+    """A request's body messages, read whole; ``None``: refused (too large, too slow)."""
+    held: list[Message] = []
+    seen = 0
+    try:
+        async with asyncio.timeout(BODY_SECONDS):  # a body sent a byte at a time
+            while True:
+                message = await receive()
+                held.append(message)
+                if message["type"] != "http.request":
+                    return held
+                seen += len(message.get("body", b""))
+                if seen > MAX_BODY_BYTES:
+                    await _too_large()(scope, receive, send)
+                    return None
+                if not message.get("more_body", False):
+                    return held
+    except TimeoutError:
+        message = f"the request body did not arrive within {BODY_SECONDS:g} s"
+        await _error(408, message, {"Connection": "close"})(scope, receive, send)  # the socket too
+        return None
 
 
 def _too_large() -> JSONResponse:
