@@ -174,6 +174,12 @@ async def test_the_same_idempotency_key_returns_the_same_run(api: Api) -> None:
     assert [r["run_id"] for r in listed] == [first.json()["run_id"]]
     other = await api.start(agent="quick", goal="another goal", idempotency_key="k-1")
     assert other.status_code == 409
+    assert "with this Idempotency-Key for another goal" in other.json()["error"]  # not the id
+    other_agent = await api.start(agent="asking", goal="once", idempotency_key="k-1")
+    assert other_agent.status_code == 409
+    assert "for another agent: a key names one request" in other_agent.json()["error"]
+    other_tags = await api.start(agent="quick", goal="once", tags=["t"], idempotency_key="k-1")
+    assert other_tags.status_code == 409
     # another tenant's same key is another run
     theirs = await api.start("b", agent="quick", goal="once", idempotency_key="k-1")
     assert theirs.json()["run_id"] != first.json()["run_id"]
@@ -450,3 +456,23 @@ async def test_an_unexpected_error_is_a_bare_500_and_the_server_goes_on(
     assert "secret internals" not in failed.text
     monkeypatch.undo()
     assert (await api.client.get("/v1/runs", headers=api.auth("a"))).status_code == 200
+
+
+async def test_an_answer_that_lost_a_race_to_another_process_is_a_conflict(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = (await api.start(agent="asking")).json()["run_id"]
+    assert (await api.settled(run_id))["status"] == "waiting_for_user"
+    runs = app_runs(api)
+    real = runs.resume
+
+    async def beaten(agent: Agent[Any], run_id: str, **given: Any) -> None:
+        await asking().resume(run_id, answer="Rome", store=api.store)  # another server, first
+        await real(agent, run_id, **given)
+
+    monkeypatch.setattr(runs, "resume", beaten)
+    late = await api.client.post(
+        f"/v1/runs/{run_id}/answer", json={"text": "Paris"}, headers=api.auth("a")
+    )
+    assert late.status_code == 409, late.text  # it was 400, as if the request were wrong
+    assert "another request continued it first" in late.json()["error"]

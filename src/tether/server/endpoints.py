@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Annotated, Any, cast
 
 from fastapi import Depends, Request
@@ -121,6 +122,19 @@ class Endpoints:
             raise Conflict(f"the run is {info['status']}, not {wanted}")
         return info
 
+    @asynccontextmanager
+    async def _raced(self, run_id: str, key: ApiKey, wanted: str) -> AsyncGenerator[None]:
+        """A continuation refused because another process continued the run first: 409."""
+        try:
+            yield
+        except UserError:
+            status = (await self.owned(run_id, key))["status"]
+            if status != wanted:
+                raise Conflict(
+                    f"the run is {status}, not {wanted}: another request continued it first"
+                ) from None
+            raise
+
     async def start_run(
         self, body: StartRun, key: ApiKey, idempotency_key: str | None
     ) -> JsonObject:
@@ -181,7 +195,8 @@ class Endpoints:
     async def answer_run(self, run_id: str, body: Answer, key: Runner) -> JsonObject:
         """Answer the question a waiting run asked; it goes on here."""
         info = await self._stopped(run_id, key, "waiting_for_user")
-        await self.runs.resume(self._agent(str(info["agent"])), run_id, answer=body.text)
+        async with self._raced(run_id, key, "waiting_for_user"):
+            await self.runs.resume(self._agent(str(info["agent"])), run_id, answer=body.text)
         return await self.owned(run_id, key)
 
     async def cancel_run(self, run_id: str, key: Runner) -> JsonObject:
@@ -215,7 +230,8 @@ class Endpoints:
             )
             for d in body.decisions
         ]
-        await self.runs.resume(self._agent(str(info["agent"])), run_id, approvals=approvals)
+        async with self._raced(run_id, key, "waiting_for_approval"):
+            await self.runs.resume(self._agent(str(info["agent"])), run_id, approvals=approvals)
         return await self.owned(run_id, key)
 
     async def resume_run(self, run_id: str, key: Runner) -> JsonObject:

@@ -138,10 +138,10 @@ class ServerRuns:
         pending = self._starting.get(run_id)
         if pending is not None:  # the same key, twice at once: one run
             found = await asyncio.shield(pending)
-            await self._same_goal(found, goal)
+            _same_request(await self._store.info(found), agent.name, goal, tags)
             return found
         if run_id in self._active:
-            await self._same_goal(run_id, goal)
+            _same_request(await self._store.info(run_id), agent.name, goal, tags)
             return run_id
         claim: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._starting[run_id] = claim  # before any await: a second request waits on it
@@ -150,8 +150,8 @@ class ServerRuns:
                 info = await self._store.info(run_id)
             except RunNotFound:
                 info = None
-            if info is not None and info.goal != goal:
-                raise RunExists(run_id)
+            if info is not None:
+                _same_request(info, agent.name, goal, tags)
             if info is not None and info.status != "running":
                 claim.set_result(run_id)  # stored as it ended (or waits): itself
                 return run_id
@@ -167,10 +167,6 @@ class ServerRuns:
         finally:
             if claim.done() and self._starting.get(run_id) is claim:
                 del self._starting[run_id]
-
-    async def _same_goal(self, run_id: str, goal: str) -> None:
-        if (await self._store.info(run_id)).goal != goal:
-            raise RunExists(run_id)
 
     async def resume(
         self,
@@ -263,3 +259,27 @@ def _settle(first: asyncio.Future[str], run: AgentRun[Any]) -> None:
         first.set_result(run.outcome.run_id)
     except RuntimeError as exc:
         first.set_exception(exc)
+
+
+def _same_request(info: RunInfo, agent: str, goal: str, tags: Sequence[str]) -> None:
+    """A run started under an ``Idempotency-Key`` is answered again only for the same request.
+
+    Raises:
+        RunExists: it was started for another agent, goal or tags (its context is not
+            compared: the index does not hold it).
+    """
+    differs = [
+        what
+        for what, same in (
+            ("agent", info.agent == agent),
+            ("goal", info.goal == goal),
+            ("tags", set(tags) <= set(info.tags)),
+        )
+        if not same
+    ]
+    if differs:
+        raise RunExists(
+            f"run {info.run_id!r} was started with this Idempotency-Key for another "
+            f"{' and '.join(differs)}: a key names one request. Use a new key for a new run",
+            run_id=info.run_id,
+        )
