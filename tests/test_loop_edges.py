@@ -10,10 +10,19 @@ from typing import Any, cast
 
 import pytest
 
-from tether import Agent, Limits, ModelRequest, ModelResponse, ModelSettings, tool
+from tether import (
+    Agent,
+    Limits,
+    ModelRequest,
+    ModelResponse,
+    ModelSettings,
+    RulePolicy,
+    allow,
+    tool,
+)
 from tether.codec import read_jsonl
 from tether.content import content_text
-from tether.errors import ConfigError
+from tether.errors import ApprovalRequired, ConfigError
 from tether.events import Event, ModelFailed, RunFinished, ToolCallFinished
 from tether.loop import AgentRun
 from tether.messages import ToolCall, ToolResultMessage
@@ -284,3 +293,31 @@ async def test_a_tool_result_holding_nan_is_logged_and_shown_as_an_error() -> No
         (True, message)
     ]
     assert_protocol_valid(outcome.events)
+
+
+async def test_a_tool_raising_approval_required_fails_the_call_with_its_reason() -> None:
+    # what ApprovalRequired does, as its docstring says: the run does not stop to ask anyone
+    paid: list[int] = []
+
+    @tool(open_world=False)
+    def pay(amount: int) -> str:
+        """Pay an invoice.
+
+        Args:
+            amount: Euros.
+        """
+        if amount > 100:
+            raise ApprovalRequired("payments over 100 need a human")
+        paid.append(amount)
+        return "paid"
+
+    model = ScriptedModel([call("pay", amount=250), finish("not paid")])
+    outcome = await Agent(model=model, tools=[pay], policy=RulePolicy(None, allow("pay"))).run(
+        "pay"
+    )
+    assert outcome.status == "finished"
+    assert paid == []
+    (result,) = [e for e in outcome.events if isinstance(e, ToolCallFinished) and e.tool == "pay"]
+    assert result.is_error
+    assert result.error_type == "approval_required"
+    assert content_text(result.content) == "pay needs approval: payments over 100 need a human"

@@ -34,7 +34,7 @@ run, and control signals that are not failures at all::
     │       └── StaleLease         a newer lease replaced this one (fencing)
     └── ControlSignal              not failures: they steer the loop
         ├── ModelRetry             raised by a tool: "tell the model this and let it try again"
-        └── ApprovalRequired       raised by a tool: a human must approve before it proceeds
+        └── ApprovalRequired       raised by a tool: the call fails, the model reads why
 
 Errors carry context (run id, tool, event) as attributes and never log on construction.
 Their messages say what happened, why, and what to do next.
@@ -354,7 +354,13 @@ class ModelRetry(ControlSignal):
 
 
 class ApprovalRequired(ControlSignal):
-    """Raised by a tool when a human must approve the call before it proceeds."""
+    """Raised by a tool that will not act without a human's approval.
+
+    The call ends as an error the model reads (``error_type`` ``approval_required``,
+    "TOOL needs approval: REASON"); the run does not stop to ask anyone. For a human to
+    approve a call before it runs, give the policy a rule (``require_approval``): the run
+    then ends ``waiting_for_approval`` and ``resume`` runs the approved call.
+    """
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
