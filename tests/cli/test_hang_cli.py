@@ -8,6 +8,8 @@ the call's deadline and ends the process with a message, and the run goes on wit
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -63,3 +65,35 @@ async def test_a_tool_that_blocks_the_loop_for_good_ends_the_process_not_hangs_i
         await store.close()
     assert "tool_call_unknown" in kinds  # not run again: it may have taken effect
     assert kinds[-1] == "run_finished"
+
+
+async def test_ctrl_c_says_what_it_does_and_a_second_one_quits_at_once(tmp_path: Path) -> None:
+    # before: nothing was printed while the thread was waited for, a second Ctrl-C printed a
+    # traceback, and the command suggested resuming a run that had ended
+    started = tmp_path / "started"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        "from tether.cli.app import main; main()",
+        *("run", "go", "--agent", "tests.cli.thread_agent:agent"),
+        *("--db", str(tmp_path / "t.db"), "--no-log"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "TETHER_TEST_STARTED": str(started)},
+    )
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert time.monotonic() < deadline, "the tool never started"
+        await asyncio.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    await asyncio.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert time.monotonic() - t0 < 20  # not the tool's minute
+    assert proc.returncode == 130
+    text = " ".join(err.decode().split())
+    assert "cancelling (Ctrl-C)" in text
+    assert "quitting now" in text
+    assert "Traceback" not in text

@@ -208,7 +208,7 @@ def _run(
     if closing is not None:
         raise fail(closing)
     report(outcome, directory, as_json)
-    if store is not None and outcome.status in ("waiting_for_user", "cancelled"):
+    if store is not None and outcome.status == "waiting_for_user":  # a cancelled run has ended
         err.print(f"[dim]continue it with: tether resume {outcome.run_id}[/]")
     raise typer.Exit(exit_code(outcome))
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import orjson
@@ -105,6 +109,7 @@ async def drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutc
     it (exit 2, with a message) rather than hanging it, and the run resumes as after a crash.
     """
     monitor.exit_on_hang = exit_process
+    _say_ctrl_c(run.run_id)
     status = _Status(max_steps)
     with err.status("starting…", spinner="dots") as live:
         async for event in run:
@@ -112,6 +117,35 @@ async def drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutc
             if verbose:
                 err.print(f"[dim]{event.seq:>3}[/] {describe(event)}")
     return run.outcome
+
+
+def _say_ctrl_c(run_id: str) -> None:
+    """Ctrl-C says what it does; a second one quits at once.
+
+    asyncio's own handler cancels the run, which is then recorded as cancelled; but a tool
+    running in a thread cannot be stopped, and the program waits for it before it exits,
+    silently. This handler (left in place until the process exits, so that it also holds
+    while the thread is waited for) says so first, and a second Ctrl-C ends the process
+    there: the run is then as a crash leaves it (``tether show``, ``tether resume``).
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
+        return
+    pressed = 0
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        nonlocal pressed
+        pressed += 1
+        if pressed > 1:
+            err.print(f"quitting now: see the run with `tether show {run_id}`")
+            os._exit(130)
+        err.print(
+            "cancelling (Ctrl-C): the run stops and is recorded as cancelled; a tool running "
+            "in a thread cannot be stopped and is waited for. Ctrl-C again to quit at once"
+        )
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
 
 
 def exit_code(outcome: RunOutcome[Any]) -> int:
