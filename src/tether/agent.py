@@ -9,16 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, cast
 
-import orjson
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock
 from tether._internal.ids import RUN_ID, new_run_id
+from tether.agentinputs import check_settings, goal_context
 from tether.codec import canonical_json
 from tether.compaction import Compaction
 from tether.errors import ConfigError, UserError
 from tether.hooks import Hooks, HookSink
-from tether.jsontypes import JsonObject, non_finite
+from tether.jsontypes import JsonObject
 from tether.knowledge.base import KnowledgeBase
 from tether.knowledge.config import Knowledge, search_definition
 from tether.limits import Limits
@@ -77,32 +77,6 @@ def _fractions(values: Sequence[float] | float) -> tuple[float, ...]:
             )
         fractions.add(float(value))
     return tuple(sorted(fractions))
-
-
-def _context(context: Mapping[str, Any] | None) -> JsonObject | None:
-    """The context given with a goal, as the log holds it (a JSON object), or ``None``.
-
-    Raises:
-        UserError: it is not a mapping of strings to JSON values.
-    """
-    if context is None:
-        return None
-    if not isinstance(context, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - callers
-        raise UserError(f"context must be a mapping (a JSON object), not {type(context).__name__}")
-    found = non_finite(context)
-    if found is not None:  # JSON has no such number: the log would hold null
-        raise UserError(
-            f"the context holds {found}, a number JSON cannot carry; give a string or None"
-        )
-    try:
-        # inside two more levels: the event that holds it must be encodable too
-        value: object = orjson.loads(orjson.dumps([[dict(context)]]))[0][0]
-    except TypeError as exc:
-        raise UserError(
-            f"the context cannot be stored as JSON ({exc}); give strings, numbers, booleans, "
-            "None, lists and dicts with string keys"
-        ) from None
-    return cast(JsonObject, value)
 
 
 OutputT = TypeVar("OutputT", default=str)
@@ -268,6 +242,7 @@ class Agent(Generic[OutputT]):
     )
 
     def __post_init__(self) -> None:
+        check_settings(self)
         remember = _remember(self.memory)
         if not isinstance(self.session_history, SessionHistory):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
             raise ConfigError("session_history takes a SessionHistory(turns=..., tokens=...)")
@@ -441,8 +416,8 @@ class Agent(Generic[OutputT]):
                 answer become its newest turn when it finishes. Needs a run store (its
                 key-value table keeps the turns).
         """
-        if not goal.strip():
-            raise UserError("the goal must be a non-empty string")
+        if not isinstance(goal, str) or not goal.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - callers
+            raise UserError(f"the goal must be a non-empty string, not {goal!r:.60}")
         if run_id is not None and not RUN_ID.fullmatch(run_id):
             raise UserError(
                 f"a run id is 1-200 letters, digits and . _ : @ + = -, starting with a letter "
@@ -450,7 +425,7 @@ class Agent(Generic[OutputT]):
             )
         if session is not None:
             _session_store(session, store or self.store)
-        given = _context(context)
+        given = goal_context(context)
         rid = run_id or new_run_id()
         if model is not None:
             chosen, choice = _pick(model)
@@ -514,6 +489,13 @@ class Agent(Generic[OutputT]):
         chosen_store = store or self.store
         if chosen_store is None:
             raise UserError("resume needs a run store: Agent(store=...) or resume(..., store=...)")
+        if answer is not None and not isinstance(answer, str):  # pyright: ignore[reportUnnecessaryIsInstance] - callers
+            raise UserError(f"the answer must be a string, not {type(answer).__name__}")
+        given = cast(object, approvals)  # what callers pass: checked, not trusted
+        if not isinstance(given, Sequence) or not all(
+            isinstance(a, Approval) for a in cast(Sequence[object], given)
+        ):
+            raise UserError("approvals takes a list of Approval(...): [Approval.approve(pending)]")
         return AgentRun.resuming(
             self.spec,
             run_id,
