@@ -79,15 +79,16 @@ class JsonlSink(EventSink):
             ) from None
 
     def _open(self) -> IO[bytes]:
+        if self._fh is not None:
+            return self._fh
         if self._closed:
             raise RuntimeError(f"the log {self.path} is closed")
-        if self._fh is None:
-            try:
-                self._fh = self.path.open("ab")
-            except OSError as exc:
-                raise StoreWriteError(
-                    f"could not open the run log {self.path}: {exc.strerror or exc}"
-                ) from None
+        try:
+            self._fh = self.path.open("ab")
+        except OSError as exc:
+            raise StoreWriteError(
+                f"could not open the run log {self.path}: {exc.strerror or exc}"
+            ) from None
         return self._fh
 
     async def catch_up(self, events: Sequence[Event]) -> None:
