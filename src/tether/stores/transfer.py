@@ -25,7 +25,7 @@ from tether._internal.ids import RUN_ID
 from tether.codec import MAX_LINE_BYTES, decode_line, encode_line, iter_jsonl_lines, verify_chain
 from tether.errors import BrokenChain, EmptyLog, LogError, UserError
 from tether.events import Event, RunStarted
-from tether.stores.base import RunNotFound, RunStore, StoreConflict
+from tether.stores.base import RunNotFound, RunStore, StoreConflict, default_owner
 
 __all__ = [
     "JsonlLog",
@@ -207,12 +207,29 @@ async def _store(store: RunStore, events: list[Event], macs: Sequence[str | None
         stored = await store.read(run_id)
     except RunNotFound:
         stored = None
+    if stored is not None and _continues(stored, events):
+        # the store holds a cut copy of this log (a process died mid-run, or an earlier
+        # export): the rest is added, under the run's lease, so a live owner is not raced
+        lease = await store.acquire(run_id, default_owner())
+        try:
+            rest = (macs if macs is not None else [None] * len(events))[len(stored) :]
+            await store.append_copied(run_id, events[len(stored) :], rest)
+        finally:
+            await store.release(lease)
+        return run_id
     if stored is not None:
         _check_identical(run_id, stored, events)
         return run_id
     # never store.append: a store with an audit key would make MACs for a copy it did not write
     await store.append_copied(run_id, events, macs if macs is not None else [None] * len(events))
     return run_id
+
+
+def _continues(stored: Sequence[Event], imported: Sequence[Event]) -> bool:
+    """Whether ``imported`` is ``stored`` and more (the stored run is a prefix of it)."""
+    return len(stored) < len(imported) and all(
+        a.hash == b.hash for a, b in zip(stored, imported, strict=False)
+    )
 
 
 def _check_identical(run_id: str, stored: Sequence[Event], imported: Sequence[Event]) -> None:
@@ -226,8 +243,7 @@ def _check_identical(run_id: str, stored: Sequence[Event], imported: Sequence[Ev
     )
     raise StoreConflict(
         f"run {run_id!r} is already stored with different events ({len(stored)} stored, "
-        f"{len(imported)} in the log; they differ from seq {differ}). Nothing was imported. "
-        "Import into another store (`--db PATH`), or delete the stored run first if the log "
-        "is the copy to keep",
+        f"{len(imported)} in the log; they differ from seq {differ}). Nothing was imported, "
+        "and the stored run is as it was: import the log into another store (`--db PATH`)",
         run_id=run_id,
     )
