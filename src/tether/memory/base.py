@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import field
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Literal, cast
 
 from tether._internal.frozen import frozen
 from tether._internal.mend import mended
@@ -89,6 +89,14 @@ class MemoryRecord:
         object.__setattr__(self, "text", mended(self.text))  # a lone surrogate: its escape
         if self.kind not in KINDS:
             raise InvalidEntry(f"memory kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        importance = cast(object, self.importance)
+        if isinstance(importance, bool) or not isinstance(importance, int | float):
+            raise InvalidEntry(f"importance is a number between 0 and 1, not {importance!r}")
+        if not isinstance(self.metadata, dict):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+            raise InvalidEntry(
+                f"a memory record's metadata must be a JSON object ({{...}}), not "
+                f"{type(self.metadata).__name__}"
+            )
         if not 0.0 <= self.importance <= 1.0:
             raise InvalidEntry(f"importance must be between 0 and 1, not {self.importance}")
         if self.embedding is not None and (
@@ -163,6 +171,7 @@ class MemoryQuery:
     """Vector matches below this cosine are not matches (keyword matches are kept)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "text", mended(self.text))  # an embedder needs UTF-8 too
         if not 1 <= self.limit <= 1000:
             raise InvalidEntry(f"a memory search's limit must be 1 to 1000, not {self.limit}")
         if self.mode not in ("hybrid", "keyword", "vector"):

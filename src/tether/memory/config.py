@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,7 +110,14 @@ class Remember:
 
     def namespace_for(self, agent: str) -> str:
         """The namespace a run of the agent named ``agent`` reads and writes."""
-        return self.namespace or "agent:" + (_UNSAFE.sub("_", agent)[:190] or "_")
+        if self.namespace:
+            return self.namespace
+        safe = _UNSAFE.sub("_", agent)
+        if safe == agent and 0 < len(agent) <= 190:
+            return f"agent:{agent}"
+        # two names that read alike once cleaned or cut (人事, 销售; a long shared start)
+        # must not share a namespace: the name's own hash tells them apart
+        return f"agent:{safe[:150]}:{hashlib.sha256(agent.encode('utf-8', 'surrogatepass')).hexdigest()[:24]}"
 
     def describe(self) -> JsonObject:
         """What of this changes what a run asks the model (for the agent's digest)."""

@@ -124,7 +124,7 @@ class Rememberer(Generic[OutputT]):
                 continue
             cost = estimate_tokens(len(text) + 3)
             if cost > budget:
-                break
+                continue  # a lesser one that fits is still worth its place
             budget -= cost
             ids.append(record.id)
             texts.append(text)
@@ -179,7 +179,8 @@ class Rememberer(Generic[OutputT]):
                     text=clean,
                     kind="episodic",
                     importance=0.7,
-                    metadata={"agent": ctx.spec.name, **metadata},
+                    # the metadata holds the failure's words too: redacted as the text is
+                    metadata={"agent": ctx.spec.name, **ctx.journal.redacted(metadata)},
                     run_id=ctx.run_id,
                     event_seq=ctx.journal.seq,
                 )

@@ -13,6 +13,7 @@ never overwrite each other's turns and the newest turns are the first keys liste
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from typing import Any, Generic
 
@@ -32,7 +33,12 @@ def namespace_of(agent: str) -> str:
 
     One per agent: an agent never reads another's conversations as its user's words.
     """
-    return f"tether:sessions:{agent}"[:256]
+    namespace = f"tether:sessions:{agent}"
+    if len(namespace) <= 256:
+        return namespace
+    # cut, two long names with one start would share one: the name's hash keeps them apart
+    digest = hashlib.sha256(agent.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{namespace[:223]}:{digest}"
 
 
 _NEWEST = 10**17  # a start time in microseconds, inverted: newer turns list first

@@ -1,0 +1,108 @@
+"""Memory keeps agents apart, keeps secrets out of every field, and takes odd input plainly.
+
+Found by probing: a reflexion lesson's metadata kept a secret the run had learned (and a
+later run recalled it into its model's view); agents named 人事 and 销售 shared the namespace
+``agent:__``; a record whose metadata was a list broke every filtered search of its
+namespace; a query with a lone surrogate failed in the embedder; one oversized top hit kept
+every smaller one that fitted out of the recall.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tether import Agent, Remember, tool
+from tether.errors import InvalidEntry, ModelRetry
+from tether.events import MemoryRecalled
+from tether.memory import InProcessMemory, MemoryQuery, MemoryRecord
+from tether.run.sessions import namespace_of
+from tether.testing import ScriptedModel, call, finish
+
+SECRET = "Zq8vLm3pTx"
+
+
+@tool(open_world=False)
+def login(user: str) -> str:
+    """Log a user in.
+
+    Args:
+        user: Who.
+    """
+    raise ModelRetry(f"login failed for {user}: credential {SECRET} was rejected")
+
+
+@tool(read_only=True, open_world=False)
+def vault(user: str) -> str:
+    """Read a user's vault entry.
+
+    Args:
+        user: Who.
+    """
+    return f"password: {SECRET}"
+
+
+async def test_a_lesson_keeps_no_secret_the_run_learned_in_its_metadata_either() -> None:
+    memory = InProcessMemory()
+    script = [call("login", user="bob"), call("vault", user="bob"), finish("done")]
+    agent = Agent(
+        name="sec",
+        model=ScriptedModel(script),
+        tools=[login, vault],
+        memory=Remember(memory=memory, reflexion=True),
+    )
+    outcome = await agent.run("log bob in")
+    assert outcome.status == "finished", outcome.error
+    found = await memory.search(MemoryQuery(namespace="agent:sec", text="login", limit=20))
+    assert found.hits, "no lesson was kept"
+    for hit in found.hits:
+        assert SECRET not in repr(hit.record), hit.record
+
+
+def test_agents_whose_names_clean_alike_get_namespaces_of_their_own() -> None:
+    remember = Remember(memory=InProcessMemory())
+    assert remember.namespace_for("helpdesk") == "agent:helpdesk"  # as it always was
+    names = ["人事", "销售", "support bot", "support_bot", "a" * 240 + "x", "a" * 240 + "y"]
+    spaces = [remember.namespace_for(n) for n in names]
+    assert len(set(spaces)) == len(spaces), spaces
+    for space in spaces:
+        MemoryRecord(namespace=space, text="a valid namespace")  # the record takes it
+    long_one, long_two = (namespace_of("a" * 300 + end) for end in "xy")
+    assert long_one != long_two
+    assert len(long_one) <= 256
+    assert namespace_of("helpdesk") == "tether:sessions:helpdesk"
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"metadata": [1, 2]}, "metadata must be a JSON object"),
+        ({"importance": "0.5"}, "importance is a number between 0 and 1"),
+    ],
+)
+def test_a_record_of_the_wrong_shape_is_refused(fields: dict[str, object], says: str) -> None:
+    with pytest.raises(InvalidEntry, match=says):
+        MemoryRecord(namespace="n", text="t", **fields)  # pyright: ignore[reportArgumentType]
+
+
+def test_a_query_with_a_lone_surrogate_is_searchable() -> None:
+    query = MemoryQuery(namespace="n", text="caf\udce9 menu")
+    assert query.text == "caf\\udce9 menu"
+    query.text.encode("utf-8")
+
+
+async def test_an_oversized_top_hit_does_not_keep_smaller_ones_out_of_the_recall() -> None:
+    memory = InProcessMemory()
+    await memory.upsert(
+        [
+            MemoryRecord(namespace="agent:a", text="staging database host notes " + "x" * 900),
+            MemoryRecord(namespace="agent:a", text="The staging database host is db7"),
+        ]
+    )
+    agent = Agent(
+        name="a",
+        model=ScriptedModel([finish("db7")]),
+        memory=Remember(memory=memory, recall_tokens=100),
+    )
+    outcome = await agent.run("staging database host")
+    (recalled,) = [e for e in outcome.events if isinstance(e, MemoryRecalled)]
+    assert recalled.texts == ("The staging database host is db7",)
