@@ -9,12 +9,14 @@ every smaller one that fitted out of the recall.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tether import Agent, Remember, tool
 from tether.errors import InvalidEntry, ModelRetry
 from tether.events import MemoryRecalled
-from tether.memory import InProcessMemory, MemoryQuery, MemoryRecord
+from tether.memory import InProcessMemory, MemoryQuery, MemoryRecord, SqliteMemory
 from tether.run.sessions import namespace_of
 from tether.testing import ScriptedModel, call, finish
 
@@ -106,3 +108,22 @@ async def test_an_oversized_top_hit_does_not_keep_smaller_ones_out_of_the_recall
     outcome = await agent.run("staging database host")
     (recalled,) = [e for e in outcome.events if isinstance(e, MemoryRecalled)]
     assert recalled.texts == ("The staging database host is db7",)
+
+
+async def test_a_small_namespace_finds_its_own_match_beside_a_large_one(tmp_path: Path) -> None:
+    # the newest-first walk of a common word's matches gave up (20,000 of another
+    # namespace's) before it reached the small namespace's only record
+    memory = SqliteMemory(tmp_path / "m.db")
+    try:
+        await memory.put(MemoryRecord(namespace="small", text="alpha launch plan is in room 4"))
+        for start in range(0, 25_000, 5_000):
+            await memory.upsert(
+                [
+                    MemoryRecord(namespace="big", text=f"alpha item number {i}")
+                    for i in range(start, start + 5_000)
+                ]
+            )
+        found = await memory.search(MemoryQuery(namespace="small", text="alpha"))
+        assert [h.record.text for h in found.hits] == ["alpha launch plan is in room 4"]
+    finally:
+        await memory.close()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tether.errors import (
     StoreBusy,
@@ -47,6 +47,7 @@ from tether.memory.ranking import (
 )
 from tether.memory.ranking import probe as probe_of
 from tether.memory.rows import COLUMNS, record_from_row, row_values, upsert_sql
+from tether.memory.sqlitequery import filters, passing_rows
 from tether.memory.vectors import VectorMatrix, nearest_rows
 
 __all__ = ["SqliteMemory"]
@@ -360,7 +361,7 @@ class SqliteMemory(Memory):
         if not terms:
             return []
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        where, params = _filters(query, now, "+r.")
+        where, params = filters(query, now, "+r.")
         take = pool * 4 if query.metadata else pool
         if recent:
             return self._newest(db, match, query, now, pool)
@@ -417,7 +418,8 @@ class SqliteMemory(Memory):
         found: list[MemoryRecord] = []
         below: int | None = None
         scanned = 0
-        where, params = _filters(query, now, "+")
+        where, params = filters(query, now, "+")
+        taken: set[int] = set()
         while len(found) < pool and scanned < _NEWEST_SCAN:
             page = [
                 rowid
@@ -431,17 +433,58 @@ class SqliteMemory(Memory):
                 break
             scanned += len(page)
             below = page[-1]
-            marks = ",".join("?" * len(page))
-            passing = {  # "+": look the page's rows up, never scan the namespace's index
-                rowid
-                for (rowid,) in db.execute(
-                    f"SELECT rowid FROM memory_records WHERE rowid IN ({marks}) AND {where}",
-                    (*page, *params),
-                )
-            }
+            passing = passing_rows(db, page, where, params)
             chosen = [rowid for rowid in page if rowid in passing][: pool - len(found)]
             if chosen:
+                taken.update(chosen)
                 found.extend(self._by_rowid(db, chosen, query, now, pool - len(found)))
+        if len(found) < pool and scanned >= _NEWEST_SCAN:  # other namespaces' matches filled
+            found.extend(self._own_newest(db, match, query, now, pool - len(found), taken))
+        return found
+
+    def _own_newest(
+        self,
+        db: sqlite3.Connection,
+        match: str,
+        query: MemoryQuery,
+        now: float,
+        need: int,
+        taken: set[int],
+    ) -> list[MemoryRecord]:
+        """The namespace's own newest matches, walked from its own records.
+
+        For a small namespace in a table whose other namespaces match the same words by the
+        thousand: ``_newest``'s walk of the matches gives up before it reaches any of its.
+        """
+        found: list[MemoryRecord] = []
+        where, params = filters(query, now, "+")
+        below, walked = 2**62, 0
+        while len(found) < need and walked < _NEWEST_SCAN:
+            page = [
+                rowid
+                for (rowid,) in db.execute(
+                    "SELECT rowid FROM memory_records WHERE namespace = ? AND rowid < ? "
+                    "ORDER BY rowid DESC LIMIT 500",
+                    (query.namespace, below),
+                )
+            ]
+            if not page:
+                break
+            walked += len(page)
+            below = page[-1]
+            marks = ",".join("?" * len(page))
+            matching = {
+                rowid
+                for (rowid,) in db.execute(
+                    f"SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? AND rowid IN ({marks})",
+                    (match, *page),
+                )
+            }
+            rows = [r for r in page if r in matching and r not in taken]
+            passing: set[int] = passing_rows(db, rows, where, params) if rows else set()
+            chosen = [r for r in rows if r in passing][: need - len(found)]
+            if chosen:
+                found.extend(self._by_rowid(db, chosen, query, now, need - len(found)))
         return found
 
     def _vector_inputs(
@@ -453,7 +496,7 @@ class SqliteMemory(Memory):
             return None
         allowed: list[int] | None = None
         if query.kinds or query.metadata or query.after or query.before:
-            where, params = _filters(query, now, "")
+            where, params = filters(query, now, "")
             rows = db.execute(f"SELECT rowid FROM memory_records WHERE {where}", params)
             allowed = [rowid for (rowid,) in rows]
         return matrix, allowed
@@ -507,27 +550,6 @@ def _bump(db: sqlite3.Connection, namespace: str) -> None:
         "ON CONFLICT (namespace) DO UPDATE SET version = version + 1",
         (namespace,),
     )
-
-
-def _filters(query: MemoryQuery, now: float, prefix: str) -> tuple[str, list[Any]]:
-    """A WHERE clause for the query's filters (metadata: scalars only; all re-checked)."""
-    where = [f"{prefix}namespace = ?", f"({prefix}expires IS NULL OR {prefix}expires > ?)"]
-    params: list[Any] = [query.namespace, now]
-    if query.kinds:
-        where.append(f"{prefix}kind IN ({','.join('?' * len(query.kinds))})")
-        params.extend(query.kinds)
-    if query.after is not None:
-        where.append(f"{prefix}created >= ?")
-        params.append(query.after.timestamp())
-    if query.before is not None:
-        where.append(f"{prefix}created < ?")
-        params.append(query.before.timestamp())
-    for key, value in query.metadata.items():
-        if isinstance(value, bool | int | float | str) and not any(c in key for c in '"\\'):
-            path = '$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
-            where.append(f"json_extract({prefix}metadata, ?) = ?")
-            params.extend([path, int(value) if isinstance(value, bool) else value])
-    return " AND ".join(where), params
 
 
 def _error(exc: sqlite3.Error, path: Path, doing: str) -> StoreError:
