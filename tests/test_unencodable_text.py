@@ -122,3 +122,17 @@ def test_mended_walks_containers_and_keeps_what_did_not_change() -> None:
     assert mended(clean) is clean
     dirty = {NAME: [NAME, (NAME, 2)], "ok": "ok"}
     assert mended(dirty) == {SHOWN: [SHOWN, (SHOWN, 2)], "ok": "ok"}
+
+
+async def test_a_listing_with_a_non_utf8_name_reaches_the_model(tmp_path: Path) -> None:
+    # the policy's result check could not encode it: the whole listing was withheld
+    from tether.tools.builtin import file_tools
+
+    Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"bad\xff.txt"))).write_text("x")
+    (tmp_path / "good.txt").write_text("y")
+    model = ScriptedModel([call("list_files", path="."), finish("done")])
+    outcome = await Agent(model=model, tools=file_tools(tmp_path)).run("list")
+    listed = next(e for e in outcome.events if isinstance(e, ToolCallFinished))
+    assert not listed.is_error, _content_text(listed)
+    assert "bad\\udcff.txt" in _content_text(listed)
+    assert "good.txt" in _content_text(listed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from pathlib import Path
 
 import orjson
@@ -313,3 +314,11 @@ async def test_a_secret_found_once_is_redacted_wherever_the_run_meets_it_again(
     result = next(e for e in outcome.events if e.kind == "tool_call_finished")
     assert "done: [REDACTED:password] is the new one" in orjson.dumps(result).decode()
     assert outcome.answer == "set [REDACTED:password]"
+
+
+@pytest.mark.parametrize("text", ["://a:" * 24_000, "password_" * 16_000])
+def test_redaction_takes_linear_time_on_text_built_to_make_it_backtrack(text: str) -> None:
+    # unbounded repetitions backtracked: 120 KB of '://a:' held the event loop for 15 s
+    started = time.monotonic()
+    Redactor().redact_text(text)
+    assert time.monotonic() - started < 5  # about 0.1 s; it was tens of seconds

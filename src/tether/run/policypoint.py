@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, cast
 
+from tether._internal.mend import mended
 from tether.content import ToolResult
 from tether.jsontypes import JsonObject
 from tether.messages import ToolCall
@@ -109,7 +110,17 @@ class PolicyPoint:
     ) -> tuple[ToolResult, str | None]:
         """The policy's check of a result before it is recorded (size caps, filters)."""
         try:
-            replacement = self._policy.check_result(call, tool.definition, result, self.context())
+            try:
+                replacement = self._policy.check_result(
+                    call, tool.definition, result, self.context()
+                )
+            except TypeError:  # JSON cannot hold it: a lone surrogate (a name not in UTF-8)?
+                if (escaped := mended(result)) is result:
+                    raise
+                result = escaped  # its escape, as the log will hold it
+                replacement = self._policy.check_result(
+                    call, tool.definition, result, self.context()
+                )
         except Exception as exc:  # a check that cannot decide withholds: fail closed
             return ToolResult.error(
                 f"the result was withheld: the policy's result check failed "

@@ -383,3 +383,13 @@ async def test_gzip_is_decoded_and_size_capped(server: RecordingServer, spy: Con
     assert _field(bomb, "truncated") is True
     body = content_text(bomb.content).split("\n\n", 1)[1]
     assert len(body) == 5000
+
+
+@pytest.mark.parametrize("charset", ["punycode", "rot13", "idna", "utf-7", "no-such-charset"])
+def test_a_page_that_names_a_charset_no_page_uses_is_read_as_utf8(charset: str) -> None:
+    # punycode decoded 300 KB in 30 s on the event loop (past every deadline); rot13 failed
+    from tether.tools.builtin.http import _as_text  # pyright: ignore[reportPrivateUsage]
+
+    body = b"a-" + b"b" * 300_000
+    assert _as_text(body, "text/plain", charset) == body.decode()
+    assert _as_text("café".encode("latin-1"), "text/plain", "latin-1") == "café"

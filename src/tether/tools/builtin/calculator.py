@@ -129,9 +129,12 @@ def _eval(node: ast.expr) -> Number:  # noqa: C901 - one case per node type
         and not node.keywords
     ):
         args = [_eval(a) for a in node.args]
+        if node.func.id == "round" and len(args) > 1 and abs(args[1]) > 400:
+            # round(10**300, -10**9) works on a number of a billion digits, for minutes
+            raise ValueError(f"round: {args[1]} digits is too many (limit 400)")
         try:
             return cast(Number, _FUNCTIONS[node.func.id](*args))
-        except (TypeError, ValueError, OverflowError) as exc:
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError) as exc:
             raise ValueError(f"{node.func.id}: {exc}") from None
     raise ValueError(
         f"unsupported element {ast.unparse(node)!r}: use numbers, + - * / // % ** and "

@@ -438,6 +438,12 @@ async def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, boo
     return bytes(out), False, ""
 
 
+_NOT_PAGE_CHARSETS = frozenset(
+    {"punycode", "idna", "unicode-escape", "raw-unicode-escape", "utf-7", "undefined"}
+)
+"""Text codecs no web page is written in, some slow to decode: read as UTF-8 instead."""
+
+
 def _as_text(data: bytes, content_type: str, charset: str | None) -> str | None:
     """The body as text, or ``None`` if it is binary."""
     media = content_type.split(";")[0].strip().lower()
@@ -451,10 +457,14 @@ def _as_text(data: bytes, content_type: str, charset: str | None) -> str | None:
         return None
     name = charset or "utf-8"
     try:
-        codecs.lookup(name)
+        codec = codecs.lookup(name)
     except LookupError:
-        name = "utf-8"
-    return data.decode(name, errors="replace")
+        codec = codecs.lookup("utf-8")
+    # a page names its charset: only a text encoding of a web page is taken (rot13 is not
+    # one; punycode decodes in quadratic time, on the event loop, past any deadline)
+    if not codec._is_text_encoding or codec.name in _NOT_PAGE_CHARSETS:  # pyright: ignore[reportPrivateUsage]
+        codec = codecs.lookup("utf-8")
+    return data.decode(codec.name, errors="replace")
 
 
 def _redirect_target(url: httpx.URL, location: str) -> httpx.URL:
