@@ -319,6 +319,8 @@ async def test_search_literal_regex_glob_case_and_cap(root: Path) -> None:
     )
     assert await text(search, {"pattern": "ONE", "ignore_case": True}) == "a.txt:1: one"
     assert await text(search, {"pattern": "zzz"}) == "no matches"
+    with pytest.raises(ModelRetry, match="the glob is longer than"):  # fnmatch: quadratic
+        await call(search, {"pattern": "i", "glob": "[a-" * 30_000})
     capped = await call(tools(root, max_search_matches=2)["search_files"], {"pattern": "o"})
     assert content_text(capped.content).count("\n") == 2
     assert capped.structured is not None

@@ -87,6 +87,14 @@ async def test_sqlite_reads_with_bound_params(db: Path) -> None:
     assert named["rows"] == [[6.0]]
 
 
+async def test_sqlite_a_value_too_large_to_show_is_refused_not_built(db: Path) -> None:
+    # randomblob(900000000) was made whole (3 GB), base64-encoded, then shown as its size
+    t = sql_tool(db)
+    await refused(t, {"query": "SELECT randomblob(900000000)"}, "string or blob too big")
+    shown = await call(t, {"query": "SELECT randomblob(300000)"})
+    assert shown["rows"] == [["<300000 bytes>"]]
+
+
 async def test_sqlite_an_injection_payload_is_only_data(db: Path) -> None:
     t = sql_tool(db)
     got = await call(t, {"query": "SELECT id FROM items WHERE name = ?", "params": [INJECTION]})

@@ -459,6 +459,8 @@ def _make_search(roots: _Roots, max_matches: int, max_bytes: int) -> Tool:
             ignore_case: Match regardless of case.
         """
         matcher = _matcher(pattern, regex, ignore_case)
+        if glob is not None and len(glob) > _MAX_PATTERN:  # fnmatch's translation is quadratic
+            raise ModelRetry(f"the glob is longer than {_MAX_PATTERN} characters; shorten it")
         lines: list[str] = []
         matches: list[JsonValue] = []
         skipped = 0

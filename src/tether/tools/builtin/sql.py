@@ -100,6 +100,10 @@ def _one_statement(sql: str, backend: Backend, read_only: bool) -> str:
 # -- results as JSON ---------------------------------------------------------------------------
 
 
+_MAX_VALUE_BYTES = 16 * 2**20
+"""The largest string or blob a SQLite query may make (16 MiB); a cell shows far less."""
+
+
 def _clip(text: str) -> str:
     if len(text) <= MAX_CELL_CHARS:
         return text
@@ -119,8 +123,9 @@ def _cell(value: object) -> JsonValue:
             return _clip(value)
         case bytes() | bytearray() | memoryview():
             data = bytes(cast(bytes, value))
-            encoded = base64.b64encode(data).decode()
-            return f"base64:{encoded}" if len(encoded) <= MAX_CELL_CHARS else f"<{len(data)} bytes>"
+            if len(data) * 4 > MAX_CELL_CHARS * 3:  # its base64 would not be shown anyway
+                return f"<{len(data)} bytes>"
+            return f"base64:{base64.b64encode(data).decode()}"
         case datetime() | date() | time_of_day():
             return value.isoformat()
         case list() | tuple():
@@ -292,6 +297,8 @@ def _run_sqlite(cfg: _Config, sql: str, params: Params, stop: threading.Event) -
     db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=cfg.timeout)
     try:
         db.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        # no one value past this (randomblob(900000000) took 3 GB): SQLite refuses it
+        db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
         if cfg.read_only:
             db.execute("PRAGMA query_only = ON")
         db.execute("BEGIN" if cfg.read_only else "BEGIN IMMEDIATE")
