@@ -407,3 +407,18 @@ async def test_a_catastrophic_regex_cannot_stall_the_search(tmp_path: Path) -> N
     assert not result.is_error
     with pytest.raises(ModelRetry, match="no backreferences"):
         await search.handler(CTX, search.validator({"pattern": r"(a)\1", "regex": True}))
+
+
+async def test_a_line_longer_than_the_cap_shows_its_start(tmp_path: Path) -> None:
+    # a minified JSON file read by lines said "[the file has only 0 lines]" (and a 60 MB one
+    # took 20 s: every chunk re-split what was buffered)
+    (tmp_path / "min.json").write_bytes(b'{"a":' + b"1," * 1_000_000 + b"2}\n{}\n")
+    read = tools(tmp_path, max_read_bytes=1000)["read_file"]
+    result = await call(read, {"path": "min.json", "start_line": 1})
+    assert not result.is_error
+    shown = content_text(result.content)
+    assert shown.startswith('{"a":1,1,')
+    assert "line 1 is longer than 1000 bytes" in shown
+    assert isinstance(result.structured, dict)
+    assert result.structured["end_line"] == 1
+    assert await text(read, {"path": "min.json", "start_line": 2}) == "{}\n\n[lines 2-2]"
