@@ -507,3 +507,13 @@ async def test_without_bwrap_writes_outside_are_not_prevented(tmp_path: Path, ws
     tool = make(ws, ["touch"], isolation="none")
     await call(tool, ["touch", str(marker)])
     assert marker.exists()
+
+
+async def test_a_command_line_too_long_to_pass_says_so_before_it_runs(ws: Path) -> None:
+    # each argument within its own limit, together over what one exec argument may hold:
+    # "sandbox setup failed: Argument list too long" after the call was let through
+    tool = make(ws, ["printf"], isolation="none")
+    out = await call(tool, ["printf", "%s", "é" * 25_000])
+    assert "the arguments together are longer than 120000 bytes" in out.describe()
+    fits = await call(tool, ["printf", "%s", "é" * 10_000])
+    assert fits.data.get("exit_code") == 0, fits.describe()

@@ -46,6 +46,7 @@ count; cgroups are used only where one is delegated to the user.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -79,6 +80,9 @@ MAX_STDIN_BYTES = 1_000_000
 
 _MAX_ARGV = 1000
 _MAX_ARG_CHARS = 100_000
+_MAX_ARGV_BYTES = 120_000
+"""The command line, all its arguments encoded together, at most: it reaches the sandbox as
+one argument, which Linux caps at 128 KiB (MAX_ARG_STRLEN)."""
 
 
 @frozen
@@ -226,6 +230,19 @@ def _check_process_limit(limits: ResourceLimits, cgroups: CgroupSupport) -> None
         )
 
 
+def _check_argv(argv: list[str]) -> None:
+    """Refuse a command line that cannot be passed as it is (``ModelRetry`` says why)."""
+    if not all(_plain(a) for a in argv):
+        raise ModelRetry(
+            f"arguments must be valid text without NUL, at most {_MAX_ARG_CHARS} characters"
+        )
+    if len(json.dumps(argv)) > _MAX_ARGV_BYTES:  # as the sandbox is handed it
+        raise ModelRetry(
+            f"the arguments together are longer than {_MAX_ARGV_BYTES} bytes: pass large "
+            "text through stdin, or write it to a file in the workspace first"
+        )
+
+
 def _plain(arg: str) -> bool:
     if "\0" in arg or len(arg) > _MAX_ARG_CHARS:
         return False
@@ -309,10 +326,7 @@ def shell_tool(
         argv: list[str] = list(arguments["argv"])
         if not argv:
             raise ModelRetry("argv is empty: give the program's name, then its arguments")
-        if not all(_plain(a) for a in argv):
-            raise ModelRetry(
-                f"arguments must be valid text without NUL, at most {_MAX_ARG_CHARS} characters"
-            )
+        _check_argv(argv)
         name = argv[0]
         if "/" in name:
             raise ModelRetry(
