@@ -422,3 +422,5 @@ async def test_a_line_longer_than_the_cap_shows_its_start(tmp_path: Path) -> Non
     assert isinstance(result.structured, dict)
     assert result.structured["end_line"] == 1
     assert await text(read, {"path": "min.json", "start_line": 2}) == "{}\n\n[lines 2-2]"
+    with pytest.raises(ModelRetry, match="is past the end of the file"):
+        await call(read, {"path": "min.json", "offset": 10**20})

@@ -243,6 +243,8 @@ def _make_read(roots: _Roots, max_bytes: int) -> Tool:
                 note = _lines_note(first, last, cut, data, max_bytes)
             else:
                 start = offset or 0
+                if start > size:  # past the end (10**20 overflowed the seek)
+                    raise ModelRetry(f"offset {start} is past the end of the file ({size} bytes)")
                 want = min(limit or max_bytes, max_bytes)
                 os.lseek(fd, start, os.SEEK_SET)
                 data = reader.read(want)
