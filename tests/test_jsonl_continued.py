@@ -95,3 +95,17 @@ def test_a_start_that_fails_leaves_no_log_file(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "is not a tether run store" in result.stderr
     assert list(logs.glob("*")) == []
+
+
+@pytest.mark.parametrize("cut", [40, 1], ids=["mid-line", "only-its-newline"])
+async def test_a_last_line_cut_by_a_crash_is_dropped_then_the_log_completed(
+    tmp_path: Path, cut: int
+) -> None:
+    store = MemoryStore()
+    await _waiting(store, tmp_path)
+    log = tmp_path / "r1.jsonl"
+    log.write_bytes(log.read_bytes()[:-cut])  # the process died while writing it
+    done = await _asking(store, tmp_path).resume("r1", answer="the red one")
+    assert done.status == "finished", done.error
+    assert done.warnings == ()
+    assert read_jsonl(log) == await store.read("r1")

@@ -503,8 +503,13 @@ class Agent(Generic[OutputT]):
             clock=clock or Clock(),
             tool_runner=tool_runner,
             store=chosen_store,
-            sinks=(  # the run's JSONL log is brought up to date before it goes on
-                *(() if self.log_dir is None else (JsonlSink(self.log_dir, run_id),)),
+            sinks=(  # the run's JSONL log is brought up to date before it goes on (an id
+                # an older version stored, with a '/', names no file in the folder: none)
+                *(
+                    (JsonlSink(self.log_dir, run_id),)
+                    if self.log_dir is not None and RUN_ID.fullmatch(run_id)
+                    else ()
+                ),
                 *((HookSink(self.hooks),) if self.hooks else ()),
             ),
             on_text=on_text,

@@ -84,11 +84,6 @@ def goal_context(context: Mapping[str, Any] | None) -> JsonObject | None:
         return None
     if not isinstance(context, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - callers
         raise UserError(f"context must be a mapping (a JSON object), not {type(context).__name__}")
-    found = non_finite(context)
-    if found is not None:  # JSON has no such number: the log would hold null
-        raise UserError(
-            f"the context holds {found}, a number JSON cannot carry; give a string or None"
-        )
     try:
         # inside two more levels: the event that holds it must be encodable too
         value: object = orjson.loads(orjson.dumps([[dict(context)]]))[0][0]
@@ -97,4 +92,9 @@ def goal_context(context: Mapping[str, Any] | None) -> JsonObject | None:
             f"the context cannot be stored as JSON ({exc}); give strings, numbers, booleans, "
             "None, lists and dicts with string keys"
         ) from None
+    found = non_finite(context)  # after the depth check: it recurses
+    if found is not None:  # JSON has no such number: the log would hold null
+        raise UserError(
+            f"the context holds {found}, a number JSON cannot carry; give a string or None"
+        )
     return cast(JsonObject, value)

@@ -282,9 +282,7 @@ def test_memory_that_is_not_a_memory_is_refused() -> None:
 
 
 def test_an_agent_name_that_is_no_namespace_is_made_one() -> None:
-    space = Remember(memory=InProcessMemory()).namespace_for("My Agent #1")
-    assert space.startswith("agent:My_Agent__1:")  # and the name's hash: My_Agent__1 is another
-    MemoryRecord(namespace=space, text="a valid namespace")
+    assert Remember(memory=InProcessMemory()).namespace_for("My Agent #1") == "agent:My_Agent__1"
 
 
 async def test_a_finished_run_ends_with_run_finished_after_memory_written() -> None:

@@ -63,7 +63,8 @@ async def test_a_lesson_keeps_no_secret_the_run_learned_in_its_metadata_either()
 def test_agents_whose_names_clean_alike_get_namespaces_of_their_own() -> None:
     remember = Remember(memory=InProcessMemory())
     assert remember.namespace_for("helpdesk") == "agent:helpdesk"  # as it always was
-    names = ["人事", "销售", "support bot", "support_bot", "a" * 240 + "x", "a" * 240 + "y"]
+    assert remember.namespace_for("Support Bot") == "agent:Support_Bot"  # its records stay
+    names = ["人事", "销售", "support bot", "a" * 240 + "x", "a" * 240 + "y"]
     spaces = [remember.namespace_for(n) for n in names]
     assert len(set(spaces)) == len(spaces), spaces
     for space in spaces:
@@ -125,5 +126,25 @@ async def test_a_small_namespace_finds_its_own_match_beside_a_large_one(tmp_path
             )
         found = await memory.search(MemoryQuery(namespace="small", text="alpha"))
         assert [h.record.text for h in found.hits] == ["alpha launch plan is in room 4"]
+    finally:
+        await memory.close()
+
+
+async def test_a_record_stored_before_metadata_had_to_be_an_object_still_reads(
+    tmp_path: Path,
+) -> None:
+    memory = SqliteMemory(tmp_path / "m.db")
+    try:
+        await memory.put(MemoryRecord(namespace="n", text="an old fact", id="old"))
+    finally:
+        await memory.close()
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "m.db") as db:  # as an earlier version could write it
+        db.execute("UPDATE memory_records SET metadata = '[\"tag\"]'")
+    memory = SqliteMemory(tmp_path / "m.db")
+    try:
+        found = await memory.search(MemoryQuery(namespace="n", text="fact"))
+        assert [h.record.metadata for h in found.hits] == [{"value": ["tag"]}]
     finally:
         await memory.close()

@@ -476,3 +476,12 @@ async def test_an_answer_that_lost_a_race_to_another_process_is_a_conflict(
     )
     assert late.status_code == 409, late.text  # it was 400, as if the request were wrong
     assert "another request continued it first" in late.json()["error"]
+
+
+async def test_a_reused_key_with_fewer_tags_is_another_request(api: Api) -> None:
+    first = await api.start(agent="quick", goal="g", tags=["a", "b"], idempotency_key="k-2")
+    assert first.status_code == 202
+    fewer = await api.start(agent="quick", goal="g", tags=["a"], idempotency_key="k-2")
+    assert fewer.status_code == 409, fewer.text
+    same = await api.start(agent="quick", goal="g", tags=["b", "a"], idempotency_key="k-2")
+    assert same.json()["run_id"] == first.json()["run_id"]

@@ -7,6 +7,7 @@ out: 20,000 of them held every file descriptor of ``tether serve`` and it stoppe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -73,3 +74,26 @@ async def test_a_body_that_does_not_arrive_in_time_is_refused_408(
     assert sent[0]["status"] == 408
     assert (b"connection", b"close") in sent[0]["headers"]  # the socket is let go too
     assert b"did not arrive within 0.3 s" in sent[1]["body"]
+
+
+async def test_a_kept_alive_connection_must_send_its_next_head_in_time_too(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # answered, and kept alive
+    await writer.drain()
+    assert (await asyncio.wait_for(reader.readuntil(b"hello"), timeout=5)).endswith(b"hello")
+    closed = False
+    for _ in range(30):  # then a second head, a byte every 0.1 s: uvicorn waited forever
+        try:
+            writer.write(b"G")
+            await writer.drain()
+        except ConnectionError:
+            closed = True
+            break
+        if reader.at_eof():
+            closed = True
+            break
+        await asyncio.sleep(0.1)
+    assert closed or await asyncio.wait_for(reader.read(), timeout=5) == b""
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -109,17 +110,18 @@ async def drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutc
     it (exit 2, with a message) rather than hanging it, and the run resumes as after a crash.
     """
     monitor.exit_on_hang = exit_process
-    _say_ctrl_c(run.run_id)
+    restore = _say_ctrl_c(run.run_id)
     status = _Status(max_steps)
     with err.status("starting…", spinner="dots") as live:
         async for event in run:
             live.update(escape(status.update(event)))
             if verbose:
                 err.print(f"[dim]{event.seq:>3}[/] {describe(event)}")
+    restore()  # not cancelled: nothing is waited for on the way out
     return run.outcome
 
 
-def _say_ctrl_c(run_id: str) -> None:
+def _say_ctrl_c(run_id: str) -> Callable[[], None]:
     """Ctrl-C says what it does; a second one quits at once.
 
     asyncio's own handler cancels the run, which is then recorded as cancelled; but a tool
@@ -127,10 +129,11 @@ def _say_ctrl_c(run_id: str) -> None:
     silently. This handler (left in place until the process exits, so that it also holds
     while the thread is waited for) says so first, and a second Ctrl-C ends the process
     there: the run is then as a crash leaves it (``tether show``, ``tether resume``).
+    Returns what puts the previous handler back, for a run that ends without a Ctrl-C.
     """
     previous = signal.getsignal(signal.SIGINT)
     if not callable(previous) or threading.current_thread() is not threading.main_thread():
-        return
+        return lambda: None
     pressed = 0
 
     def on_sigint(signum: int, frame: FrameType | None) -> None:
@@ -146,6 +149,12 @@ def _say_ctrl_c(run_id: str) -> None:
         previous(signum, frame)
 
     signal.signal(signal.SIGINT, on_sigint)
+
+    def restore() -> None:
+        if pressed == 0 and signal.getsignal(signal.SIGINT) is on_sigint:
+            signal.signal(signal.SIGINT, previous)
+
+    return restore
 
 
 def exit_code(outcome: RunOutcome[Any]) -> int:
@@ -192,13 +201,13 @@ def report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> Non
     )
     for denied in outcome.denied:  # a call that did not run is never a footnote
         err.print(
-            f"[red]denied by policy[/] {denied.call_id}: {escape(denied.tool)} "
+            f"[red]denied by policy[/] {escape(denied.call_id)}: {escape(denied.tool)} "
             f"({escape(denied.rule)}: {escape(denied.reason)})",
             soft_wrap=True,
         )
     unresolved = outcome.unresolved_denials
     if outcome.success and unresolved:
-        calls = ", ".join(f"{d.call_id} ({escape(d.tool)})" for d in unresolved)
+        calls = ", ".join(f"{escape(d.call_id)} ({escape(d.tool)})" for d in unresolved)
         err.print(
             f"[red]the answer was given without {len(unresolved)} call(s) the policy denied "
             f"and nothing made up for: {calls}[/] (exit code 3). Allow the tool in the policy "
@@ -208,7 +217,7 @@ def report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> Non
     for pending in outcome.pending:
         shown = orjson.dumps(pending.arguments).decode()
         err.print(
-            f"[yellow]waiting for approval[/] {pending.call_id}: {escape(pending.tool)} "
+            f"[yellow]waiting for approval[/] {escape(pending.call_id)}: {escape(pending.tool)} "
             f"{escape(shown)} [dim]({escape(pending.rule)}: {escape(pending.reason)})[/]"
         )
     if outcome.pending:

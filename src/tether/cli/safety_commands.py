@@ -120,7 +120,9 @@ def _approve(
                 verb = "deny" if deny else "approve"
                 shown = orjson.dumps(edited if edited is not None else request.arguments).decode()
                 shown = Redactor().redact_text(shown)  # arguments given in full hold secrets
-                err.print(f"[dim]{verb} {call_id}: {request.tool} {escape(shown)}[/]")
+                err.print(
+                    f"[dim]{verb} {escape(call_id)}: {escape(request.tool)} {escape(shown)}[/]"
+                )
         return decisions
 
     continue_and_report(
@@ -207,10 +209,10 @@ def _print_report(result: AuditReport) -> None:
     for entry in result.entries:
         table.add_row(
             str(entry.seq),
-            entry.kind,
-            entry.call_id,
-            entry.tool,
-            entry.decision,
+            escape(entry.kind),
+            escape(entry.call_id),
+            escape(entry.tool),
+            escape(entry.decision),
             escape(entry.detail),
         )
     out.print(table)

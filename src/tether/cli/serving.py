@@ -32,10 +32,25 @@ class HeadDeadlineProtocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """A new connection: its first request's head is due within ``HEAD_SECONDS``."""
         super().connection_made(transport)
-        self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_overdue)
+        self._arm()
 
-    def _head_overdue(self) -> None:
-        if self.cycle is None and not self.transport.is_closing():  # pyright: ignore[reportUnnecessaryComparison] - None until a head arrives
+    def on_response_complete(self) -> None:
+        """A response is sent: on a kept-alive connection the next head is due in time too.
+
+        (uvicorn's keep-alive timeout ends when any byte arrives: a head sent a byte at a
+        time kept the connection forever.)
+        """
+        super().on_response_complete()
+        self._arm()
+
+    def _arm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        waiting = self.cycle  # the request answered last (None: none yet)
+        self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_overdue, waiting)
+
+    def _head_overdue(self, waiting: object) -> None:
+        if self.cycle is waiting and not self.transport.is_closing():  # no new head came
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:

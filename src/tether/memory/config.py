@@ -113,9 +113,9 @@ class Remember:
         if self.namespace:
             return self.namespace
         safe = _UNSAFE.sub("_", agent)
-        if safe == agent and 0 < len(agent) <= 190:
-            return f"agent:{agent}"
-        # two names that read alike once cleaned or cut (人事, 销售; a long shared start)
+        if agent.isascii() and 0 < len(agent) <= 190:  # "Support Bot": agent:Support_Bot,
+            return f"agent:{safe}"  # as before 2026-11-29 (its records are found there)
+        # names that clean to one string (人事 and 销售 are both "__") or share a long start
         # must not share a namespace: the name's own hash tells them apart
         return f"agent:{safe[:150]}:{hashlib.sha256(agent.encode('utf-8', 'surrogatepass')).hexdigest()[:24]}"
 

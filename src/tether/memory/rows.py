@@ -6,8 +6,9 @@ import json
 from array import array
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
+from tether.jsontypes import JsonObject
 from tether.memory.base import MemoryKind, MemoryRecord
 
 __all__ = ["COLUMNS", "record_from_row", "row_values", "upsert_sql"]
@@ -79,12 +80,15 @@ def record_from_row(row: Sequence[Any]) -> MemoryRecord:
         event_seq,
     ) = row
     kind_: MemoryKind = kind
+    metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
+    if not isinstance(metadata, dict):  # stored before records had to hold an object
+        metadata = {} if metadata is None else {"value": metadata}
     return MemoryRecord(
         namespace=namespace,
         text=text,
         id=id_,
         kind=kind_,
-        metadata=json.loads(metadata) if isinstance(metadata, str) else metadata,
+        metadata=cast(JsonObject, metadata),
         embedding=None if blob is None else tuple(array("f", bytes(blob))),
         embedding_model=model,
         created=datetime.fromtimestamp(created, UTC),

@@ -451,41 +451,24 @@ class SqliteMemory(Memory):
         need: int,
         taken: set[int],
     ) -> list[MemoryRecord]:
-        """The namespace's own newest matches, walked from its own records.
+        """The namespace's own newest matches, found by joining the matches to its records.
 
         For a small namespace in a table whose other namespaces match the same words by the
         thousand: ``_newest``'s walk of the matches gives up before it reaches any of its.
         """
-        found: list[MemoryRecord] = []
         where, params = filters(query, now, "+")
-        below, walked = 2**62, 0
-        while len(found) < need and walked < _NEWEST_SCAN:
-            page = [
-                rowid
-                for (rowid,) in db.execute(
-                    "SELECT rowid FROM memory_records WHERE namespace = ? AND rowid < ? "
-                    "ORDER BY rowid DESC LIMIT 500",
-                    (query.namespace, below),
-                )
-            ]
-            if not page:
-                break
-            walked += len(page)
-            below = page[-1]
-            marks = ",".join("?" * len(page))
-            matching = {
-                rowid
-                for (rowid,) in db.execute(
-                    f"SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? AND rowid IN ({marks})",
-                    (match, *page),
-                )
-            }
-            rows = [r for r in page if r in matching and r not in taken]
-            passing: set[int] = passing_rows(db, rows, where, params) if rows else set()
-            chosen = [r for r in rows if r in passing][: need - len(found)]
-            if chosen:
-                found.extend(self._by_rowid(db, chosen, query, now, need - len(found)))
-        return found
+        rows = [  # one pass over the matches, each looked up by rowid (25,000: ~6 ms)
+            rowid
+            for (rowid,) in db.execute(
+                "SELECT f.rowid FROM memory_fts f JOIN memory_records r ON r.rowid = f.rowid "
+                "WHERE memory_fts MATCH ? AND r.namespace = ? ORDER BY f.rowid DESC LIMIT ?",
+                (match, query.namespace, 4 * need + len(taken)),
+            )
+            if rowid not in taken
+        ]
+        passing = passing_rows(db, rows, where, params) if rows else set[int]()
+        chosen = [r for r in rows if r in passing][:need]
+        return self._by_rowid(db, chosen, query, now, need) if chosen else []
 
     def _vector_inputs(
         self, db: sqlite3.Connection, query: MemoryQuery, model: str, dims: int, now: float

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import os
@@ -18,7 +19,7 @@ from tether._internal.eventmaker import BODIES, MAKERS, NOT_SCANNED, body, maker
 from tether._internal.mend import mended
 from tether._internal.sealed import remember as _remember
 from tether.auditkey import AuditKeySetting, resolve_audit_key
-from tether.codec import decode_line, encode_line, hashed_fields, iter_jsonl_lines, kept
+from tether.codec import MAX_LINE_BYTES, decode_line, encode_line, hashed_fields, kept
 from tether.errors import ConfigError, LogError, StoreError, StoreWriteError
 from tether.events import GENESIS_HASH, Event, EventBase, Redacted, RunFinished
 from tether.policy.redaction import Redaction, Redactor
@@ -95,29 +96,48 @@ class JsonlSink(EventSink):
         """Bring the file up to the run's log before a continued run's first batch.
 
         A file that holds a prefix of the log gets the rest; a missing or empty one, all of
-        it; one that holds anything else is left as it is, and this run writes no copy there.
+        it; a last line cut mid-write (a crash) is dropped first. One that holds anything
+        else is left as it is, and this run writes no copy there.
         """
-        held = 0
-        last: bytes = b""
-        try:
-            for held, (_, line) in enumerate(iter_jsonl_lines(self.path), 1):  # noqa: B007 - kept
-                last = line
-        except FileNotFoundError:
-            pass
-        except (OSError, LogError) as exc:
-            raise StoreWriteError(f"could not read the run log {self.path}: {exc}") from None
-        if held:
-            try:
-                event, _ = decode_line(last)
-                prefix = held <= len(events) and event.hash == events[held - 1].hash
-            except LogError:
-                prefix = False
-            if not prefix:
-                raise StoreWriteError(
-                    f"the run log {self.path} holds another history of this run than the "
-                    "store's; it was left as it is (move it aside for a whole copy)"
-                )
+        held = await asyncio.to_thread(self._prefix_held, events)
+        if held is None:
+            raise StoreWriteError(
+                f"the run log {self.path} holds another history of this run than the "
+                "store's; it was left as it is (move it aside for a whole copy)"
+            )
         await self.write(events[held:])
+
+    def _prefix_held(self, events: Sequence[Event]) -> int | None:
+        """How many of ``events`` the file holds (``None``: it holds something else)."""
+        held, last, ends = 0, b"", 0  # lines, the last one, the offset after the one before
+        try:
+            with self.path.open("rb") as fh:
+                while line := fh.readline(MAX_LINE_BYTES + 1):
+                    if line.strip():
+                        held, last = held + 1, line
+                    ends += len(line) if line.endswith(b"\n") else 0
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise StoreWriteError(f"could not read the run log {self.path}: {exc}") from None
+        if held and not last.endswith(b"\n"):
+            try:
+                decode_line(last)
+            except LogError:  # cut mid-write by a crash: not part of the log
+                os.truncate(self.path, ends)
+                held, last = held - 1, b""
+            else:  # whole but for its newline: the next line must not join it
+                with self.path.open("ab") as fh:
+                    fh.write(b"\n")
+        if not held:
+            return 0
+        try:
+            if not last:  # the line before the cut one
+                last = _last_line(self.path)
+            event, _ = decode_line(last)
+        except (LogError, OSError):
+            return None
+        return held if held <= len(events) and event.hash == events[held - 1].hash else None
 
     async def write(self, events: Sequence[Event]) -> None:
         """Append the events' lines and flush them to the OS."""
@@ -147,6 +167,13 @@ class JsonlSink(EventSink):
             if not self._failed:
                 raise
             # the failure was reported when the write failed; closing retried the same bytes
+
+
+def _last_line(path: Path) -> bytes:
+    """The last non-blank line of a file (read whole: only after a crash cut its end)."""
+    with path.open("rb") as fh:
+        lines = [line for line in fh.read().splitlines() if line.strip()]
+    return lines[-1] if lines else b""
 
 
 class Journal:

@@ -114,7 +114,7 @@ class PolicyPoint:
                 replacement = self._policy.check_result(
                     call, tool.definition, result, self.context()
                 )
-            except TypeError:  # JSON cannot hold it: a lone surrogate (a name not in UTF-8)?
+            except (TypeError, UnicodeEncodeError):  # a lone surrogate (a name not in UTF-8)?
                 if (escaped := mended(result)) is result:
                     raise
                 result = escaped  # its escape, as the log will hold it

@@ -273,7 +273,7 @@ def _same_request(info: RunInfo, agent: str, goal: str, tags: Sequence[str]) -> 
         for what, same in (
             ("agent", info.agent == agent),
             ("goal", info.goal == goal),
-            ("tags", set(tags) <= set(info.tags)),
+            ("tags", set(tags) == set(info.tags)),
         )
         if not same
     ]

@@ -93,6 +93,11 @@ async def test_sqlite_a_value_too_large_to_show_is_refused_not_built(db: Path) -
     await refused(t, {"query": "SELECT randomblob(900000000)"}, "string or blob too big")
     shown = await call(t, {"query": "SELECT randomblob(300000)"})
     assert shown["rows"] == [["<300000 bytes>"]]
+    with sqlite3.connect(db) as conn:  # a large value stored already still reads
+        conn.execute("CREATE TABLE files (data BLOB)")
+        conn.execute("INSERT INTO files VALUES (zeroblob(20000000))")
+    stored = await call(t, {"query": "SELECT data, length(data) FROM files"})
+    assert stored["rows"] == [["<20000000 bytes>", 20000000]]
 
 
 async def test_sqlite_an_injection_payload_is_only_data(db: Path) -> None:

@@ -100,8 +100,9 @@ def _one_statement(sql: str, backend: Backend, read_only: bool) -> str:
 # -- results as JSON ---------------------------------------------------------------------------
 
 
-_MAX_VALUE_BYTES = 16 * 2**20
-"""The largest string or blob a SQLite query may make (16 MiB); a cell shows far less."""
+_MAX_VALUE_BYTES = 256 * 2**20
+"""The largest string or blob a SQLite query may make or read (256 MiB: a stored value that
+large still reads, as ``<N bytes>``); a cell shows far less."""
 
 
 def _clip(text: str) -> str:
