@@ -19,8 +19,9 @@ from tether.stores import SqliteStore
 ROOT = Path(__file__).parents[2]
 
 
-async def tether(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
+async def spawn(*args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    """``tether ARGS`` in a process of its own, from the repository's root."""
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
         "from tether.cli.app import main; main()",
@@ -28,7 +29,12 @@ async def tether(*args: str, env: dict[str, str] | None = None) -> tuple[int, st
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=ROOT,
+        env=env,
     )
+
+
+async def tether(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    proc = await spawn(*args, env=env)
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
@@ -71,15 +77,9 @@ async def test_ctrl_c_says_what_it_does_and_a_second_one_quits_at_once(tmp_path:
     # before: nothing was printed while the thread was waited for, a second Ctrl-C printed a
     # traceback, and the command suggested resuming a run that had ended
     started = tmp_path / "started"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        "from tether.cli.app import main; main()",
+    proc = await spawn(
         *("run", "go", "--agent", "tests.cli.thread_agent:agent"),
         *("--db", str(tmp_path / "t.db"), "--no-log"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=ROOT,
         env={**os.environ, "TETHER_TEST_STARTED": str(started)},
     )
     deadline = time.monotonic() + 60
