@@ -6,11 +6,13 @@ schema of their own, dropped afterwards. They are skipped, saying why, if no ser
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import sys
 import threading
 import uuid
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, LiteralString, cast
@@ -513,6 +515,28 @@ async def test_postgres_row_cap(pg: str) -> None:
     got = await call(sql_tool(PG_URL, max_rows=3), {"query": "SELECT generate_series(1, 1000000)"})
     assert got["rows"] == [[1], [2], [3]]
     assert got["truncated"] is True
+
+
+_WITH_PEAK = """
+import asyncio, resource, sys
+from tether.tools.builtin import sql_tool
+from tether.tools.base import ToolContext
+t = sql_tool(sys.argv[1])
+q = "WITH q AS (SELECT 1) SELECT g, repeat('x', 100) FROM generate_series(1, 3000000) g"
+r = asyncio.run(t.handler(ToolContext(run_id="r", call_id="c", tool="s"), t.validator({"query": q})))
+assert r.structured["truncated"] is True, r
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+async def test_postgres_a_with_query_keeps_only_the_rows_shown(pg: str) -> None:
+    # a WITH query ran on a client-side cursor: all 3,000,000 rows came over (497 MB)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _WITH_PEAK, PG_URL, stdout=PIPE, stderr=PIPE
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    assert int(out) < 200, f"peak RSS {out.decode().strip()} MiB"  # 52 MiB here
 
 
 PG_WRITES = [

@@ -383,6 +383,15 @@ async def _postgres_statement(
                 rows = await server.fetchmany(cfg.max_rows + 1)
                 columns = [d.name for d in server.description or ()]
                 return _result(columns, rows, cfg.max_rows, -1)
+        if keyword == "WITH" and cfg.read_only:  # rows streamed: only those shown are kept
+            async with conn.cursor() as cursor:
+                kept: list[Any] = []
+                async for row in cursor.stream(statement, params or None):
+                    kept.append(row)
+                    if len(kept) > cfg.max_rows:
+                        break
+                columns = [d.name for d in cursor.description or ()]
+                return _result(columns, kept, cfg.max_rows, -1)
         async with conn.cursor() as cursor:
             await cursor.execute(statement, params or None, prepare=True)  # one statement only
             description = cursor.description
