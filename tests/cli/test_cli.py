@@ -151,6 +151,16 @@ def test_demo_logs_under_dot_tether_by_default(tmp_path: Path) -> None:
     assert finished_event(read_jsonl(log)).status == "finished"
 
 
+def test_demo_takes_no_log_and_quiet_as_run_does(tmp_path: Path) -> None:
+    # its log-dir error told to use --no-log, which demo did not have; -v could not be undone
+    result = invoke("demo", "--no-log", "--quiet")
+
+    assert result.exit_code == 0, result.output
+    assert default_logs(tmp_path) == []
+    assert "run started" not in result.stderr
+    assert result.stdout.startswith(DEMO_ANSWER_START)
+
+
 def test_show_prints_every_event(tmp_path: Path) -> None:
     log = demo_log(tmp_path)
     events = read_jsonl(log)

@@ -299,14 +299,17 @@ def _demo(
     log_dir: Annotated[
         Path | None, typer.Option(help="Where the run log goes (default: .tether/runs).")
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every event.")] = True,
+    no_log: Annotated[bool, typer.Option("--no-log", help="Do not write a JSONL log.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose/--quiet", "-v/-q", help="Print every event (or not).")
+    ] = True,
 ) -> None:
     """Run the bundled example agent on its SCRIPTED model (no AI): calculator + clock tools."""
     from dataclasses import replace
 
     from tether.examples.demo import DEMO_GOAL, demo_agent
 
-    directory = _log_dir(log_dir, False)
+    directory = _log_dir(log_dir, no_log)
     agent = replace(demo_agent, log_dir=directory)
     err.print(
         f"[dim]goal:[/] {DEMO_GOAL}\n[dim]model: a scripted stand-in (deterministic, not a language model)[/]"
