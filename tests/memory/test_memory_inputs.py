@@ -148,3 +148,30 @@ async def test_a_record_stored_before_metadata_had_to_be_an_object_still_reads(
         assert [h.record.metadata for h in found.hits] == [{"value": ["tag"]}]
     finally:
         await memory.close()
+
+
+async def test_a_list_filter_finds_its_match_among_many(tmp_path: Path) -> None:
+    # a list value was left out of the SQL and checked on the top candidates only: missed
+    memory = SqliteMemory(tmp_path / "m.db")
+    try:
+        await memory.upsert(
+            [MemoryRecord(namespace="n", text=f"report draft {i}") for i in range(300)]
+        )
+        await memory.put(
+            MemoryRecord(
+                namespace="n", text="quarterly report draft", metadata={"tags": ["finance"]}
+            )
+        )
+        for mode in ("keyword", "hybrid"):
+            found = await memory.search(
+                MemoryQuery(
+                    namespace="n", text="report draft", metadata={"tags": ["finance"]}, mode=mode
+                )
+            )
+            assert [h.record.text for h in found.hits] == ["quarterly report draft"], mode
+        huge = await memory.search(
+            MemoryQuery(namespace="n", text="report", metadata={"n": 2**70})  # OverflowError
+        )
+        assert huge.hits == ()
+    finally:
+        await memory.close()

@@ -5,13 +5,18 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import orjson
+
 from tether.memory.base import MemoryQuery
 
 __all__ = ["filters", "passing_rows"]
 
 
 def filters(query: MemoryQuery, now: float, prefix: str) -> tuple[str, list[Any]]:
-    """A WHERE clause for the query's filters (metadata: scalars only; all re-checked)."""
+    """A WHERE clause for the query's filters (all re-checked in Python).
+
+    Metadata: scalars, and lists of scalars; a key with a quote or a backslash is left out.
+    """
     where = [f"{prefix}namespace = ?", f"({prefix}expires IS NULL OR {prefix}expires > ?)"]
     params: list[Any] = [query.namespace, now]
     if query.kinds:
@@ -24,11 +29,23 @@ def filters(query: MemoryQuery, now: float, prefix: str) -> tuple[str, list[Any]
         where.append(f"{prefix}created < ?")
         params.append(query.before.timestamp())
     for key, value in query.metadata.items():
-        if isinstance(value, bool | int | float | str) and not any(c in key for c in '"\\'):
-            path = '$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if any(c in key for c in '"\\'):  # no JSON path names it: re-checked only
+            continue
+        path = f'$."{key}"'
+        if isinstance(value, bool | int | float | str) and _fits(value):
             where.append(f"json_extract({prefix}metadata, ?) = ?")
             params.extend([path, int(value) if isinstance(value, bool) else value])
+        elif isinstance(value, list) and all(
+            isinstance(v, bool | int | float | str) and _fits(v) for v in value
+        ):  # a list of scalars ("tags"): compared as the JSON SQLite makes of it
+            where.append(f"json_extract({prefix}metadata, ?) = json(?)")
+            params.extend([path, orjson.dumps(value).decode()])
     return " AND ".join(where), params
+
+
+def _fits(value: object) -> bool:
+    """Whether SQLite can bind ``value`` (an integer beyond 64 bits raised OverflowError)."""
+    return not isinstance(value, int) or -(2**63) <= value < 2**63
 
 
 def passing_rows(
