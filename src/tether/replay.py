@@ -76,33 +76,49 @@ class ReplayReport:
         return self.divergence is None
 
 
-def load_agent(ref: str) -> Agent[Any]:
+def load_agent(ref: str, *, recorded: bool = False) -> Agent[Any]:
     """Import an agent from ``module:attribute``, read a TOML file's, or ask a pack for one.
 
     A callable attribute is called; a ``.toml`` path is read by ``tether.agentfile``;
-    ``pack:PACK/AGENT`` is made by an installed pack (``tether packs``).
+    ``pack:PACK/AGENT`` is made by an installed pack (``tether packs``). ``recorded``: the
+    ref comes from a log (anyone who can write a log can write it), so nothing it names is
+    called or read but tether's own examples and installed packs; an ``Agent`` it names is
+    taken as it is.
     """
     if ref.startswith("pack:"):
         from tether.packs import agent_from_pack
 
         return agent_from_pack(ref.removeprefix("pack:"))
+    trusted = not recorded or ref.startswith("tether.")
     if ref.endswith(".toml"):
+        if not trusted:
+            raise _untrusted(ref)
         from tether.agentfile import load_agent_file
 
         return load_agent_file(ref)
     value = import_ref(ref, "agent", beside=Path.cwd())
     if not isinstance(value, Agent) and callable(value):
+        if not trusted:
+            raise _untrusted(ref)
         try:
             value = value()
         except TetherError:
             raise
-        except Exception as exc:  # the user's factory: say whose failure it is
+        except (Exception, SystemExit) as exc:  # the user's factory: say whose failure it is
             raise ConfigError(
                 f"calling {ref!r} to make the agent failed: {type(exc).__name__}: {exc}"
             ) from exc
     if not isinstance(value, Agent):
         raise ConfigError(f"{ref!r} is a {type(value).__name__}, not an Agent")
     return cast(Agent[Any], value)
+
+
+def _untrusted(ref: str) -> ConfigError:
+    return ConfigError(
+        f"the recording names the agent {ref!r}, which would have to be called (or read) to "
+        "make it; a log's words are not run as code: pass it yourself (`--agent "
+        f"{ref}`, or replay(..., agent=...)) if you trust it"
+    )
 
 
 def _normalized(event: Event, volatile: set[str]) -> dict[str, JsonValue]:
@@ -347,7 +363,7 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
                 "the recording does not say which agent ran it (no agent_ref): pass the agent, "
                 "or `--agent package.module:attribute` on the command line"
             )
-        agent = load_agent(started.agent_ref)
+        agent = load_agent(started.agent_ref, recorded=True)
     if agent.limits != started.limits:  # the recorded run's limits (e.g. `run --max-steps`)
         agent = dataclasses.replace(agent, limits=started.limits)
     if agent.compaction is not None and not any(isinstance(e, ContextCompacted) for e in events):

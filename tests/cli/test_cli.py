@@ -248,6 +248,21 @@ def test_an_agent_factory_that_raises_exits_2_saying_whose_failure(
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("ref", ["sys:exit", "os:abort", "code:interact", "agents.toml"])
+def test_replay_never_calls_what_a_log_names(tmp_path: Path, ref: str) -> None:
+    # a resealed log named sys:exit and replay exited 0, "matching"; os:abort killed it
+    events = read_jsonl(demo_log(tmp_path))
+    started = events[0]
+    assert isinstance(started, RunStarted)
+    forged = tmp_path / "forged.jsonl"
+    write_jsonl(forged, reseal([dataclasses.replace(started, agent_ref=ref), *events[1:]]))
+
+    result = invoke("replay", str(forged))
+
+    assert result.exit_code == 2, result.output
+    assert "a log's words are not run as code" in flat(result.stderr)
+
+
 @pytest.mark.parametrize("content", [b"", b"\n \n"], ids=["empty", "blank"])
 def test_replay_of_a_log_without_events_exits_2(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "run.jsonl").write_bytes(content)
