@@ -536,3 +536,21 @@ def test_load_agent_returns_an_agent_or_calls_a_factory() -> None:
     assert built.name == "assistant"
     assert built.model is None
     assert built.spec.digest == demo_agent.spec.digest
+
+
+async def test_a_resumed_run_is_refused_plainly_not_called_divergent() -> None:
+    # replaying a run resumed with an answer said "diverged: the recording has 13 events,
+    # the replay 5", blaming the agent for a nondeterminism it did not have
+    from tether.stores import MemoryStore
+
+    store = MemoryStore()
+    agent = Agent(
+        model=ScriptedModel([call("ask_user", question="which?"), finish("ok")]),
+        can_ask_user=True,
+        store=store,
+    )
+    waiting = await agent.run("pick", run_id="r1")
+    done = await agent.resume("r1", answer="red")
+    assert (waiting.status, done.status) == ("waiting_for_user", "finished")
+    with pytest.raises(UserError, match=r"the run was resumed .* cannot re-run a resumed one"):
+        await replay(await store.read("r1"), agent=agent)

@@ -18,7 +18,7 @@ from tether._internal.frozen import frozen
 from tether.agent import Agent
 from tether.codec import event_to_dict, verify_chain
 from tether.content import JsonObject, JsonValue, ToolResult
-from tether.errors import ConfigError, StoreError, TetherError
+from tether.errors import ConfigError, StoreError, TetherError, UserError
 from tether.events import (
     BudgetWarning,
     ContextCompacted,
@@ -26,6 +26,7 @@ from tether.events import (
     KnowledgeRetrieved,
     MemoryRecalled,
     PlanMade,
+    RunResumed,
     RunStarted,
     SessionContinued,
     ToolCallFinished,
@@ -357,6 +358,13 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
     if not events or not isinstance(events[0], RunStarted):
         raise ConfigError("a recording must start with a run_started event")
     started = events[0]
+    resumed = next((e for e in events if isinstance(e, RunResumed)), None)
+    if resumed is not None:  # what a resume did (repairs, answers) is not re-run: say so
+        raise UserError(
+            f"the run was resumed (at seq {resumed.seq}, after {resumed.reason}): replay "
+            "re-runs a run that went from its start to its end in one go, and cannot re-run a "
+            "resumed one yet. `tether audit` and `tether show` read its log"
+        )
     if agent is None:
         if started.agent_ref is None:
             raise ConfigError(
