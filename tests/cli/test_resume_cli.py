@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tether.cli.app import app
+from tether.codec import read_jsonl
 from tether.events import ToolCallFinished
 from tether.examples.demo import assistant
 from tether.stores import SqliteStore
@@ -122,6 +123,8 @@ def test_resume_continues_a_crashed_run(tmp_path: Path, monkeypatch: pytest.Monk
     assert kinds[-1] == "run_finished"
     calculated = [e for e in events if isinstance(e, ToolCallFinished) and e.tool == "calculate"]
     assert len(calculated) == 1  # calculate is read-only: it ran again once, after the crash
+    # and its JSONL log is whole: resume wrote none, so replay "matched" a stale half-log
+    assert read_jsonl(tmp_path / ".tether" / "runs" / f"{run_id}.jsonl") == events
 
 
 def test_resume_of_an_unknown_run_exits_2(tmp_path: Path) -> None:

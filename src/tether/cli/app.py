@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -13,12 +12,14 @@ from rich.markup import escape
 
 from tether.cli.continuing import (
     AgentOption,
+    LogDirOption,
     ModelOption,
+    NoLogOption,
     PolicyOption,
     RunArgument,
     VerboseOption,
 )
-from tether.cli.driving import Lines, drive, exit_code, report
+from tether.cli.driving import Lines, drive, exit_code, log_dir_of, report
 from tether.cli.failures import fail, store_failure
 from tether.cli.model_commands import model_app
 from tether.cli.pack_commands import pack_app
@@ -52,13 +53,6 @@ out = Console()
 err = Console(stderr=True)
 
 DEFAULT_AGENT = "tether.examples.demo:assistant"
-DEFAULT_LOG_DIR = Path(".tether") / "runs"
-
-
-def _log_dir(option: Path | None, disabled: bool) -> Path | None:
-    if disabled:
-        return None
-    return option or Path(os.environ.get("TETHER_LOG_DIR") or DEFAULT_LOG_DIR)
 
 
 @app.command("run")
@@ -161,7 +155,7 @@ def _run(
     try:
         given = None if context is None else _context_option(context)  # before anything opens
         agent = load_agent(agent_ref)
-        directory = _log_dir(log_dir, no_log)
+        directory = log_dir_of(log_dir, no_log)
         limits: Limits = (
             agent.limits if max_steps is None else replace(agent.limits, max_steps=max_steps)
         )
@@ -274,11 +268,14 @@ def _resume(
     verbose: VerboseOption = False,
     policy: PolicyOption = None,
     busy_timeout: BusyTimeoutOption = None,
+    log_dir: LogDirOption = None,
+    no_log: NoLogOption = False,
 ) -> None:
     """Continue a stored run: after a crash, or with the answer it waits for.
 
     Completed model turns and tool calls are never repeated; a side-effecting call that was
-    in flight at a crash is re-run only if that is safe, else recorded as unknown.
+    in flight at a crash is re-run only if that is safe, else recorded as unknown. The run's
+    JSONL log is brought up to date and continued.
     """
     from tether.cli.continuing import continue_and_report
 
@@ -291,6 +288,7 @@ def _resume(
         verbose=verbose,
         answer=answer,
         busy_timeout=busy_timeout,
+        log_dir=log_dir_of(log_dir, no_log),
     )
 
 
@@ -309,7 +307,7 @@ def _demo(
 
     from tether.examples.demo import DEMO_GOAL, demo_agent
 
-    directory = _log_dir(log_dir, no_log)
+    directory = log_dir_of(log_dir, no_log)
     agent = replace(demo_agent, log_dir=directory)
     err.print(
         f"[dim]goal:[/] {DEMO_GOAL}\n[dim]model: a scripted stand-in (deterministic, not a language model)[/]"

@@ -46,6 +46,11 @@ PolicyOption = Annotated[
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", "-v", help="Print every new event as it is committed.")
 ]
+LogDirOption = Annotated[
+    Path | None,
+    typer.Option(help="Where the run's JSONL log is (default: .tether/runs, $TETHER_LOG_DIR)."),
+]
+NoLogOption = Annotated[bool, typer.Option("--no-log", help="Do not write a JSONL log.")]
 
 Decide = Callable[[str, list[Event]], Sequence[Approval]]
 """Given the run id and its log, the approvals to resume with."""
@@ -62,18 +67,20 @@ def continue_run(
     answer: str | None = None,
     decide: Decide | None = None,
     busy_timeout: float | None = None,
+    log_dir: Path | None = None,
 ) -> RunOutcome[Any]:
     """Resume a stored run with the agent that ran it; ``TetherError`` for the caller to show.
 
     The agent is the one the run recorded (``--agent`` overrides), with the run's limits;
-    the model is the recorded one when it still resolves, else the agent's own.
+    the model is the recorded one when it still resolves, else the agent's own. The run's
+    JSONL log in ``log_dir`` is brought up to date and continued (``None``: none written).
     """
     from tether.cli.failures import store_failure
     from tether.cli.store_commands import open_store
 
     store = open_store(db, busy_timeout=busy_timeout)
     try:
-        outcome = _continue(store, run, agent_ref, model, policy, verbose, answer, decide)
+        outcome = _continue(store, run, agent_ref, model, policy, verbose, answer, decide, log_dir)
     except BaseException:
         with contextlib.suppress(TetherError):  # the first failure is the one to report
             asyncio.run(store.close())
@@ -95,6 +102,7 @@ def _continue(
     verbose: bool,
     answer: str | None,
     decide: Decide | None,
+    log_dir: Path | None,
 ) -> RunOutcome[Any]:
     from tether.cli.store_commands import resolve_run_id
     from tether.directcall import DIRECT_PREFIX, direct_agent
@@ -126,7 +134,7 @@ def _continue(
     agent = load_agent(ref)
     if started.model.startswith(DIRECT_PREFIX):  # one call of one tool (mcp serve --tools)
         agent = direct_agent(agent, started.model.removeprefix(DIRECT_PREFIX))
-    agent = replace(agent, store=store, limits=started.limits)
+    agent = replace(agent, store=store, limits=started.limits, log_dir=log_dir)
     if policy is not None:
         agent = replace(agent, policy=RulePolicy.from_toml(policy))
     chosen = model

@@ -21,7 +21,7 @@ from tether.models.base import ToolCallDelta
 from tether.outcome import RunOutcome
 from tether.run.loopmonitor import exit_process, monitor
 
-__all__ = ["Lines", "drive", "exit_code", "report"]
+__all__ = ["DEFAULT_LOG_DIR", "Lines", "drive", "exit_code", "log_dir_of", "report"]
 
 out = Console()
 err = Console(stderr=True)
@@ -101,6 +101,17 @@ class Lines:
 
 _CALL_SHOWN = 300
 """Characters of a call's arguments ``--stream`` shows."""
+
+
+DEFAULT_LOG_DIR = Path(".tether") / "runs"
+"""Where a command writes a run's JSONL log, unless told (``--log-dir``, ``$TETHER_LOG_DIR``)."""
+
+
+def log_dir_of(option: Path | None, disabled: bool) -> Path | None:
+    """The folder a command writes its run's log to (``None``: ``--no-log``)."""
+    if disabled:
+        return None
+    return option or Path(os.environ.get("TETHER_LOG_DIR") or DEFAULT_LOG_DIR)
 
 
 async def drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutcome[Any]:

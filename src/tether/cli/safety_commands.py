@@ -15,11 +15,14 @@ from rich.table import Table
 from tether.auditkey import ENV_KEY, ENV_KEY_FILE, AuditKey, audit_key_from_env
 from tether.cli.continuing import (
     AgentOption,
+    LogDirOption,
     ModelOption,
+    NoLogOption,
     PolicyOption,
     RunArgument,
     VerboseOption,
 )
+from tether.cli.driving import log_dir_of
 from tether.cli.failures import fail
 from tether.cli.store_commands import BusyTimeoutOption, DbOption
 from tether.codec import iter_jsonl_lines
@@ -74,6 +77,8 @@ def _approve(
     policy: PolicyOption = None,
     verbose: VerboseOption = False,
     busy_timeout: BusyTimeoutOption = None,
+    log_dir: LogDirOption = None,
+    no_log: NoLogOption = False,
 ) -> None:
     """Approve (or --deny) calls a run waits for, then continue the run.
 
@@ -133,6 +138,7 @@ def _approve(
         policy=policy,
         verbose=verbose,
         decide=decide,
+        log_dir=log_dir_of(log_dir, no_log),
         busy_timeout=busy_timeout,
     )
 
