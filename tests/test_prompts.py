@@ -151,3 +151,22 @@ def test_render_of_parse_round_trips_and_a_missing_variable_is_named(
     dropped = sorted(names)[0]
     with pytest.raises(ConfigError, match=f"no value for {dropped}"):
         template.render(**{k: v for k, v in filled.items() if k != dropped})
+
+
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        ("{{ 1/0 }}", {}),
+        ("{% include 'x' %}", {}),
+        ("{{ '%d' % x }}", {"x": "a"}),
+        ("{% for i in range(10**8) %}{% endfor %}", {}),
+        ("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", {}),
+    ],
+    ids=["zero-division", "include", "format", "huge-range", "recursion"],
+)
+def test_a_template_that_fails_to_render_is_a_config_error(
+    text: str, values: dict[str, object]
+) -> None:
+    # each raised its own exception (ZeroDivisionError, TypeError, OverflowError, ...)
+    with pytest.raises(ConfigError, match=r"prompt 'p' \(version \w+\) did not render"):
+        PromptTemplate("p", text).render(**values)

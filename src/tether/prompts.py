@@ -160,6 +160,11 @@ class PromptTemplate:
                 "A template reads the values it is given and nothing else: no attributes "
                 "that start with _, no methods that change a value"
             ) from None
+        except Exception as exc:  # 1/0, a huge range, an include, a macro calling itself
+            raise ConfigError(
+                f"prompt {self.prompt_id!r} (version {self.version}) did not render: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
         _check_text(text, f"prompt {self.prompt_id!r} rendered with these values")
         return RenderedPrompt(text, prompt_id=self.prompt_id, version=self.version)
 
