@@ -162,6 +162,13 @@ async def test_a_list_filter_finds_its_match_among_many(tmp_path: Path) -> None:
                 namespace="n", text="quarterly report draft", metadata={"tags": ["finance"]}
             )
         )
+        await memory.put(
+            MemoryRecord(namespace="n", text="café report draft", metadata={"tags": ["café", 1]})
+        )
+        accented = await memory.search(
+            MemoryQuery(namespace="n", text="report draft", metadata={"tags": ["café", 1.0]})
+        )
+        assert [h.record.text for h in accented.hits] == ["café report draft"]
         for mode in ("keyword", "hybrid"):
             found = await memory.search(
                 MemoryQuery(

@@ -5,8 +5,6 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-import orjson
-
 from tether.memory.base import MemoryQuery
 
 __all__ = ["filters", "passing_rows"]
@@ -35,11 +33,17 @@ def filters(query: MemoryQuery, now: float, prefix: str) -> tuple[str, list[Any]
         if isinstance(value, bool | int | float | str) and _fits(value):
             where.append(f"json_extract({prefix}metadata, ?) = ?")
             params.extend([path, int(value) if isinstance(value, bool) else value])
-        elif isinstance(value, list) and all(
-            isinstance(v, bool | int | float | str) and _fits(v) for v in value
-        ):  # a list of scalars ("tags"): compared as the JSON SQLite makes of it
-            where.append(f"json_extract({prefix}metadata, ?) = json(?)")
-            params.extend([path, orjson.dumps(value).decode()])
+        elif (
+            isinstance(value, list)
+            and len(value) <= 32
+            and all(isinstance(v, bool | int | float | str) and _fits(v) for v in value)
+        ):  # a list of scalars ("tags"): its length, then each item, compared as values
+            # (its JSON text would differ: "caf\u00e9" stored, "café" asked; 1 and 1.0)
+            where.append(f"json_array_length({prefix}metadata, ?) = ?")
+            params.extend([path, len(value)])
+            for index, item in enumerate(value):
+                where.append(f"json_extract({prefix}metadata, ?) = ?")
+                params.extend([f"{path}[{index}]", int(item) if isinstance(item, bool) else item])
     return " AND ".join(where), params
 
 
