@@ -23,6 +23,10 @@ from tether.server import app as server_app
 async def _hello(scope: Scope, receive: Receive, send: Send) -> None:
     assert scope["type"] == "http"
     await send({"type": "http.response.start", "status": 200, "headers": []})
+    if scope["path"] == "/slow":  # a stream longer than the head deadline
+        for _ in range(4):
+            await send({"type": "http.response.body", "body": b"tick ", "more_body": True})
+            await asyncio.sleep(0.3)
     await send({"type": "http.response.body", "body": b"hello"})
 
 
@@ -94,6 +98,22 @@ async def test_a_kept_alive_connection_must_send_its_next_head_in_time_too(port:
             break
         await asyncio.sleep(0.1)
     assert closed or await asyncio.wait_for(reader.read(), timeout=5) == b""
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+
+
+async def test_a_pipelined_request_being_answered_is_not_cut(port: int) -> None:
+    # the second request started inside the first one's completion: the timer took it for a
+    # head that never came and closed the connection mid-stream
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    got = b""
+    while got.count(b"hello") < 2:
+        chunk = await asyncio.wait_for(reader.read(65536), timeout=5)
+        assert chunk, f"closed mid-stream after {got!r}"
+        got += chunk
     writer.close()
     with contextlib.suppress(ConnectionError):
         await writer.wait_closed()

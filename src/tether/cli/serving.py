@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 __all__ = ["HEAD_SECONDS", "MAX_CONNECTIONS", "HeadDeadlineProtocol", "serving"]
 
@@ -49,8 +49,12 @@ class HeadDeadlineProtocol(H11Protocol):
         waiting = self.cycle  # the request answered last (None: none yet)
         self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_overdue, waiting)
 
-    def _head_overdue(self, waiting: object) -> None:
-        if self.cycle is waiting and not self.transport.is_closing():  # no new head came
+    def _head_overdue(self, waiting: RequestResponseCycle | None) -> None:
+        if (
+            self.cycle is waiting  # no new head came since the timer was set,
+            and (waiting is None or waiting.response_complete)  # nor is one being answered
+            and not self.transport.is_closing()
+        ):  # (a pipelined request answered at once has the cycle the timer saw)
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
