@@ -35,7 +35,8 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
     ("slack_token", r"(?<![A-Za-z0-9])xox[abprs]-[A-Za-z0-9-]{10,}"),
     ("google_api_key", r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}"),
     ("stripe_key", r"(?<![A-Za-z0-9])[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"),
-    ("jwt", r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    # a JWT's header is short: bounded, "eyJ-" * n no longer scans the rest from every "eyJ"
+    ("jwt", r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{8,1024}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     ("bearer_token", r"(?i)(?<=bearer )[A-Za-z0-9._~+/-]{16,}=*"),
     (
         "basic_auth",
