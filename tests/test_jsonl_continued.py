@@ -57,8 +57,9 @@ async def test_a_log_cut_by_a_crash_is_completed_not_continued_after_a_gap(tmp_p
     assert read_jsonl(log) == await store.read("r1")
 
 
+@pytest.mark.parametrize("cut", [0, 40, 1], ids=["whole", "torn", "no-newline"])
 async def test_a_file_with_another_history_is_left_alone_and_the_outcome_says_so(
-    tmp_path: Path,
+    tmp_path: Path, cut: int
 ) -> None:
     store = MemoryStore()
     await _waiting(store, tmp_path / "a")
@@ -66,6 +67,8 @@ async def test_a_file_with_another_history_is_left_alone_and_the_outcome_says_so
     other.mkdir()
     elsewhere = await Agent(model=ScriptedModel([finish("x")]), log_dir=other).run("another")
     (other / f"{elsewhere.run_id}.jsonl").rename(other / "r1.jsonl")
+    whole = (other / "r1.jsonl").read_bytes()
+    (other / "r1.jsonl").write_bytes(whole[: len(whole) - cut])  # even cut, it is not ours
     before = (other / "r1.jsonl").read_bytes()
     done = await _asking(store, other).resume("r1", answer="the red one")
     assert done.status == "finished", done.error

@@ -108,36 +108,52 @@ class JsonlSink(EventSink):
         await self.write(events[held:])
 
     def _prefix_held(self, events: Sequence[Event]) -> int | None:
-        """How many of ``events`` the file holds (``None``: it holds something else)."""
-        held, last, ends = 0, b"", 0  # lines, the last one, the offset after the one before
+        """How many of ``events`` the file holds (``None``: it holds something else).
+
+        Decided before anything is written: only a file that holds a prefix of the log is
+        mended (a last line a crash cut is dropped, a missing newline added).
+        """
+        held, last, before, ends = 0, b"", b"", 0  # lines; the last two; where the last begins
         try:
             with self.path.open("rb") as fh:
                 while line := fh.readline(MAX_LINE_BYTES + 1):
                     if line.strip():
-                        held, last = held + 1, line
+                        held, last, before = held + 1, line, last
                     ends += len(line) if line.endswith(b"\n") else 0
         except FileNotFoundError:
             return 0
         except OSError as exc:
             raise StoreWriteError(f"could not read the run log {self.path}: {exc}") from None
-        if held and not last.endswith(b"\n"):
-            try:
-                decode_line(last)
-            except LogError:  # cut mid-write by a crash: not part of the log
-                os.truncate(self.path, ends)
-                held, last = held - 1, b""
-            else:  # whole but for its newline: the next line must not join it
-                with self.path.open("ab") as fh:
-                    fh.write(b"\n")
         if not held:
             return 0
+        if not self._is(last.strip(), events, held - 1):
+            cut = not last.endswith(b"\n") and held <= len(events)
+            if not (cut and self._line(events[held - 1]).startswith(last)):
+                return None
+            if held > 1 and not self._is(before.strip(), events, held - 2):
+                return None
+            os.truncate(self.path, ends)  # the line a crash cut: not part of the log
+            return held - 1
+        if not last.endswith(b"\n"):  # whole but for its newline: the next must not join it
+            with self.path.open("ab") as fh:
+                fh.write(b"\n")
+        return held
+
+    def _line(self, event: Event) -> bytes:
+        """The line this sink writes for ``event``."""
+        key = self._key
+        return _dumps(event) if key is None else encode_line(event, key.mac(event.hash))
+
+    @staticmethod
+    def _is(line: bytes, events: Sequence[Event], index: int) -> bool:
+        """Whether ``line`` is the event at ``index`` of ``events``."""
+        if index >= len(events):
+            return False
         try:
-            if not last:  # the line before the cut one
-                last = _last_line(self.path)
-            event, _ = decode_line(last)
-        except (LogError, OSError):
-            return None
-        return held if held <= len(events) and event.hash == events[held - 1].hash else None
+            event, _ = decode_line(line)
+        except LogError:
+            return False
+        return event.hash == events[index].hash
 
     async def write(self, events: Sequence[Event]) -> None:
         """Append the events' lines and flush them to the OS."""
@@ -167,13 +183,6 @@ class JsonlSink(EventSink):
             if not self._failed:
                 raise
             # the failure was reported when the write failed; closing retried the same bytes
-
-
-def _last_line(path: Path) -> bytes:
-    """The last non-blank line of a file (read whole: only after a crash cut its end)."""
-    with path.open("rb") as fh:
-        lines = [line for line in fh.read().splitlines() if line.strip()]
-    return lines[-1] if lines else b""
 
 
 class Journal:
