@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +23,7 @@ from hypothesis import strategies as st
 from tether.content import content_text
 from tether.errors import ModelRetry
 from tether.tools import Tool, ToolContext
-from tether.tools.builtin import _confine
+from tether.tools.builtin import _confine, files
 from tether.tools.builtin.files import file_tools
 
 CTX = ToolContext(run_id="run", call_id="call", tool="files")
@@ -200,3 +202,29 @@ def test_opened_descriptors_stay_under_the_root(
         assert outside_state(tree) == before
     finally:
         shutil.rmtree(tree.base)
+
+
+def _reference_lines(data: bytes) -> list[bytes]:
+    return re.findall(rb"[^\n]*\n|[^\n]+\Z", data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.lists(
+        st.sampled_from([b"a", b"\n", b"\r\n", b"bc", b"\n\n", b"xyz\r"]), max_size=60
+    ).map(b"".join),
+    chunk=st.integers(1, 9),
+    keep=st.integers(1, 15),
+)
+def test_lines_are_the_files_lines_each_cut_to_keep(data: bytes, chunk: int, keep: int) -> None:
+    # read in chunks of any size, in linear time (the old reader re-split what it buffered)
+    fd, path = tempfile.mkstemp()
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        with patch.object(files, "_CHUNK", chunk):
+            got = list(files._Reader(fd).lines(keep))  # pyright: ignore[reportPrivateUsage]
+        assert got == [line[:keep] for line in _reference_lines(data)]
+    finally:
+        os.close(fd)
+        os.unlink(path)

@@ -192,17 +192,16 @@ class _Reader:
 
         In time and memory linear in the file (a 60 MB line was quadratic, and held whole).
         """
-        line = bytearray()
+        carry = b""  # the start of a line the chunks so far did not end (at most ``keep``)
         while chunk := os.read(self.fd, _CHUNK):
-            at = 0
-            while (newline := chunk.find(b"\n", at)) >= 0:
-                line += chunk[at : min(newline + 1, at + max(0, keep - len(line)))]
-                yield bytes(line)
-                line.clear()
-                at = newline + 1
-            line += chunk[at : at + max(0, keep - len(line))]
-        if line:
-            yield bytes(line)
+            pieces = chunk.split(b"\n")
+            if carry:
+                pieces[0] = carry + pieces[0][: max(0, keep - len(carry))]
+            carry = pieces.pop()[:keep]
+            for piece in pieces:
+                yield piece + b"\n" if len(piece) < keep else piece[:keep]
+        if carry:
+            yield carry
 
 
 def _make_read(roots: _Roots, max_bytes: int) -> Tool:
