@@ -261,6 +261,10 @@ def _kill(pgid: int, cgroups: CommandCgroups | None) -> None:
         cgroups.kill_all()
 
 
+_MAX_ARG_STRLEN = 131_072
+"""Linux's cap on one argument of exec (MAX_ARG_STRLEN): the spec travels as one."""
+
+
 async def run_sandboxed(
     sandbox: Sandbox,
     command: Sequence[str],
@@ -303,6 +307,17 @@ async def run_sandboxed(
         "rlimits": sandbox.limits.rlimits(),
         "argv": argv,
     }
+    encoded = json.dumps(spec)
+    if len(encoded.encode()) >= _MAX_ARG_STRLEN:  # exec would refuse it, after a cgroup exists
+        if cgroups is not None:
+            cgroups.remove_now()
+        return _failed(
+            sandbox,
+            start,
+            f"the command, its environment and its sandbox's settings are {len(encoded)} bytes "
+            f"together, over the {_MAX_ARG_STRLEN} one exec argument may hold: pass large text "
+            "through stdin, or write it to a file in the workspace first",
+        )
     status_r, status_w = os.pipe()
     overflow = asyncio.Event()
     collector = _Collector(max_output_bytes, overflow)
@@ -315,7 +330,7 @@ async def run_sandboxed(
             "-c",
             _TRAMPOLINE,
             str(status_w),
-            json.dumps(spec),
+            encoded,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
