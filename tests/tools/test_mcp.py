@@ -14,6 +14,7 @@ import pytest
 
 from tests.support import free_port, wait_listening
 from tether import Agent
+from tether.content import content_text
 from tether.errors import ConfigError
 from tether.events import PolicyDecided, ToolCallFinished
 from tether.jsontypes import JsonObject
@@ -255,3 +256,21 @@ async def test_a_ping_never_cuts_off_a_call_in_flight() -> None:
     assert not first.is_error, first.content  # not cut off by the second call's ping
     assert "held 9" in str(first.content)
     assert not second.is_error, second.content
+
+
+def test_a_result_of_many_blocks_stays_within_the_cap() -> None:
+    # past the cap every further block still came, each with the notice: 20,001 blocks of
+    # one huge and 20,000 tiny ones made 1.6 MB
+    from types import SimpleNamespace
+
+    from tether.tools.mcp import _result  # pyright: ignore[reportPrivateUsage]
+
+    blocks = [
+        SimpleNamespace(text="x" * 200_000),
+        *(SimpleNamespace(text="y") for _ in range(20_000)),
+    ]
+    result = _result(SimpleNamespace(content=blocks, structured_content=None, is_error=False))
+    assert len(result.content) == 1
+    text = content_text(result.content)
+    assert len(text) < 100_200
+    assert text.endswith("[cut: the result is over 100000 characters; 20000 more blocks left out]")

@@ -462,13 +462,19 @@ async def _http(
 def _result(result: Any) -> ToolResult:
     blocks: list[TextBlock] = []
     room = MAX_RESULT_CHARS
-    for item in getattr(result, "content", None) or ():
+    items = list(getattr(result, "content", None) or ())
+    for index, item in enumerate(items):
         text = getattr(item, "text", None)
         if not isinstance(text, str):
             text = f"[{getattr(item, 'type', 'content')} content left out]"
-        if len(text) > room:
-            text = f"{text[:room]}\n[cut: the result is over {MAX_RESULT_CHARS} characters]"
-        room = max(0, room - len(text))
+        if len(text) > room:  # the rest of the result is left out with it (many small
+            # blocks past the cap each grew by the notice: 20,000 of them made 1.6 MB)
+            left = len(items) - index - 1
+            more = f"; {left} more block{'s' * (left != 1)} left out" if left else ""
+            cut = f"[cut: the result is over {MAX_RESULT_CHARS} characters{more}]"
+            blocks.append(TextBlock(text=f"{text[:room]}\n{cut}"))
+            break
+        room -= len(text)
         blocks.append(TextBlock(text=text))
     structured = cast(JsonValue, getattr(result, "structured_content", None))
     if structured is not None and len(orjson.dumps(structured)) > MAX_RESULT_CHARS:
