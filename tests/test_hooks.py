@@ -19,6 +19,7 @@ from tether import (
     RulePolicy,
     require_approval,
 )
+from tether.codec import verify_chain
 from tether.events import RunFinished, RunStarted, ToolCallFinished, ToolCallRequested
 from tether.stores import SqliteStore
 from tether.testing import ScriptedModel, call, finish
@@ -188,3 +189,19 @@ async def test_a_sinks_own_warnings_reach_the_outcome() -> None:
     outcome = await _agent(Hooks()).run("add twice", sinks=[sink])
     assert sink.written == len(outcome.events)
     assert outcome.warnings == ("the dashboard was slow; 1 batch sent late",)
+
+
+async def test_a_hook_that_changes_an_event_changes_nothing_of_the_run() -> None:
+    # a hook's edit of a call's arguments reached the sealed events: the chain broke
+    hooks = Hooks()
+
+    @hooks.on(ToolCallRequested)
+    def meddle(event: ToolCallRequested) -> None:
+        event.arguments["a"] = 1000
+
+    outcome = await _agent(hooks).run("add twice")
+    assert outcome.status == "finished"
+    assert outcome.warnings == ()
+    verify_chain(outcome.events)
+    requested = [e for e in outcome.events if isinstance(e, ToolCallRequested)]
+    assert all(e.arguments.get("a") != 1000 for e in requested)

@@ -33,6 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
+from tether.codec import decode_event, encode_event
 from tether.errors import ConfigError
 from tether.events import Event, EventBase
 from tether.sinks import EventSink
@@ -106,11 +107,20 @@ class HookSink(EventSink):
         self._stuck: set[int] = set()  # handlers that ran past the timeout: not called again
 
     async def write(self, events: Sequence[Event]) -> None:
-        """Call each event's handlers in turn; what fails is reported, never raised."""
-        for event in events:
-            for handler in self.hooks.handlers(event):
+        """Call each event's handlers in turn; what fails is reported, never raised.
+
+        Each handler gets a copy of the event (made from its encoding): an event's nested
+        values (a call's arguments) are shared with the run, and a hook that changed them
+        changed the log's events after they were sealed.
+        """
+        for committed in events:
+            handlers = self.hooks.handlers(committed)
+            if not handlers:
+                continue
+            for handler in handlers:
                 if self._stuck and id(handler) in self._stuck:
                     continue
+                event = decode_event(encode_event(committed))
                 try:
                     result = handler(event)
                 except Exception as exc:
