@@ -615,3 +615,28 @@ async def test_a_cached_plan_whose_run_fails_on_an_exception_is_forgotten() -> N
     assert outcome.error is not None
     assert "the sink has a bug" in outcome.error.message
     assert await store.kv_list("tether.plans") == []  # not served again
+
+
+async def test_a_planner_of_ones_own_that_never_answers_is_bounded_by_the_run() -> None:
+    # it held the run past max_seconds for as long as it hung (tether's own stages ask the
+    # model, whose requests are bounded)
+    import asyncio
+
+    from tether import Limits
+    from tether.thinking import Planner
+
+    class Stuck(Planner):
+        async def plan(self, context: Any) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
+            await asyncio.sleep(3600)
+
+        async def revise(self, context: Any, reason: str) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
+            return None
+
+    agent = Agent(
+        model=ScriptedModel([finish("5")]),
+        limits=Limits(max_seconds=0.5),
+        thinking=Thinking(plan=Stuck(), reflect=False),
+    )
+    outcome = await asyncio.wait_for(agent.run("g"), 30)
+    assert outcome.status == "budget_exhausted"
+    assert any("the plan stage gave no answer within the run's time" in w for w in outcome.warnings)

@@ -9,8 +9,10 @@ resumed run never plans or routes twice.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from dataclasses import replace
-from typing import Generic, Literal, cast
+from typing import Generic, Literal, TypeVar, cast
 
 from tether.content import ToolResult, content_text
 from tether.events import (
@@ -37,6 +39,8 @@ from tether.thinking.base import DEFAULT_CRITERIA, Plan, ThinkingContext
 from tether.thinking.cache import goal_signature, tools_digest
 from tether.thinking.config import Thinking
 from tether.tools.base import ToolDefinition
+
+T = TypeVar("T")
 
 __all__ = ["Thinker"]
 
@@ -118,6 +122,25 @@ class Thinker(Generic[OutputT]):
                 return None
         return await step.aside(request, purpose)
 
+    async def _within(self, stage: str, asked: Awaitable[T], own: object) -> T | None:
+        """A stage's answer within the run's time (``None``: it gave none in time).
+
+        tether's own stages ask the model, whose requests are bounded already; a planner,
+        router or reflector of the caller's own (``own``) is bounded here, or one that never
+        answered held the run past ``max_seconds``. The run goes on without the stage.
+        """
+        if type(own).__module__.startswith("tether."):
+            return await asked
+        try:
+            async with asyncio.timeout(self._ctx.remaining()):  # on this task: cancel() holds
+                return await asked
+        except TimeoutError:
+            self._ctx.journal.warnings.append(
+                f"thinking: the {stage} stage gave no answer within the run's time; the run "
+                "went on without it"
+            )
+            return None
+
     # -- the stages ----------------------------------------------------------------------------
 
     async def begin(self) -> Stop | None:
@@ -128,7 +151,7 @@ class Thinker(Generic[OutputT]):
         router = self.thinking.router
         asked = router is not None and st.routed is None and "route" not in st.asked
         if router is not None and asked and self._affordable("plan"):
-            route = await router.route(self._context("route"))
+            route = await self._within("route", router.route(self._context("route")), router)
             if route is not None and route.direct and route.answer:
                 self._ctx.add(Routed, route="direct", reason=route.reason)
                 self._ctx.output = cast(OutputT, route.answer)
@@ -147,7 +170,7 @@ class Thinker(Generic[OutputT]):
                 self._made(plan, "hit", source)
                 return None
         if self._affordable("plan"):
-            plan = await planner.plan(self._context("plan"))
+            plan = await self._within("plan", planner.plan(self._context("plan")), planner)
             if plan is not None:
                 self._made(plan, None if cache is None else "miss", None)
         return None
@@ -205,7 +228,7 @@ class Thinker(Generic[OutputT]):
         reason = _why_replan(planned, st.messages)
         if reason is None or not self._affordable("plan"):
             return
-        plan = await planner.revise(self._context("plan"), reason)
+        plan = await self._within("plan", planner.revise(self._context("plan"), reason), planner)
         if plan is not None:
             self._ctx.add(
                 PlanRevised,
@@ -234,7 +257,9 @@ class Thinker(Generic[OutputT]):
             if plan is not None and plan.success_criteria
             else DEFAULT_CRITERIA
         )
-        verdict = await reflector.check(self._context("reflect"), answer, criteria)
+        verdict = await self._within(
+            "reflect", reflector.check(self._context("reflect"), answer, criteria), reflector
+        )
         if verdict is None:
             return  # it could not be checked: the answer is taken
         attempt = st.reflections + 1
