@@ -83,14 +83,14 @@ def load_agent(ref: str, *, recorded: bool = False) -> Agent[Any]:
     A callable attribute is called; a ``.toml`` path is read by ``tether.agentfile``;
     ``pack:PACK/AGENT`` is made by an installed pack (``tether packs``). ``recorded``: the
     ref comes from a log (anyone who can write a log can write it), so nothing it names is
-    called or read but tether's own examples and installed packs; an ``Agent`` it names is
-    taken as it is.
+    called or read but tether's own examples (``tether.examples``) and installed packs; an
+    ``Agent`` it names is taken as it is.
     """
     if ref.startswith("pack:"):
         from tether.packs import agent_from_pack
 
         return agent_from_pack(ref.removeprefix("pack:"))
-    trusted = not recorded or ref.startswith("tether.")
+    trusted = not recorded or ref.startswith("tether.examples.")  # not any of tether's callables
     if ref.endswith(".toml"):
         if not trusted:
             raise _untrusted(ref)

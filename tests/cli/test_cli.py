@@ -248,7 +248,9 @@ def test_an_agent_factory_that_raises_exits_2_saying_whose_failure(
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("ref", ["sys:exit", "os:abort", "code:interact", "agents.toml"])
+@pytest.mark.parametrize(
+    "ref", ["sys:exit", "os:abort", "code:interact", "agents.toml", "tether.cli.app:main"]
+)
 def test_replay_never_calls_what_a_log_names(tmp_path: Path, ref: str) -> None:
     # a resealed log named sys:exit and replay exited 0, "matching"; os:abort killed it
     events = read_jsonl(demo_log(tmp_path))
