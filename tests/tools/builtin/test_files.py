@@ -265,6 +265,20 @@ async def test_write_creates_replaces_and_is_atomic(root: Path) -> None:
         await call(write, {"path": "sub", "content": "x"})
 
 
+async def test_a_refused_write_leaves_no_directories_behind(root: Path) -> None:
+    write = tools(root)["write_file"]
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    for path in ("a/b/c/../../../../x", "new/a.txt/../../../x", "n1/n2/" + "n/" * 300 + "x"):
+        with pytest.raises(ModelRetry):
+            await call(write, {"path": path, "content": "x"})
+        assert sorted(p.relative_to(root) for p in root.rglob("*")) == before, path
+    (root / "kept").mkdir()
+    os.symlink("/etc", root / "kept" / "out")  # refused where the walk meets the link
+    with pytest.raises(ModelRetry):
+        await call(write, {"path": "kept/fresh/../out/x", "content": "x"})
+    assert sorted(p.name for p in (root / "kept").iterdir()) == ["out"]
+
+
 async def test_write_refuses_over_the_cap_and_leaves_the_file(root: Path) -> None:
     write = tools(root, max_write_bytes=5)["write_file"]
     with pytest.raises(ModelRetry, match="limit is 5"):

@@ -13,6 +13,7 @@ Everything here fails closed: anything unexpected is a ``ModelRetry`` saying why
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -165,11 +166,26 @@ class _Walk:
         self.queue = deque(parts)
         self.hops = 0
         self.created = 0
+        self.made: list[tuple[int, str]] = []
+        """The directories this walk created: each one's parent (a descriptor) and name."""
         self.stack = [root.open()]
 
     def close(self) -> None:
         while self.stack:
             os.close(self.stack.pop())
+        while self.made:
+            os.close(self.made.pop()[0])
+
+    def undo(self) -> None:
+        """Remove the directories this walk created, newest first (a refused path leaves none).
+
+        Only empty ones go: a directory something else wrote into meanwhile stays.
+        """
+        while self.made:
+            parent, name = self.made.pop()
+            with contextlib.suppress(OSError):
+                os.rmdir(name, dir_fd=parent)
+            os.close(parent)
 
     @property
     def fd(self) -> int:
@@ -213,6 +229,8 @@ class _Walk:
             pass  # created meanwhile: the retried open checks what it is
         except OSError as exc:
             raise self.os_error(exc) from None
+        else:
+            self.made.append((os.dup(self.fd), part))
         self.queue.appendleft(part)  # retried; more follows, so it is not the final component
 
     def expand(self, part: str, *, expect: str) -> None:
@@ -354,6 +372,7 @@ def parent_beneath(
     """
     parts = split_path(path) if isinstance(path, str) else tuple(path)
     walk = _Walk(root, parts, follow=follow_symlinks)
+    found = False
     try:
         while True:
             name = walk.descend(create_dirs=create_dirs)
@@ -369,9 +388,12 @@ def parent_beneath(
                 break
             walk.expand(name, expect="file")
         fd = os.dup(walk.fd)
+        found = True
     except OSError as exc:  # the tree changed under the walk: refuse rather than guess
         raise walk.os_error(exc) from None
     finally:
+        if not found:  # refused: the directories made on the way go too
+            walk.undo()
         walk.close()
     _verify(fd, root, walk.shown)
     return fd, name
