@@ -118,6 +118,26 @@ async def test_a_record_round_trips_with_every_field(make: Make) -> None:
     assert back == record  # float32-exact values survive storage unchanged
 
 
+async def test_a_nul_reads_back_alike_from_every_backend(make: Make) -> None:
+    # PostgreSQL's text and JSONB cannot hold NUL: every backend keeps its escape instead
+    memory = await make()
+    record = rec(
+        "a\0b",
+        id="n\0",
+        metadata={"k\0": ["v\0"]},
+        event_seq=2**40,
+        created=NOW.replace(microsecond=0),
+    )
+    assert record.text == "a\\u0000b"
+    assert record.metadata == {"k\\u0000": ["v\\u0000"]}
+    assert await memory.upsert([record]) == ["n\\u0000"]
+    assert await memory.get("ns", ["n\\u0000"]) == [record]
+    found = await memory.search(
+        MemoryQuery(namespace="ns", text="a\0b", mode="keyword", metadata={"k\0": ["v\0"]})
+    )
+    assert [r.id for r in found.records] == [record.id]
+
+
 async def test_the_same_text_is_one_record(make: Make) -> None:
     memory = await make()
     first = await memory.put(rec("Paris is the capital of France"))
@@ -378,6 +398,9 @@ async def test_search_limits_and_orders_deterministically(make: Make) -> None:
         ({"created": datetime(2026, 1, 1)}, "timezone"),
         ({"metadata": {"tags": {1, 2}}}, "JSON"),
         ({"metadata": {"x": float("inf")}}, "JSON"),
+        ({"event_seq": -1}, "event_seq"),
+        ({"event_seq": 2**63}, "event_seq"),
+        ({"event_seq": "7"}, "event_seq"),
     ],
 )
 def test_a_bad_record_is_refused_with_what_to_fix(fields: dict[str, object], message: str) -> None:
@@ -517,6 +540,31 @@ async def test_two_postgres_workers_see_each_others_writes() -> None:
     finally:
         await one.close()
         await two.close()
+        async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
+            await conn.execute(drop(table))
+
+
+async def test_a_postgres_table_of_an_older_tether_gets_a_wide_event_seq() -> None:
+    if (why := await _postgres_answers()) is not None:
+        pytest.skip(why)
+    import psycopg
+
+    table = f"tether_mem_{uuid.uuid4().hex[:12]}"
+    old = PostgresMemory(PG_URL, table=table)
+    try:
+        await old.put(rec("made before", id="old", event_seq=3))
+        await old.close()
+        async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
+            await conn.execute(
+                SQL("ALTER TABLE {t} ALTER COLUMN event_seq TYPE INTEGER").format(
+                    t=Identifier(table)
+                )
+            )
+        old = PostgresMemory(PG_URL, table=table)
+        await old.put(rec("made after", id="new", event_seq=2**40))
+        assert [r.event_seq for r in await old.get("ns", ["old", "new"])] == [3, 2**40]
+    finally:
+        await old.close()
         async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
             await conn.execute(drop(table))
 

@@ -13,9 +13,10 @@ caller where a visible escape loses nothing.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-__all__ = ["mended"]
+__all__ = ["mended", "nul_free"]
 
 T = TypeVar("T")
 
@@ -39,18 +40,32 @@ def mended(value: T) -> T:
     return cast(T, _mend(value))
 
 
-def _mend(value: Any) -> Any:
+def nul_free(value: T) -> T:
+    r"""``mended``, and every NUL character written out as its escape (``\u0000``).
+
+    For what a store keeps whose database cannot hold NUL (PostgreSQL's text and JSONB):
+    every backend stores the same text, so a record reads back alike from each.
+    """
+    return cast(T, _mend(value, _nul_text))
+
+
+def _nul_text(text: str) -> str:
+    text = _text(text)
+    return text.replace("\0", "\\u0000") if "\0" in text else text
+
+
+def _mend(value: Any, fix: Callable[[str], str] = _text) -> Any:
     if isinstance(value, str):
-        return _text(value)
+        return fix(value)
     if isinstance(value, list | tuple):
         given = cast(list[Any], value)
-        items: list[Any] = [_mend(v) for v in given]
+        items: list[Any] = [_mend(v, fix) for v in given]
         if all(a is b for a, b in zip(items, given, strict=True)):
             return given
         return items if isinstance(value, list) else tuple(items)
     if isinstance(value, dict):
         mapping = cast(dict[Any, Any], value)
-        pairs = [(_mend(k), _mend(v)) for k, v in mapping.items()]
+        pairs = [(_mend(k, fix), _mend(v, fix)) for k, v in mapping.items()]
         if all(a is k and b is v for (a, b), (k, v) in zip(pairs, mapping.items(), strict=True)):
             return mapping
         return dict(pairs)
@@ -58,7 +73,7 @@ def _mend(value: Any) -> Any:
         changed = {
             f.name: new
             for f in dataclasses.fields(value)
-            if f.init and (new := _mend(old := getattr(value, f.name))) is not old
+            if f.init and (new := _mend(old := getattr(value, f.name), fix)) is not old
         }
         return dataclasses.replace(value, **changed) if changed else value
     return value

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal, cast
 
 from tether._internal.frozen import frozen
-from tether._internal.mend import mended
+from tether._internal.mend import nul_free
 from tether.content import JsonObject
 from tether.errors import InvalidEntry
 
@@ -86,19 +86,18 @@ class MemoryRecord:
             )
         if not self.text.strip():
             raise InvalidEntry(f"a memory record in {self.namespace!r} has no text")
-        object.__setattr__(self, "text", mended(self.text))  # a lone surrogate: its escape
+        # a lone surrogate or a NUL: its escape (no UTF-8 encoder, or PostgreSQL, holds it)
+        object.__setattr__(self, "text", nul_free(self.text))
+        object.__setattr__(self, "id", nul_free(self.id))
         if self.kind not in KINDS:
             raise InvalidEntry(f"memory kind {self.kind!r} is not one of {', '.join(KINDS)}")
-        importance = cast(object, self.importance)
-        if isinstance(importance, bool) or not isinstance(importance, int | float):
-            raise InvalidEntry(f"importance is a number between 0 and 1, not {importance!r}")
+        self._check_numbers()
         if not isinstance(self.metadata, dict):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
             raise InvalidEntry(
                 f"a memory record's metadata must be a JSON object ({{...}}), not "
                 f"{type(self.metadata).__name__}"
             )
-        if not 0.0 <= self.importance <= 1.0:
-            raise InvalidEntry(f"importance must be between 0 and 1, not {self.importance}")
+        object.__setattr__(self, "metadata", nul_free(self.metadata))
         if self.embedding is not None and (
             not self.embedding or not all(math.isfinite(x) for x in self.embedding)
         ):
@@ -113,6 +112,18 @@ class MemoryRecord:
                 raise InvalidEntry(f"{name} must be timezone-aware (datetime.now(UTC))")
         if not self.id:
             object.__setattr__(self, "id", record_id(self.namespace, self.text))
+
+    def _check_numbers(self) -> None:
+        importance = cast(object, self.importance)
+        if isinstance(importance, bool) or not isinstance(importance, int | float):
+            raise InvalidEntry(f"importance is a number between 0 and 1, not {importance!r}")
+        if not 0.0 <= importance <= 1.0:
+            raise InvalidEntry(f"importance must be between 0 and 1, not {importance}")
+        seq = cast(object, self.event_seq)
+        if seq is not None and (
+            isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**63
+        ):
+            raise InvalidEntry(f"event_seq is an event's number (0 to 2**63-1), not {seq!r}")
 
     def expired(self, now: datetime) -> bool:
         """Whether the record has expired at ``now``."""
@@ -171,7 +182,8 @@ class MemoryQuery:
     """Vector matches below this cosine are not matches (keyword matches are kept)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "text", mended(self.text))  # an embedder needs UTF-8 too
+        object.__setattr__(self, "text", nul_free(self.text))  # as the records hold theirs
+        object.__setattr__(self, "metadata", nul_free(self.metadata))
         if not 1 <= self.limit <= 1000:
             raise InvalidEntry(f"a memory search's limit must be 1 to 1000, not {self.limit}")
         if self.mode not in ("hybrid", "keyword", "vector"):

@@ -114,10 +114,11 @@ class PostgresMemory(Memory):
                 "text TEXT NOT NULL, kind TEXT NOT NULL, metadata JSONB NOT NULL, "
                 "embedding BYTEA, embedding_model TEXT, dims INTEGER, "
                 "created DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION, "
-                "importance DOUBLE PRECISION NOT NULL, run_id TEXT, event_seq INTEGER, "
+                "importance DOUBLE PRECISION NOT NULL, run_id TEXT, event_seq BIGINT, "
                 "tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('english', text)) STORED, "
                 "UNIQUE (namespace, id))",
             )
+            await _widen_event_seq(conn, t)
             await _exec(conn, f"CREATE INDEX IF NOT EXISTS {t}_tsv ON {t} USING GIN (tsv)")
             await _exec(
                 conn,
@@ -410,6 +411,19 @@ def _filters(query: MemoryQuery, now: float) -> tuple[str, list[Any]]:
         where.append("metadata @> %s::jsonb")
         params.append(json.dumps(query.metadata))
     return " AND ".join(where), params
+
+
+async def _widen_event_seq(conn: psycopg.AsyncConnection[Any], table: str) -> None:
+    """A table made before ``event_seq`` was ``BIGINT`` gets it (an event's number past 2**31)."""
+    found = await _exec(
+        conn,
+        "SELECT atttypid::regtype::text FROM pg_attribute "
+        "WHERE attrelid = to_regclass(%s) AND attname = 'event_seq'",
+        (table,),
+    )
+    row = await found.fetchone()
+    if row is not None and row[0] == "integer":
+        await _exec(conn, f"ALTER TABLE {table} ALTER COLUMN event_seq TYPE BIGINT")
 
 
 async def _exec(
