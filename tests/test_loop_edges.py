@@ -321,3 +321,25 @@ async def test_a_tool_raising_approval_required_fails_the_call_with_its_reason()
     assert result.is_error
     assert result.error_type == "approval_required"
     assert content_text(result.content) == "pay needs approval: payments over 100 need a human"
+
+
+async def test_a_stream_consumer_that_changes_an_event_changes_nothing_of_the_run() -> None:
+    # the events handed out were the run's own: editing a call's arguments broke its chain,
+    # in memory and in the MemoryStore that held the same objects
+    from tether.codec import verify_chain
+    from tether.events import ToolCallRequested
+    from tether.stores import MemoryStore
+
+    store = MemoryStore()
+    script = ScriptedModel([call("add", a=1, b=2), call("add", a=3, b=4), finish("7")])
+    agent = Agent(name="streamed", model=script, tools=[add], store=store)
+    run = agent.stream("add twice")
+    async for event in run:
+        if isinstance(event, ToolCallRequested):
+            event.arguments["a"] = 1000
+    assert run.outcome.status == "finished"
+    verify_chain(run.outcome.events)
+    verify_chain(await store.read(run.outcome.run_id))
+    assert all(
+        e.arguments.get("a") != 1000 for e in run.outcome.events if isinstance(e, ToolCallRequested)
+    )

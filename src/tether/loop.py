@@ -25,6 +25,7 @@ import orjson
 from typing_extensions import TypeVar
 
 from tether._internal.clock import Clock
+from tether.codec import decode_event, encode_event
 from tether.errors import RunExists, RunNotFound, StoreError, UserError
 from tether.events import Event, RunStarted
 from tether.jsontypes import JsonObject
@@ -253,11 +254,16 @@ class AgentRun(Generic[OutputT]):
         return self._events()
 
     async def _events(self) -> AsyncGenerator[Event]:
-        """The run's events one by one (the engine commits, and hands over, in batches)."""
+        """The run's events one by one (the engine commits, and hands over, in batches).
+
+        Each is a copy (made from its encoding, as hooks get theirs): an event's nested values
+        (a call's arguments) are the run's own, and code that changed them changed the sealed
+        log in memory, and the stored run in a ``MemoryStore``.
+        """
         try:
             async for batch in self._gen:
                 for event in batch:
-                    yield event
+                    yield decode_event(encode_event(event))
         finally:
             await self._gen.aclose()  # a consumer that stopped reading ends the run
 
