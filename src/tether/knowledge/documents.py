@@ -85,11 +85,21 @@ class _Text(HTMLParser):
         elif not self._skip:
             self.parts.append(data)
 
+    def close(self) -> None:
+        # What feed() leaves unparsed and begins with "<" is a tag, comment or declaration with no
+        # end before the end of the page: HTML5 drops the tag and the others hold no text, so it is
+        # dropped whole. HTMLParser.close() before Python 3.11.13 (CPython gh-135462) passes its
+        # first characters on as text and parses the rest again, once for each "<" in it: quadratic,
+        # "<a " * 40_000 took 94 s. A lone "<" or "</" at the end stays text, as it does there.
+        if self.rawdata.startswith("<") and self.rawdata not in ("<", "</"):
+            self.rawdata = ""
+        super().close()
+
 
 def html_text(html: str) -> tuple[str, str | None]:
     """An HTML page's text (headings as Markdown ``#`` lines) and its title."""
     parser = _Text()
-    parser.feed(html)
+    parser.feed(html)  # in one piece: each feed() parses again what the last one left unfinished
     parser.close()
     text = "".join(parser.parts)
     text = re.sub(r"[ \t\r\f\v]+", " ", text)
