@@ -85,6 +85,15 @@ class _Text(HTMLParser):
         elif not self._skip:
             self.parts.append(data)
 
+    def parse_marked_section(self, i: int, report: bool = True) -> int:
+        # "<![foo]>": the stdlib knows only CDATA, IF, ELSE... and raises AssertionError on the
+        # rest (one odd page stopped an ingestion); HTML5 reads it as a comment up to ">"
+        try:
+            return super().parse_marked_section(i, report)
+        except AssertionError:
+            end = self.rawdata.find(">", i)
+            return -1 if end < 0 else end + 1
+
     def close(self) -> None:
         # What feed() leaves unparsed and begins with "<" is a tag, comment or declaration with no
         # end before the end of the page: HTML5 drops the tag and the others hold no text, so it is
