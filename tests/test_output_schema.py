@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +18,7 @@ from tether.events import RunStarted, ToolCallFinished
 from tether.jsontypes import JsonObject, JsonValue
 from tether.messages import ToolCall
 from tether.testing import ScriptedModel, call
+from tether.tools.base import ToolContext
 
 TICKET: JsonObject = {
     "type": "object",
@@ -114,6 +118,42 @@ def test_a_schema_that_refers_outside_itself_is_refused_for_outputs_and_tools() 
                 input_schema={"type": "object", "properties": {"a": {"$ref": ref}}},
                 handler=handler,  # type: ignore[arg-type]
             )
+
+
+async def _ignore(ctx: ToolContext, arguments: Mapping[str, Any]) -> str:
+    return "x"
+
+
+def test_a_reference_to_nothing_in_the_schema_is_refused_for_outputs_and_tools() -> None:
+    """Found when the agent or the tool is made, not when a value first meets it."""
+    from tether.tools.base import Tool
+
+    for ref in ("#/$defs/Missing", "#nowhere", "#/properties/b"):
+        schema: JsonObject = {"type": "object", "properties": {"a": {"$ref": ref}}}
+        with pytest.raises(ConfigError, match=re.escape(f"does not hold ({ref})")):
+            Agent(model=ScriptedModel([]), output_schema=schema)
+        with pytest.raises(ConfigError, match="refers to what it does not hold"):
+            Tool.from_schema(name="t", description="d", input_schema=schema, handler=_ignore)
+
+
+def test_references_are_resolved_as_validation_resolves_them() -> None:
+    """From a nested ``$id``'s base, to anchors; a ``$ref`` inside data is not a reference."""
+    from tether.tools.base import Tool
+
+    schema: JsonObject = {
+        "$id": "https://example.com/root",
+        "type": "object",
+        "$defs": {"Name": {"$anchor": "name", "type": "string"}},
+        "properties": {
+            "a": {"$ref": "#/$defs/Name"},
+            "b": {"$ref": "#name"},
+            "c": {"$id": "inner", "$defs": {"N": {"type": "integer"}}, "$ref": "#/$defs/N"},
+            "d": {"const": {"$ref": "#/not/a/reference"}},
+        },
+    }
+    made = Tool.from_schema(name="t", description="d", input_schema=schema, handler=_ignore)
+    value: JsonObject = {"a": "x", "b": "y", "c": 1, "d": {"$ref": "#/not/a/reference"}}
+    assert made.validator(value) == value
 
 
 async def test_a_non_object_schema_with_definitions_can_be_met() -> None:

@@ -11,6 +11,7 @@ from subprocess import DEVNULL
 from typing import cast
 
 import pytest
+from inline_snapshot import snapshot
 
 from tests.support import free_port, wait_listening
 from tether import Agent
@@ -25,6 +26,7 @@ from tether.testing import ScriptedModel, call, finish
 from tether.tools.mcp import Elicit, McpServer, McpUnavailable
 
 FIXTURE = str(Path(__file__).with_name("mcp_fixture_server.py"))
+RAW = str(Path(__file__).with_name("mcp_raw_server.py"))
 
 
 def results(outcome: RunOutcome[str]) -> list[ToolCallFinished]:
@@ -115,6 +117,83 @@ async def test_a_tool_the_server_changed_since_it_was_listed_is_not_called() -> 
         assert "changed the tool 'echo' since it was listed; the call was not made" in str(
             refused.content
         )
+
+
+async def _odd(*groups: str, prefix: str = "") -> tuple[list[str], list[str], list[str]]:
+    """The tools taken from the raw server listing these groups, those skipped, the answers."""
+    async with McpServer.stdio("raw", sys.executable, RAW, *groups, timeout=20) as server:
+        tools = await server.tools(prefix=prefix)
+        agent = Agent(
+            model=ScriptedModel(
+                [call(f"{prefix}echo", text="hi"), call(f"{prefix}noop"), finish("ok")]
+            ),
+            tools=tools,
+            policy=RulePolicy(Rules(rules=(allow("*"),))),
+        )
+        outcome = await agent.run("echo, then nothing")
+    answered = [content_text(r.content) for r in results(outcome) if not r.is_error]
+    return [t.name for t in tools], server.skipped, answered
+
+
+async def test_a_tool_the_sdk_cannot_read_is_skipped_and_the_servers_other_tools_work() -> None:
+    """One tool whose input schema is a string (or that has no name) failed the whole list."""
+    taken, skipped, answered = await _odd("unreadable")
+    assert taken == ["echo", "noop"]
+    assert skipped == snapshot(
+        [
+            "spelled: the MCP SDK cannot read it (inputSchema.type: Input should be 'object')",
+            "<the page's tool #4, unnamed>: the MCP SDK cannot read it (name: Field required)",
+        ]
+    )
+    assert answered == ["echo: hi", "called noop"]
+
+
+async def test_a_name_listed_for_two_different_tools_is_skipped_a_repeat_is_taken_once() -> None:
+    """A call by a name the server lists twice, differently, runs whichever it picks."""
+    taken, skipped, answered = await _odd("twins", "repeat")
+    assert taken == ["echo", "noop"]
+    assert skipped == snapshot(
+        [
+            "twin: the server lists different tools under this name: a call by the name runs whichever one the server picks, so none of them is taken",
+            "twin: listed again (see above)",
+            "echo: listed again, identically: the first listing is taken",
+        ]
+    )
+    assert answered == ["echo: hi", "called noop"]
+
+
+async def test_a_tool_named_like_a_control_tool_is_skipped_unless_a_prefix_renames_it() -> None:
+    taken, skipped, answered = await _odd("reserved")
+    assert taken == ["echo", "noop"]
+    assert skipped == snapshot(
+        [
+            "finish_task: 'finish_task' is the name of one of tether's control tools: list the server with a prefix (tools(prefix=...)) to take this tool",
+            "ask_user: 'ask_user' is the name of one of tether's control tools: list the server with a prefix (tools(prefix=...)) to take this tool",
+        ]
+    )
+    assert answered == ["echo: hi", "called noop"]
+    taken, skipped, _ = await _odd("reserved", prefix="raw_")
+    assert taken == ["raw_echo", "raw_noop", "raw_finish_task", "raw_ask_user"]
+    assert skipped == []
+
+
+async def test_a_schema_whose_ref_points_at_nothing_is_skipped_when_listed() -> None:
+    """Found when the tools are listed, not when the model first calls this one."""
+    taken, skipped, answered = await _odd("dangling")
+    assert taken == ["echo", "noop"]
+    assert skipped == snapshot(
+        [
+            "pointer: tool 'pointer': invalid input_schema: the schema refers to what it does not hold (#/$defs/Missing): define each target (in '$defs', say) or drop the reference"
+        ]
+    )
+    assert answered == ["echo: hi", "called noop"]
+
+
+async def test_only_may_name_a_tool_that_is_skipped() -> None:
+    """It is listed: skipped, with why, not 'lists no tools'."""
+    async with McpServer.stdio("raw", sys.executable, RAW, "unreadable", timeout=20) as server:
+        assert [t.name for t in await server.tools(only=["echo", "spelled"])] == ["echo"]
+        assert [s.split(":")[0] for s in server.skipped] == ["spelled"]
 
 
 async def test_a_server_that_cannot_start_or_is_not_entered_says_so() -> None:

@@ -192,9 +192,11 @@ def local_validator(schema: JsonObject) -> Any:
 
     A ``$ref`` may only point inside the schema (``#...``): one naming a URL or a file would
     make validation fetch it, from a schema an outside server (an MCP tool) or a file wrote.
+    It must also point at something the schema holds: a ``#/$defs/Missing`` is found here,
+    not when the first value is checked against it.
 
     Raises:
-        ConfigError: the schema is invalid, or refers outside itself.
+        ConfigError: the schema is invalid, refers outside itself, or to nothing in it.
     """
     from jsonschema import Draft202012Validator, SchemaError
     from referencing import Registry
@@ -208,6 +210,12 @@ def local_validator(schema: JsonObject) -> Any:
         raise ConfigError(
             f"the schema refers outside itself ({', '.join(outside[:3])}): only '#...' "
             "references are followed"
+        )
+    dangling = sorted(_dangling_refs(schema))
+    if dangling:
+        raise ConfigError(
+            f"the schema refers to what it does not hold ({', '.join(dangling[:3])}): "
+            "define each target (in '$defs', say) or drop the reference"
         )
     return Draft202012Validator(schema, registry=Registry())
 
@@ -226,6 +234,35 @@ def _outside_refs(value: object) -> set[str]:
                     stack.append(inner)
         elif isinstance(item, list):
             stack.extend(cast(list[object], item))
+    return found
+
+
+def _dangling_refs(schema: JsonObject) -> set[str]:
+    """The schema's ``$ref``s and ``$dynamicRef``s that resolve to nothing inside it.
+
+    ``referencing`` (what jsonschema resolves with) walks the subschemas, so a ``$ref`` in
+    data (a ``const``, a ``default``) is not taken for one, and a nested ``$id`` moves the
+    base a reference resolves against, as it does when a value is checked.
+    """
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
+    root: Resource[Any] = DRAFT202012.create_resource(schema)
+    found: set[str] = set()
+    stack = [(root, Registry[Any]().resolver_with_root(root))]
+    while stack:
+        resource, resolver = stack.pop()
+        contents: object = resource.contents
+        if isinstance(contents, dict):
+            for key in ("$ref", "$dynamicRef"):
+                ref = cast(dict[str, object], contents).get(key)
+                if not isinstance(ref, str):
+                    continue
+                try:
+                    resolver.lookup(ref)
+                except Exception:  # Unresolvable, or a pointer through a boolean schema
+                    found.add(ref)
+        stack.extend((sub, resolver.in_subresource(sub)) for sub in resource.subresources())
     return found
 
 

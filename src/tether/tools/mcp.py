@@ -33,6 +33,7 @@ import orjson
 from tether.content import TextBlock, ToolResult
 from tether.errors import ConfigError, TetherError
 from tether.jsontypes import JsonObject, JsonValue
+from tether.messages import CONTROL_TOOLS
 from tether.tools.base import Tool, ToolAnnotations, ToolContext
 
 __all__ = ["MAX_RESULT_CHARS", "Elicit", "McpServer", "McpUnavailable"]
@@ -56,6 +57,10 @@ class McpUnavailable(TetherError):
     """The MCP server could not be started or reached, or it left the session."""
 
 
+_AMBIGUOUS = "ambiguous"
+"""The digest of a name the server lists for two different tools: it matches no listing."""
+
+
 def _digest(tool: Any) -> str:
     hints = tool.annotations
     listed = {
@@ -64,6 +69,23 @@ def _digest(tool: Any) -> str:
         "annotations": None if hints is None else hints.model_dump(mode="json"),
     }
     return hashlib.sha256(orjson.dumps(listed, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _digests(listed: Sequence[Any], unreadable: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Each listed name's digest; ``_AMBIGUOUS`` for a name that stands for two tools.
+
+    Two listings of one name that differ (or one that the SDK could not read) leave it
+    to the server which of them a call by that name runs; an identical repeat does not.
+    """
+    found: dict[str, str] = {}
+    for tool in listed:
+        digest = _digest(tool)
+        if found.setdefault(tool.name, digest) != digest:
+            found[tool.name] = _AMBIGUOUS
+    for name, _ in unreadable:
+        if name in found:
+            found[name] = _AMBIGUOUS
+    return found
 
 
 class McpServer:
@@ -158,15 +180,18 @@ class McpServer:
         """A session, initialized, whose resources ``stack`` closes (or ``McpUnavailable``)."""
         from mcp import ClientSession
 
+        from tether.tools._mcplisting import ListingDispatcher
+
         try:
             streams = await stack.enter_async_context(self._transport())
+            dispatcher = ListingDispatcher(streams[0], streams[1])
             session = ClientSession(
-                streams[0],
-                streams[1],
                 read_timeout_seconds=self._timeout,
                 message_handler=self._on_message,
                 elicitation_callback=None if self._elicit is None else self._on_elicit,
+                dispatcher=dispatcher,
             )
+            dispatcher.protocol_version = lambda: session.protocol_version
             await stack.enter_async_context(session)
             await session.initialize()
         except BaseException as exc:
@@ -318,9 +343,14 @@ class McpServer:
                 filled[key] = field["default"]
         return types.ElicitResult(action="accept", content=filled)
 
-    async def _list(self, session: Any = None) -> list[Any]:
-        """Every tool the server lists (at most ``_MAX_TOOLS``, over at most ``_MAX_PAGES``)."""
+    async def _list(self, session: Any = None) -> tuple[list[Any], list[tuple[str, str]]]:
+        """Every tool the server lists, and each one the SDK could not read, with why.
+
+        At most ``_MAX_TOOLS``, over at most ``_MAX_PAGES``; the unreadable are not in the first.
+        """
         from mcp import types
+
+        from tether.tools._mcplisting import unreadable_tools
 
         session = session or self._session
         if session is None:
@@ -328,36 +358,50 @@ class McpServer:
         found: list[Any] = []
         seen: set[str] = set()
         cursor: str | None = None
-        try:
-            for _ in range(_MAX_PAGES):
-                params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
-                page = await session.list_tools(params=params)
-                found.extend(page.tools)
-                cursor = page.next_cursor
-                if not cursor or cursor in seen or len(found) >= _MAX_TOOLS:
-                    break
-                seen.add(cursor)
-        except Exception as exc:  # a timeout, a dead server, a list the SDK cannot read
-            raise McpUnavailable(
-                f"MCP server {self.name!r} did not list its tools: {type(exc).__name__}: {exc}"
-            ) from None
-        return found[:_MAX_TOOLS]
+        with unreadable_tools() as unreadable:
+            try:
+                for _ in range(_MAX_PAGES):
+                    params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+                    page = await session.list_tools(params=params)
+                    found.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor or cursor in seen or len(found) >= _MAX_TOOLS:
+                        break
+                    seen.add(cursor)
+            except Exception as exc:  # a timeout, a dead server, a page the SDK cannot read
+                raise McpUnavailable(
+                    f"MCP server {self.name!r} did not list its tools: {type(exc).__name__}: {exc}"
+                ) from None
+        return found[:_MAX_TOOLS], unreadable
 
     async def tools(self, *, prefix: str = "", only: Sequence[str] | None = None) -> list[Tool]:
         """The server's tools as tether tools (``prefix`` before each name, ``only`` these).
 
-        A tool tether cannot take (an invalid name, a schema that is not an object) is left
-        out and named in ``skipped``; a name in ``only`` the server does not list is an error.
+        A tool tether cannot take is left out, and named in ``skipped`` with why; the
+        server's other tools are taken as usual. Those are: a tool the ``mcp`` SDK cannot
+        read (an input schema that is not an object, say), an invalid name, a schema that
+        refers to what it does not hold, a name (with ``prefix``) of one of tether's own
+        control tools (``finish_task``, ``ask_user``, ``search_knowledge``), and a name the
+        server lists for two different tools: a call by that name runs whichever the server
+        picks, so neither is taken (a repeat identical to the first is taken once).
+        A name in ``only`` the server does not list is an error.
         """
-        listed = await self._list()
+        listed, unreadable = await self._list()
         self._list_changed = False
-        self._current = {t.name: _digest(t) for t in listed}
-        missing = sorted(set(only or ()) - set(self._current))
+        self._current = _digests(listed, unreadable)
+        missing = sorted(set(only or ()) - set(self._current) - {n for n, _ in unreadable})
         if missing:
             raise ConfigError(f"MCP server {self.name!r} lists no tools {missing}")
+        self.skipped.extend(f"{n}: {why}" for n, why in unreadable if only is None or n in only)
         made: list[Tool] = []
+        seen: set[str] = set()
         for tool in listed:
             if only is not None and tool.name not in only:
+                continue
+            refused = self._refused(tool, prefix, seen)
+            seen.add(tool.name)
+            if refused is not None:
+                self.skipped.append(f"{tool.name}: {refused}")
                 continue
             try:
                 made.append(self._tool(tool, prefix))
@@ -366,6 +410,26 @@ class McpServer:
                 continue
             self._listed[tool.name] = self._current[tool.name]
         return made
+
+    def _refused(self, tool: Any, prefix: str, seen: set[str]) -> str | None:
+        """Why a listed tool is not taken, for a reason of its name, or ``None``."""
+        name = str(tool.name)
+        if self._current[name] == _AMBIGUOUS:
+            if name in seen:
+                return "listed again (see above)"
+            return (
+                "the server lists different tools under this name: a call by the name runs "
+                "whichever one the server picks, so none of them is taken"
+            )
+        if name in seen:
+            return "listed again, identically: the first listing is taken"
+        reserved = f"{prefix}{name}"
+        if reserved in CONTROL_TOOLS:
+            return (
+                f"{reserved!r} is the name of one of tether's control tools: list the server "
+                "with a prefix (tools(prefix=...)) to take this tool"
+            )
+        return None
 
     def _tool(self, tool: Any, prefix: str) -> Tool:
         hints = tool.annotations
@@ -414,7 +478,7 @@ class McpServer:
             return ToolResult.error(f"the MCP server {self.name!r} is not connected")
         try:
             if self._list_changed:  # the server announced a new list: see what it is now
-                self._current = {t.name: _digest(t) for t in await self._list(session)}
+                self._current = _digests(*await self._list(session))
                 self._list_changed = False
         except McpUnavailable as exc:
             if self._lazy:
