@@ -434,7 +434,7 @@ def disk_full_mid_run(c: Ctx) -> str:
     check_pending(c, stored)
     again = c.h.tether(
         "resume (disk free again)",
-        ["resume", run_id, "--db", str(db)],
+        ["resume", run_id, "--agent", agents.ref("filler"), "--db", str(db)],
         cwd=c.dir,
         bound=60 + HANG_MARGIN,
     )
@@ -502,8 +502,8 @@ def corrupt(c: Ctx) -> str:
         "import": ["import", str(c.dir / "new.jsonl")],
         "prune": ["prune", "--keep-last", "0"],
         "run": run_args(db, "steady"),
-        "resume": ["resume", crashed],
-        "approve": ["approve", waiting, "--all"],
+        "resume": ["resume", crashed, "--agent", agents.ref("steady")],
+        "approve": ["approve", waiting, "--all", "--agent", agents.ref("gated")],
         "abandon": ["abandon", crashed, "--reason", "its worker was killed"],
     }
     failed = 0
@@ -542,7 +542,11 @@ def resume_during_tool(c: Ctx, seconds: float) -> str:
     in_tool = time.monotonic()
     time.sleep(at)
     other = c.h.tether(
-        "resume", ["resume", run_id, "--db", str(db)], cwd=c.dir, env=env, bound=bound
+        "resume",
+        ["resume", run_id, "--agent", agents.ref("slow"), "--db", str(db)],
+        cwd=c.dir,
+        env=env,
+        bound=bound,
     )
     refused_at = time.monotonic() - in_tool
     expect_clean_failure(c, other, names=run_id, says=("owned by", "alive"))
@@ -614,7 +618,10 @@ def loop_hogged(c: Ctx) -> str:
     stored = inspect(db)
     settle(c, stored, [(ran, run_id)])
     again = c.h.tether(
-        "resume", ["resume", run_id, "--db", str(db)], cwd=c.dir, bound=2 + HANG_MARGIN
+        "resume",
+        ["resume", run_id, "--agent", agents.ref("hog"), "--db", str(db)],
+        cwd=c.dir,
+        bound=2 + HANG_MARGIN,
     )
     if again.code != 0:
         c.problem(f"resume did not finish the run: {again.brief()}")
@@ -658,7 +665,7 @@ def kill_and_resume(
             k.before_commit += 1
             args = run_args(db, "crashy", "--run-id", run_id)  # a supervisor's re-issue
         else:
-            args = ["resume", run_id, "--db", str(db)]
+            args = ["resume", run_id, "--agent", agents.ref("crashy"), "--db", str(db)]
         k.resumes += 1
         rans.append(
             c.h.tether(f"{args[0]} {run_id}", args, cwd=c.dir, env=env, bound=60 + HANG_MARGIN)

@@ -309,7 +309,8 @@ async def test_a_waiting_direct_run_is_continued_by_tether_approve(tmp_path: Pat
     run_id = _run_id(held)
     root = Path(__file__).resolve().parent.parent
     approved = subprocess.run(  # noqa: ASYNC221 - the server has ended
-        [sys.executable, "-m", "tether", "approve", run_id, "direct", "--db", str(db)],
+        [sys.executable, "-m", "tether", "approve", run_id, "direct", "--db", str(db),
+         "--agent", refs["bank"]],
         capture_output=True, text=True, timeout=120, check=False, cwd=root,
     )  # fmt: skip
     assert approved.returncode == 0, approved.stderr

@@ -50,7 +50,14 @@ from tether.stores.memory import MemoryStore
 from tether.thinking import Plan, PlanCache, Thinking
 from tether.tools.base import Tool, ToolContext
 
-__all__ = ["VOLATILE_FIELDS", "ReplayReport", "first_divergence", "load_agent", "replay"]
+__all__ = [
+    "VOLATILE_FIELDS",
+    "ReplayReport",
+    "first_divergence",
+    "load_agent",
+    "replay",
+    "trusted_ref",
+]
 
 VOLATILE_FIELDS = frozenset(
     {"run_id", "at", "prev_hash", "hash", "latency_s", "duration_s", "request_digest", "retry_in_s"}
@@ -77,30 +84,41 @@ class ReplayReport:
         return self.divergence is None
 
 
+def trusted_ref(ref: str) -> bool:
+    """Whether a log may name the agent ``ref`` for tether to load it without being told to.
+
+    A log is data: whoever can write one (or hand one to ``tether import``) can name any
+    module, function or file, and importing a module runs its code. So of what a log names
+    only tether's own examples (``tether.examples``, not any of tether's callables) and
+    installed packs (``pack:PACK/AGENT``, installed by the user) are loaded; any other agent
+    is one the user names themselves (``--agent``).
+    """
+    if ref.startswith("pack:"):
+        return True
+    module, colon, _ = ref.partition(":")
+    return bool(colon) and module.startswith("tether.examples.") and not ref.endswith(".toml")
+
+
 def load_agent(ref: str, *, recorded: bool = False) -> Agent[Any]:
     """Import an agent from ``module:attribute``, read a TOML file's, or ask a pack for one.
 
     A callable attribute is called; a ``.toml`` path is read by ``tether.agentfile``;
     ``pack:PACK/AGENT`` is made by an installed pack (``tether packs``). ``recorded``: the
-    ref comes from a log (anyone who can write a log can write it), so nothing it names is
-    called or read but tether's own examples (``tether.examples``) and installed packs; an
-    ``Agent`` it names is taken as it is.
+    ref comes from a log, so it is refused, before anything is imported, called or read,
+    unless ``trusted_ref`` trusts it.
     """
+    if recorded and not trusted_ref(ref):
+        raise _untrusted(ref)
     if ref.startswith("pack:"):
         from tether.packs import agent_from_pack
 
         return agent_from_pack(ref.removeprefix("pack:"))
-    trusted = not recorded or ref.startswith("tether.examples.")  # not any of tether's callables
     if ref.endswith(".toml"):
-        if not trusted:
-            raise _untrusted(ref)
         from tether.agentfile import load_agent_file
 
         return load_agent_file(ref)
     value = import_ref(ref, "agent", beside=Path.cwd())
     if not isinstance(value, Agent) and callable(value):
-        if not trusted:
-            raise _untrusted(ref)
         try:
             value = value()
         except TetherError:
@@ -116,9 +134,11 @@ def load_agent(ref: str, *, recorded: bool = False) -> Agent[Any]:
 
 def _untrusted(ref: str) -> ConfigError:
     return ConfigError(
-        f"the recording names the agent {ref!r}, which would have to be called (or read) to "
-        "make it; a log's words are not run as code: pass it yourself (`--agent "
-        f"{ref}`, or replay(..., agent=...)) if you trust it"
+        f"the log names the agent {ref!r}, which would have to be imported (or read) to make "
+        "it; a log's words are not run as code (whoever can write a log can name any module "
+        "or function), so of what a log names only tether's examples and installed packs are "
+        f"loaded: if {ref!r} is your agent, pass it yourself: `--agent {ref}` (in Python, "
+        "the Agent itself)"
     )
 
 
@@ -348,11 +368,13 @@ async def replay(events: Sequence[Event], *, agent: Agent[Any] | None = None) ->
 
     Args:
         events: The recorded run (its chain is verified first).
-        agent: The agent to replay; by default the one named by the recording's ``agent_ref``.
+        agent: The agent to replay; by default the one named by the recording's ``agent_ref``,
+            if ``trusted_ref`` trusts it.
 
     Raises:
         BrokenChain: the recording was tampered with.
-        ConfigError: no agent was given and the recording does not say how to import it.
+        ConfigError: no agent was given and the recording does not say how to import it,
+            or names one that is not trusted.
     """
     verify_chain(events)
     if not events or not isinstance(events[0], RunStarted):

@@ -249,7 +249,16 @@ def test_an_agent_factory_that_raises_exits_2_saying_whose_failure(
 
 
 @pytest.mark.parametrize(
-    "ref", ["sys:exit", "os:abort", "code:interact", "agents.toml", "tether.cli.app:main"]
+    "ref",
+    [
+        "sys:exit",
+        "os:abort",
+        "code:interact",
+        "agents.toml",
+        "tether.cli.app:main",
+        "tests.cli.log_named:AGENT",  # an Agent, but importing its module runs the module
+        "tether.examples.x/../../agents.toml",
+    ],
 )
 def test_replay_never_calls_what_a_log_names(tmp_path: Path, ref: str) -> None:
     # a resealed log named sys:exit and replay exited 0, "matching"; os:abort killed it

@@ -62,7 +62,9 @@ async def test_a_tool_that_blocks_the_loop_for_good_ends_the_process_not_hangs_i
         await store.close()
     assert kinds[-1] == "policy_decided"  # the call was under way: its intent is logged
 
-    code, _, err = await tether("resume", row.run_id, "--db", db)
+    code, _, err = await tether(
+        "resume", row.run_id, "--agent", "tests.cli.hang_agent:agent", "--db", db
+    )
     assert code == 0, err
     store = SqliteStore(db)
     try:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from tests.cli import log_named
 from tether.cli.app import app
 from tether.codec import read_jsonl
-from tether.events import ToolCallFinished
+from tether.events import Event, ToolCallFinished
 from tether.examples.demo import assistant
 from tether.stores import SqliteStore
 from tether.testing import ScriptedModel, call, finish
@@ -135,3 +138,85 @@ def test_resume_of_an_unknown_run_exits_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["resume", "nope", "--db", str(db)])
     assert result.exit_code == 2
     assert "error:" in result.stderr
+
+
+FACTORY = "tests.cli.log_named:make_agent"
+
+
+def waiting_run(db: Path, ref: str) -> tuple[str, list[Event]]:
+    """A stored run of ``log_named``'s agent, waiting to approve a calculation; its log names ``ref``."""
+
+    async def go() -> tuple[str, list[Event]]:
+        store = SqliteStore(db)
+        try:
+            agent = replace(log_named.AGENT, store=store)
+            model = ScriptedModel([call("calculate", expression="6 * 7"), finish("42")])
+            outcome = await agent.run("what is 6*7?", model=model, agent_ref=ref)
+            assert outcome.status == "waiting_for_approval"
+            return outcome.run_id, await store.read(outcome.run_id)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def stored(db: Path, run_id: str) -> list[Event]:
+    store = SqliteStore(db)
+    try:
+        return asyncio.run(store.read(run_id))
+    finally:
+        asyncio.run(store.close())
+
+
+@pytest.mark.parametrize("command", [["resume"], ["approve", "--all"]])
+def test_resume_and_approve_never_call_an_agent_factory_the_log_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    # a run's log (imported, say) named a function; resume and approve imported and called it
+    monkeypatch.setenv("COLUMNS", "2000")
+    db = tmp_path / "t.db"
+    run_id, before = waiting_run(db, FACTORY)
+    log_named.calls.clear()
+
+    result = CliRunner().invoke(app, [command[0], run_id, *command[1:], "--db", str(db)])
+
+    assert result.exit_code == 2, result.output
+    assert log_named.calls == []
+    message = " ".join(result.stderr.split())
+    assert message.startswith(f"error: the log names the agent {FACTORY!r}")
+    assert "a log's words are not run as code" in message
+    assert f"pass it yourself: `--agent {FACTORY}`" in message
+    assert stored(db, run_id) == before
+
+
+def test_resume_never_imports_a_module_the_log_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # importing a module runs its code: a log could name one that acts when imported
+    db = tmp_path / "t.db"
+    run_id, before = waiting_run(db, "tests.cli.log_named:AGENT")
+    monkeypatch.delitem(sys.modules, "tests.cli.log_named")
+
+    result = CliRunner().invoke(app, ["resume", run_id, "--db", str(db)])
+
+    assert result.exit_code == 2, result.output
+    assert "tests.cli.log_named" not in sys.modules
+    assert stored(db, run_id) == before
+
+
+def test_approve_with_the_agent_passed_continues_a_run_whose_log_names_it(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "t.db"
+    run_id, _ = waiting_run(db, FACTORY)
+    log_named.calls.clear()
+    model = script(tmp_path, "s.json", CALC_THEN_FINISH)
+
+    result = CliRunner().invoke(
+        app, ["approve", run_id, "--all", "--agent", FACTORY, "--model", model, "--db", str(db)]
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "42" in result.stdout
+    assert log_named.calls == ["make_agent"]
+    assert stored(db, run_id)[-1].kind == "run_finished"

@@ -82,17 +82,26 @@ def test_approve_decides_calls_one_by_one_and_continues_the_run(tmp_path: Path) 
     sent.clear()
     db = tmp_path / "t.db"
     run_id = waiting_run(db).run_id
-    code, output = cli("approve", run_id, "c1", "--by", "ops", "--db", str(db))
+    code, output = cli("approve", run_id, "--agent", REF, "c1", "--by", "ops", "--db", str(db))
     assert code == 1, output  # still waiting for c2: not finished
     assert "waiting for approval c2: send" in output
     assert sent == []
     code, output = cli(
-        "approve", run_id[:10], "c2", "--deny", "--reason", "not bob", "--db", str(db)
+        "approve",
+        run_id[:10],
+        "--agent",
+        REF,
+        "c2",
+        "--deny",
+        "--reason",
+        "not bob",
+        "--db",
+        str(db),
     )
     assert code == 0, output
     assert sent == ["ann"]
     assert "denied by a human: not bob" in output
-    code, output = cli("approve", run_id, "c1", "--db", str(db))
+    code, output = cli("approve", run_id, "--agent", REF, "c1", "--db", str(db))
     assert code == 2
     assert "does not wait for approvals" in output
     assert sent == ["ann"]  # approving again never runs it again
@@ -102,15 +111,19 @@ def test_approve_all_and_edited_arguments(tmp_path: Path) -> None:
     sent.clear()
     db = tmp_path / "t.db"
     run_id = waiting_run(db).run_id
-    code, output = cli("approve", run_id, "c1", "c2", "--args", '{"to": "carol"}', "--db", str(db))
+    code, output = cli(
+        "approve", run_id, "--agent", REF, "c1", "c2", "--args", '{"to": "carol"}', "--db", str(db)
+    )
     assert code == 2
     assert "edits one call" in output
-    code, output = cli("approve", run_id, "c1", "--args", "[1]", "--db", str(db))
+    code, output = cli("approve", run_id, "--agent", REF, "c1", "--args", "[1]", "--db", str(db))
     assert code == 2
     assert "JSON object" in output
-    code, output = cli("approve", run_id, "c1", "--args", '{"to": "carol"}', "--db", str(db))
+    code, output = cli(
+        "approve", run_id, "--agent", REF, "c1", "--args", '{"to": "carol"}', "--db", str(db)
+    )
     assert code == 1, output
-    code, output = cli("approve", run_id, "--all", "--db", str(db))
+    code, output = cli("approve", run_id, "--agent", REF, "--all", "--db", str(db))
     assert code == 0, output
     assert sent == ["carol", "bob"]
 
@@ -118,7 +131,7 @@ def test_approve_all_and_edited_arguments(tmp_path: Path) -> None:
 def test_approve_without_calls_lists_what_is_pending(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     run_id = waiting_run(db).run_id
-    code, output = cli("approve", run_id, "--db", str(db))
+    code, output = cli("approve", run_id, "--agent", REF, "--db", str(db))
     assert code == 2
     assert "pending: c1 (send), c2 (send)" in output
 
@@ -142,7 +155,7 @@ def test_resume_with_an_answer_for_a_run_waiting_for_approval_exits_2(tmp_path: 
 def test_audit_prints_every_decision_of_an_untampered_run(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     run_id = waiting_run(db).run_id
-    cli("approve", run_id, "--all", "--by", "ops", "--db", str(db))
+    cli("approve", run_id, "--agent", REF, "--all", "--by", "ops", "--db", str(db))
     code, output = cli("audit", run_id, "--db", str(db))
     assert code == 0, output
     assert "chain verified" in output

@@ -49,7 +49,7 @@ def test_approving_without_the_secret_says_to_give_it_in_full(tmp_path: Path) ->
     given.clear()
     db = tmp_path / "t.db"
     run_id = waiting_run(db)
-    ran = CliRunner().invoke(app, ["approve", run_id, "--all", "--db", str(db)])
+    ran = CliRunner().invoke(app, ["approve", run_id, "--all", "--agent", REF, "--db", str(db)])
     assert given == []
     shown = CliRunner().invoke(app, ["show", run_id, "--db", str(db)])
     assert "not executed: the arguments of call_0_0 held a secret" in shown.stdout, ran.output
@@ -62,7 +62,11 @@ def test_approving_with_the_arguments_in_full_runs_and_never_shows_or_stores_the
     db = tmp_path / "t.db"
     run_id = waiting_run(db)
     ran = CliRunner().invoke(
-        app, ["approve", run_id, "call_0_0", "--args", f'{{"token": "{KEY}"}}', "--db", str(db)]
+        app,
+        [
+            *("approve", run_id, "call_0_0", "--agent", REF),
+            *("--args", f'{{"token": "{KEY}"}}', "--db", str(db)),
+        ],
     )
     assert ran.exit_code == 0, ran.output
     assert given == [KEY]

@@ -154,8 +154,11 @@ def command(name: str, s: Setup) -> list[str]:
             "--no-log",
         ],
         "resume": ["resume", s.runs.crashed, "--model", calculate],
-        "resume (disk fills mid-run)": ["resume", s.runs.crashed_filler, "--model", fill],
-        "approve": ["approve", s.runs.waiting, "--all"],
+        "resume (disk fills mid-run)": [
+            *("resume", s.runs.crashed_filler, "--model", fill),
+            *("--agent", "tests.cli.full_disk:AGENT"),  # a log's agent is not imported
+        ],
+        "approve": ["approve", s.runs.waiting, "--all", "--agent", "tests.cli.full_disk:GATED"],
         "abandon": ["abandon", s.runs.crashed, "--reason", "its worker was killed"],
     }[name]
 

@@ -34,7 +34,12 @@ __all__ = [
 RunArgument = Annotated[str, typer.Argument(help="The run's id (or a unique prefix of it).")]
 AgentOption = Annotated[
     str | None,
-    typer.Option("--agent", help="module:attribute of the Agent (default: the recorded one)."),
+    typer.Option(
+        "--agent",
+        help="The agent that ran the run: module:attribute, an agent file (x.toml) or "
+        "pack:PACK/AGENT (default: the recorded one, only if it is one of tether's examples "
+        "or an installed pack's: a log's words are not run as code).",
+    ),
 ]
 ModelOption = Annotated[
     str | None, typer.Option(help="Model string (default: the recorded model, if it resolves).")
@@ -71,7 +76,8 @@ def continue_run(
 ) -> RunOutcome[Any]:
     """Resume a stored run with the agent that ran it; ``TetherError`` for the caller to show.
 
-    The agent is the one the run recorded (``--agent`` overrides), with the run's limits;
+    The agent is ``--agent``, else the one the run recorded if ``trusted_ref`` trusts it
+    (tether's examples, installed packs), with the run's limits;
     the model is the recorded one when it still resolves, else the agent's own. The run's
     JSONL log in ``log_dir`` is brought up to date and continued (``None``: none written).
     """
@@ -131,7 +137,9 @@ def _continue(
         raise ConfigError(
             "the run does not record which agent ran it: pass --agent package.module:attr"
         )
-    agent = load_agent(ref)
+    # the log's name for the agent is data (a run can be imported from anywhere): only
+    # what the user passes, or what replay would trust too, is imported or called
+    agent = load_agent(ref, recorded=agent_ref is None)
     if started.model.startswith(DIRECT_PREFIX):  # one call of one tool (mcp serve --tools)
         agent = direct_agent(agent, started.model.removeprefix(DIRECT_PREFIX))
     agent = replace(agent, store=store, limits=started.limits, log_dir=log_dir)
