@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from psycopg.sql import SQL, Composed, Identifier
 
 from tests.memory.servers import REDIS_URL, drop_redis, redis_answers
+from tether.content import JsonObject
 from tether.errors import InvalidEntry
 from tether.memory import (
     Embedder,
@@ -328,6 +329,24 @@ async def test_filters_narrow_every_search_mode(make: Make) -> None:
     assert await ids(after=t + timedelta(days=1)) == same({"b", "c"})
     assert await ids(before=t + timedelta(days=1)) == same({"a"})
     assert await ids(kinds=("semantic",), metadata={"env": "prod"}) == same(set())
+
+
+async def test_a_filter_on_a_key_with_a_quote_finds_what_ranks_last(make: Make) -> None:
+    # SQLite: no JSON path names 'say "hi"', so the filter was applied to the best-ranked
+    # candidates only, and a match ranked below them was not found
+    memory = await make()
+    odd: JsonObject = {'say "hi"': "yes", "back\\slash": ["a", 1]}
+    filler = " ".join(f"word{i}" for i in range(200))
+    await memory.upsert(
+        [rec(f"note {i}", id=f"n{i}") for i in range(80)]
+        + [rec(f"note {filler}", id="wanted", metadata=odd)]
+    )
+    each: list[JsonObject] = [odd, {'say "hi"': "yes"}, {"back\\slash": ["a", 1]}]
+    for metadata in each:
+        query = MemoryQuery(namespace="ns", text="note", mode="keyword", limit=1, metadata=metadata)
+        assert [r.id for r in (await memory.search(query)).records] == ["wanted"], metadata
+    query = MemoryQuery(namespace="ns", text="note", mode="keyword", metadata={'say "hi"': ["yes"]})
+    assert (await memory.search(query)).records == ()
 
 
 async def test_vector_search_finds_what_keywords_cannot(make: Make) -> None:

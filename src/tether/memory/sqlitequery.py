@@ -13,7 +13,8 @@ __all__ = ["filters", "passing_rows"]
 def filters(query: MemoryQuery, now: float, prefix: str) -> tuple[str, list[Any]]:
     """A WHERE clause for the query's filters (all re-checked in Python).
 
-    Metadata: scalars, and lists of scalars; a key with a quote or a backslash is left out.
+    Metadata: scalars, and lists of scalars (a key no JSON path can name, one with a quote or
+    a backslash, is found with ``json_each``).
     """
     where = [f"{prefix}namespace = ?", f"({prefix}expires IS NULL OR {prefix}expires > ?)"]
     params: list[Any] = [query.namespace, now]
@@ -27,24 +28,43 @@ def filters(query: MemoryQuery, now: float, prefix: str) -> tuple[str, list[Any]
         where.append(f"{prefix}created < ?")
         params.append(query.before.timestamp())
     for key, value in query.metadata.items():
-        if any(c in key for c in '"\\'):  # no JSON path names it: re-checked only
-            continue
+        odd = any(c in key for c in '"\\')  # no JSON path can name it: json_each finds it
         path = f'$."{key}"'
         if isinstance(value, bool | int | float | str) and _fits(value):
-            where.append(f"json_extract({prefix}metadata, ?) = ?")
-            params.extend([path, int(value) if isinstance(value, bool) else value])
+            scalar = int(value) if isinstance(value, bool) else value
+            if odd:
+                each = _EACH.format(m=f"{prefix}metadata", v="value")
+                where.append(f"({each} AND type NOT IN ('array', 'object')) = ?")
+                params.extend([key, scalar])
+            else:
+                where.append(f"json_extract({prefix}metadata, ?) = ?")
+                params.extend([path, scalar])
         elif (
             isinstance(value, list)
             and len(value) <= 32
             and all(isinstance(v, bool | int | float | str) and _fits(v) for v in value)
         ):  # a list of scalars ("tags"): its length, then each item, compared as values
             # (its JSON text would differ: "caf\u00e9" stored, "café" asked; 1 and 1.0)
-            where.append(f"json_array_length({prefix}metadata, ?) = ?")
-            params.extend([path, len(value)])
-            for index, item in enumerate(value):
-                where.append(f"json_extract({prefix}metadata, ?) = ?")
-                params.extend([f"{path}[{index}]", int(item) if isinstance(item, bool) else item])
+            items = [int(v) if isinstance(v, bool) else v for v in value]
+            if odd:
+                each = _EACH.format(m=f"{prefix}metadata", v="json_array_length(value)")
+                where.append(f"({each} AND type = 'array') = ?")
+                params.extend([key, len(value)])
+                each = _EACH.format(m=f"{prefix}metadata", v="json_extract(value, ?)")
+                for index, item in enumerate(items):
+                    where.append(f"({each} AND type = 'array') = ?")
+                    params.extend([f"$[{index}]", key, item])
+            else:
+                where.append(f"json_array_length({prefix}metadata, ?) = ?")
+                params.extend([path, len(value)])
+                for index, item in enumerate(items):
+                    where.append(f"json_extract({prefix}metadata, ?) = ?")
+                    params.extend([f"{path}[{index}]", item])
     return " AND ".join(where), params
+
+
+_EACH = "SELECT {v} FROM json_each({m}) WHERE key = ?"
+"""A metadata key's value, found by its name (for keys no JSON path can spell)."""
 
 
 def _fits(value: object) -> bool:
