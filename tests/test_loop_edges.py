@@ -19,6 +19,7 @@ from tether import (
     RulePolicy,
     allow,
     tool,
+    Usage,
 )
 from tether.codec import read_jsonl
 from tether.content import content_text
@@ -343,3 +344,30 @@ async def test_a_stream_consumer_that_changes_an_event_changes_nothing_of_the_ru
     assert all(
         e.arguments.get("a") != 1000 for e in run.outcome.events if isinstance(e, ToolCallRequested)
     )
+
+
+@pytest.mark.parametrize(
+    ("response", "wrong"),
+    [
+        (ModelResponse(text="hi", usage=Usage(input_tokens=float("nan"))), "usage"),  # pyright: ignore[reportArgumentType]
+        (ModelResponse(text="hi", usage=Usage(input_tokens=None)), "usage"),  # pyright: ignore[reportArgumentType]
+        (ModelResponse(text="hi", usage=Usage(output_tokens=-5)), "usage"),
+        (ModelResponse(text=42), "text is int"),  # pyright: ignore[reportArgumentType]
+        (ModelResponse(tool_calls=[]), "tool_calls"),  # pyright: ignore[reportArgumentType]
+    ],
+)
+async def test_a_response_the_log_cannot_hold_is_a_failed_request(
+    response: ModelResponse, wrong: str
+) -> None:
+    # NaN tokens were recorded, and the stored log could not be read back; None tokens made
+    # the fold fail after the event was added, and it was recorded twice
+    from tether.codec import decode_event, encode_event
+    from tether.events import ModelFailed, ModelResponded
+
+    agent = Agent(name="bad", model=FunctionModel(lambda _: response), limits=Limits(max_retries=0))
+    outcome = await agent.run("hi")
+    assert outcome.status == "failed"
+    assert not [e for e in outcome.events if isinstance(e, ModelResponded)]
+    (failed,) = [e for e in outcome.events if isinstance(e, ModelFailed)]
+    assert wrong in failed.error.message
+    assert [decode_event(encode_event(e)) for e in outcome.events] == list(outcome.events)

@@ -27,6 +27,7 @@ from tether.memory.base import Memory
 from tether.memory.config import MEMORY_TOOLS, Remember, SessionHistory, check_session
 from tether.memory.tools import memory_tools
 from tether.messages import CONTROL_TOOLS
+from tether.models._loopbound import closing
 from tether.models.base import Model, ModelSettings
 from tether.models.registry import resolve_model
 from tether.models.select import ModelChoice, ModelNeeds, choose_model
@@ -589,8 +590,10 @@ class Agent(Generic[OutputT]):
         """``run`` for code without an event loop (takes the same keyword arguments)."""
         try:
             asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.run(goal, **kwargs))
+        except RuntimeError:  # the model's connections are this loop's: closed with it
+            given = kwargs.get("model")
+            used = given if isinstance(given, Model) else None if given else self.resolved_model()
+            return asyncio.run(closing(self.run(goal, **kwargs), used))
         raise UserError(
             "run_sync() was called inside a running event loop: use `await agent.run(...)`"
         )

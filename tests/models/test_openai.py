@@ -312,3 +312,125 @@ def test_no_api_key_for_openai_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with pytest.raises(ModelError, match="set OPENAI_API_KEY"):
         OpenAIModel("gpt-4o")._connect()  # pyright: ignore[reportPrivateUsage]
+
+
+def streamed(body: bytes) -> Handler:
+    return lambda _: httpx2.Response(
+        200, content=body, headers={"content-type": "text/event-stream"}
+    )
+
+
+async def test_a_stream_cut_before_its_end_is_a_transient_error() -> None:
+    # no finish_reason, no [DONE]: the connection ended, not the answer ("definitely NOT"
+    # was recorded as the whole answer and the run finished)
+    cut = b"".join(
+        b"data: " + json.dumps(c).encode() + b"\n\n"
+        for c in (chunk({"content": "The answer is "}), chunk({"content": "definitely NOT"}))
+    )
+    model, _ = serve(streamed(cut))
+    async with model:
+        with pytest.raises(ModelError, match="stream ended before the answer") as info:
+            _ = [i async for i in model.stream(REQUEST)]
+    assert info.value.transient
+
+
+async def test_an_error_event_in_the_stream_is_worth_another_try() -> None:
+    body = b"".join(
+        [
+            b"data: " + json.dumps(chunk({"content": "Hel"})).encode() + b"\n\n",
+            b'data: {"error": {"message": "overloaded mid-stream", "type": "server_error"}}\n\n',
+        ]
+    )
+    model, _ = serve(streamed(body))
+    async with model:
+        with pytest.raises(ModelError, match="overloaded mid-stream") as info:
+            _ = [i async for i in model.stream(REQUEST)]
+    assert info.value.transient
+
+
+@pytest.mark.parametrize(
+    ("usage", "counts"),
+    [
+        ({"prompt_tokens": float("nan"), "completion_tokens": 2.0}, (0, 2)),
+        ({"prompt_tokens": -1_000_000, "completion_tokens": "12"}, (0, 0)),
+        ({"prompt_tokens": None, "completion_tokens": 1e30}, (0, 0)),
+        ({"prompt_tokens": 7, "completion_tokens": True}, (7, 0)),
+    ],
+)
+async def test_token_counts_that_are_not_counts_are_taken_as_none(
+    usage: dict[str, Any], counts: tuple[int, int]
+) -> None:
+    # the SDK passes on what the server sends: NaN reached the log, which then could not be read
+    body = completion({"content": "hi"})
+    body["usage"] = usage
+    model, _ = serve(lambda _: httpx2.Response(200, content=json.dumps(body).encode()))
+    async with model:
+        response = await model.request(REQUEST)
+    assert (response.usage.input_tokens, response.usage.output_tokens) == counts
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps(completion({"content": 42})).encode(),
+        b"[1, 2, 3]",
+        json.dumps({"choices": "abc"}).encode(),
+    ],
+)
+async def test_an_answer_that_is_not_a_chat_completion_says_so(body: bytes) -> None:
+    model, _ = serve(lambda _: httpx2.Response(200, content=body))
+    async with model:
+        with pytest.raises(ModelError, match="not an OpenAI chat completion") as info:
+            await model.request(REQUEST)
+    assert not info.value.transient
+    assert "gpt-4o-mini" in str(info.value)
+
+
+async def test_a_huge_error_message_is_cut() -> None:
+    error = {"error": {"message": "x" * 5_000_000, "type": "x"}}
+    model, _ = serve(lambda _: httpx2.Response(400, json=error))
+    async with model:
+        with pytest.raises(ModelError) as info:
+            await model.request(REQUEST)
+    assert len(str(info.value)) < 3000
+    assert "(5000000 characters)" in str(info.value)
+
+
+def test_one_model_serves_runs_in_successive_event_loops() -> None:
+    # run_sync twice: the client kept from the first run's (closed) loop failed the second
+    # with "Event loop is closed"; a real server, so that real connections are pooled
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tether import Agent
+    from tether.testing import allow_model_requests
+
+    answer = json.dumps(completion({"content": "done"})).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: the client pools the connection
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        agent = Agent(name="twice", model=OpenAIModel("m", base_url=base_url, api_key="k"))
+        for _ in range(3):
+            with allow_model_requests():  # to this test's own server
+                outcome = agent.run_sync("say done")
+            assert outcome.status == "finished", outcome.error
+            assert outcome.output == "done"
+    finally:
+        server.shutdown()
+        server.server_close()

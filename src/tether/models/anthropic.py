@@ -25,6 +25,7 @@ import orjson
 from tether.errors import MissingExtraError, ModelError
 from tether.jsontypes import JsonObject
 from tether.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
+from tether.models._loopbound import current_loop
 from tether.models.base import (
     Model,
     ModelProfile,
@@ -128,6 +129,7 @@ class AnthropicModel(Model):
         self._client = client
         self._http_client = http_client
         self._client_given = client is not None
+        self._client_loop = current_loop()
         if client is None and importlib.util.find_spec("anthropic") is None:
             raise MissingExtraError("anthropic", "anthropic")  # now, before a run is stored
 
@@ -148,7 +150,7 @@ class AnthropicModel(Model):
 
     def _connect(self) -> AsyncAnthropic:
         """The client, made on first use: a model without a key can be built, not used."""
-        if self._client is not None:
+        if self._client is not None and (self._client_given or self._client_loop is current_loop()):
             return self._client
         try:
             import anthropic
@@ -172,6 +174,7 @@ class AnthropicModel(Model):
                 model=self.name,
             )
         self._client = client
+        self._client_loop = current_loop()  # a run in another loop makes its own (_loopbound)
         return client
 
     async def aclose(self) -> None:

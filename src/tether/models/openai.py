@@ -22,6 +22,7 @@ import orjson
 from tether.errors import MissingExtraError, ModelError
 from tether.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from tether.models._constrained import step_body, step_response
+from tether.models._loopbound import current_loop
 from tether.models.base import (
     Model,
     ModelProfile,
@@ -111,6 +112,7 @@ class OpenAIModel(Model):
         self._client = client
         self._http_client = http_client
         self._client_given = client is not None
+        self._client_loop = current_loop()
         if client is None and importlib.util.find_spec("openai") is None:
             raise MissingExtraError("openai", "openai")  # now, before a run is stored
 
@@ -125,7 +127,7 @@ class OpenAIModel(Model):
         return self._profile
 
     def _connect(self) -> AsyncOpenAI:
-        if self._client is not None:
+        if self._client is not None and (self._client_given or self._client_loop is current_loop()):
             return self._client
         try:
             import openai
@@ -143,6 +145,7 @@ class OpenAIModel(Model):
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=self._base_url, max_retries=0, http_client=self._http_client
         )
+        self._client_loop = current_loop()  # a run in another loop makes its own (_loopbound)
         return self._client
 
     async def aclose(self) -> None:
@@ -194,21 +197,32 @@ class OpenAIModel(Model):
             )
         except Exception as exc:
             raise await self._error(exc) from exc
-        if not completion.choices:
-            raise ModelError("the server answered with no choices", model=self.name)
-        choice = completion.choices[0]
-        message = choice.message
-        calls = tuple(
-            _tool_call(c.id, c.function.name, c.function.arguments)
-            for c in message.tool_calls or ()
-            if c.type == "function"
-        )
-        return ModelResponse(
-            text=message.content or "",
-            tool_calls=calls,
-            reasoning=_reasoning(message),
-            usage=self._usage(*_counts(completion.usage)),
-            finish_reason=choice.finish_reason,
+        try:
+            if not completion.choices:
+                raise ModelError("the server answered with no choices", model=self.name)
+            choice = completion.choices[0]
+            message = choice.message
+            calls = tuple(
+                _tool_call(c.id, c.function.name, c.function.arguments)
+                for c in message.tool_calls or ()
+                if c.type == "function"
+            )
+            return ModelResponse(
+                text=_text(message.content),
+                tool_calls=calls,
+                reasoning=_reasoning(message),
+                usage=self._usage(*_counts(completion.usage)),
+                finish_reason=choice.finish_reason,
+            )
+        except (AttributeError, TypeError, ValueError) as exc:  # not a chat completion
+            raise self._unreadable(exc) from exc
+
+    def _unreadable(self, exc: Exception) -> ModelError:
+        return ModelError(
+            f"{self.name}: the server's answer is not an OpenAI chat completion "
+            f"({type(exc).__name__}: {str(exc)[:200]}): check that base_url is an "
+            "OpenAI-compatible API (it usually ends in /v1)",
+            model=self.name,
         )
 
     async def _constrained_step(self, client: AsyncOpenAI, request: ModelRequest) -> ModelResponse:
@@ -241,11 +255,23 @@ class OpenAIModel(Model):
             chunks = cast(
                 "AsyncStream[ChatCompletionChunk]", await client.chat.completions.create(**body)
             )
+        except Exception as exc:
+            raise await self._error(exc) from exc
+        try:
             async for chunk in chunks:
                 for piece in parts.add(chunk):
                     yield piece
-        except Exception as exc:
-            raise await self._error(exc) from exc
+        except (AttributeError, TypeError, ValueError) as exc:  # a chunk of something else
+            raise self._unreadable(exc) from exc
+        except Exception as exc:  # the stream broke after the server took the request
+            raise await self._error(exc, streaming=True) from exc
+        if parts.finish_reason is None:  # the connection ended, not the answer
+            raise ModelError(
+                f"{self.name}: the stream ended before the answer did (no finish_reason): "
+                "the connection was cut",
+                transient=True,
+                model=self.name,
+            )
         yield ResponseDone(
             response=ModelResponse(
                 text="".join(parts.text),
@@ -283,11 +309,23 @@ class OpenAIModel(Model):
             raise await self._error(exc, discover=False) from exc
         return sorted(m.id for m in page.data)
 
-    async def _error(self, exc: Exception, *, discover: bool = True) -> ModelError:
-        """The SDK's exception as a ``ModelError``: transient or not, with the server's words."""
+    async def _error(
+        self, exc: Exception, *, discover: bool = True, streaming: bool = False
+    ) -> ModelError:
+        """The SDK's exception as a ``ModelError``: transient or not, with the server's words.
+
+        ``streaming``: raised while the answer streamed in (an ``error`` event in the stream,
+        the connection cut): the server had taken the request, so it is worth another try.
+        """
         import openai
 
         name = self.name
+        if streaming:  # an error event, or the connection cut: the SDK's or its HTTP library's
+            return ModelError(
+                f"{name}: the answer's stream broke: {_server_message(exc)}",
+                transient=True,
+                model=name,
+            )
         if isinstance(exc, openai.APITimeoutError):
             return ModelError(f"{name}: the request timed out", transient=True, model=name)
         if isinstance(exc, openai.APIConnectionError):
@@ -308,7 +346,7 @@ class OpenAIModel(Model):
             if status == 401:
                 message += "; check the API key (OPENAI_API_KEY)"
             return ModelError(message, transient=transient, model=name, status_code=status)
-        return ModelError(f"{name}: {type(exc).__name__}: {exc}", model=name)
+        return ModelError(f"{name}: {type(exc).__name__}: {str(exc)[:_MAX_MESSAGE]}", model=name)
 
     async def _served_models_hint(self) -> str:
         try:
@@ -338,9 +376,10 @@ class _Assembler:
         new: list[TextDelta | ToolCallDelta] = []
         for choice in chunk.choices:
             delta = choice.delta
-            if delta.content:
-                self.text.append(delta.content)
-                new.append(TextDelta(text=delta.content))
+            content = _text(delta.content)
+            if content:
+                self.text.append(content)
+                new.append(TextDelta(text=content))
             for part in delta.tool_calls or ():
                 entry = self.calls.setdefault(part.index, ["", ""])
                 if part.id:
@@ -372,12 +411,50 @@ def _counts(usage: CompletionUsage | None) -> tuple[int, int, int]:
     """Input, output and cached input tokens (servers that report none: 0)."""
     if usage is None:
         return 0, 0, 0
-    details = usage.prompt_tokens_details
-    cached = 0 if details is None else details.cached_tokens or 0
-    return usage.prompt_tokens, usage.completion_tokens, cached
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", 0)
+    return (
+        _count(getattr(usage, "prompt_tokens", 0)),
+        _count(getattr(usage, "completion_tokens", 0)),
+        _count(cached),
+    )
+
+
+def _count(value: object) -> int:
+    """A token count as a server reported it; one that is not a count (NaN, -5, "12"): 0.
+
+    The SDK does not check what a server sends; a count the log cannot hold would have
+    made the run's log unreadable.
+    """
+    if type(value) is int:
+        return value if 0 <= value < 2**53 else 0
+    if type(value) is float and 0.0 <= value < 2.0**53:  # 12.0, as some servers write it
+        return int(value)
+    return 0
+
+
+def _text(content: object) -> str:
+    """A message's text (``None``: none); anything else is not a chat completion's."""
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        raise TypeError(f"the message's content is {type(content).__name__}, not text")
+    return content
 
 
 def _server_message(exc: Any) -> str:
+    """What the server said of an error, at most ``_MAX_MESSAGE`` characters of it."""
+    said = _said(exc)
+    if len(said) > _MAX_MESSAGE:
+        return f"{said[:_MAX_MESSAGE]}... ({len(said)} characters)"
+    return said
+
+
+_MAX_MESSAGE = 2000
+"""How much of a server's error message is kept (one sent 5 MB of it)."""
+
+
+def _said(exc: Any) -> str:
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
         error = cast(dict[str, Any], body).get("error", body)

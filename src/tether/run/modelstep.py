@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any, Generic
+from typing import Any, Generic, cast
 
 import orjson
 from typing_extensions import TypeVar
@@ -243,10 +244,8 @@ class ModelStep(Generic[OutputT]):
             response = await self.bounded(
                 model.request(request), self.timeout(request, now=t0, final=False)
             )
-            if not isinstance(response, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance] - adapters are user code
-                raise TypeError(
-                    f"the model returned {type(response).__name__}, not a ModelResponse"
-                )
+            if (wrong := _malformed(response)) is not None:  # adapters are user code
+                raise TypeError(f"the model returned {wrong}")
         except (Cancelled, UserError):
             raise
         except KeyboardInterrupt:
@@ -399,12 +398,8 @@ class ModelStep(Generic[OutputT]):
             return self._model_failed(exc, step, t0)
         finally:
             interrupts.end()
-        if not isinstance(response, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance] - adapters are user code
-            return self._model_failed(
-                TypeError(f"the model returned {type(response).__name__}, not a ModelResponse"),
-                step,
-                t0,
-            )
+        if (wrong := _malformed(response)) is not None:  # before anything of it is recorded
+            return self._model_failed(TypeError(f"the model returned {wrong}"), step, t0)
         if size is not None:
             size.answered(response.usage, chars)
         return self.record_response(request, response, step, t0)
@@ -498,6 +493,48 @@ class ModelStep(Generic[OutputT]):
             raise  # nobody asked it to stop early: a sleep raises nothing of its own
         finally:
             self._interrupts.interruptible = False
+
+
+def _malformed(response: object) -> str | None:
+    """What is wrong with what an adapter returned, that a log cannot hold (``None``: nothing).
+
+    Adapters are user code and servers send what they like (``"prompt_tokens": NaN``, a
+    number for the text): caught here, a bad answer is a failed request, never an event the
+    log cannot read back (or one recorded twice when the run's fold then fails).
+    """
+    if not isinstance(response, ModelResponse):
+        return f"{type(response).__name__}, not a ModelResponse"
+    usage = response.usage
+    if (
+        type(response.text) is str
+        and (response.reasoning is None or type(response.reasoning) is str)
+        and type(response.tool_calls) is tuple
+        and type(usage.input_tokens) is int
+        and type(usage.output_tokens) is int
+        and type(usage.requests) is int
+        and usage.input_tokens >= 0
+        and usage.output_tokens >= 0
+        and usage.requests >= 0
+        and (usage.cost is None or (isinstance(usage.cost, float) and 0.0 <= usage.cost < math.inf))
+        and all(type(c) is ToolCall for c in response.tool_calls)
+    ):
+        return None
+    what = cast(object, response.text)
+    if not isinstance(what, str):
+        return f"a response whose text is {type(what).__name__}, not str"
+    what = cast(object, response.reasoning)
+    if what is not None and not isinstance(what, str):
+        return f"a response whose reasoning is {type(what).__name__}, not str"
+    what = cast(object, response.tool_calls)
+    if not isinstance(what, tuple) or not all(
+        isinstance(c, ToolCall) for c in cast(tuple[object, ...], what)
+    ):
+        return "a response whose tool_calls is not a tuple of ToolCall"
+    return (
+        f"a response whose usage is not counts of zero or more ({usage.input_tokens!r} input, "
+        f"{usage.output_tokens!r} output, {usage.requests!r} requests) and a cost of zero or "
+        f"more or None ({usage.cost!r})"
+    )
 
 
 def _noted(
