@@ -17,9 +17,9 @@ from tether import (
     ModelResponse,
     ModelSettings,
     RulePolicy,
+    Usage,
     allow,
     tool,
-    Usage,
 )
 from tether.codec import read_jsonl
 from tether.content import content_text

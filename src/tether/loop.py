@@ -240,7 +240,7 @@ class AgentRun(Generic[OutputT]):
             consultant = Consultant(ctx, self._step, ctx.spec.knowledge)
             self._tools.consult = consultant.search
             self._tools.check_answer = _checks(consultant.check, reflect)
-            self._tools.check_reply = consultant.reason
+            self._tools.check_reply = self._endings.check_reply = consultant.reason
             self._tools.check_citations = consultant.check
         self._begins = (
             self._thinker is not None or self._rememberer is not None or ctx.session is not None

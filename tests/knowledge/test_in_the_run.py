@@ -540,3 +540,29 @@ async def test_a_recovered_answer_is_checked_before_it_is_taken(tmp_path: Path) 
         assert_protocol_valid(resumed.events)
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize(
+    ("best_effort", "kept"),
+    [("Best effort: 99 days [K9] [K1]", False), ("Best effort: March 2026 [K1]", True)],
+)
+async def test_a_best_effort_answer_at_a_limit_is_checked_like_any_other(
+    best_effort: str, kept: bool
+) -> None:
+    # one citing a passage no search found relevant ([K9]) was the outcome's answer
+    from tether import Limits, tool
+
+    @tool(read_only=True, open_world=False)
+    def noop() -> str:
+        """Do nothing."""
+        return "nothing"
+
+    kb = await knowledge_base()
+    model = agent_model(
+        [call(SEARCH_KNOWLEDGE, question="When was tether released?"), call("noop"), best_effort]
+    )
+    agent = Agent(model=model, knowledge=kb, tools=[noop], limits=Limits(max_steps=2))
+    outcome = await agent.run("When was tether first released?")
+    assert outcome.status == "budget_exhausted"
+    assert outcome.answer == (best_effort if kept else None)
+    assert any(isinstance(e, ModelResponded) and e.text == best_effort for e in outcome.events)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Generic, cast
 
@@ -44,7 +44,7 @@ _log = logging.getLogger("tether")
 class Endings(Generic[OutputT]):
     """Writing a run's end (a limit first asks the model step for a best-effort answer)."""
 
-    __slots__ = ("_ctx", "_step", "reflexion", "rememberer", "sessions")
+    __slots__ = ("_ctx", "_step", "check_reply", "reflexion", "rememberer", "sessions")
 
     def __init__(self, ctx: RunContext[OutputT], step: ModelStep[OutputT]) -> None:
         self._ctx = ctx
@@ -53,6 +53,8 @@ class Endings(Generic[OutputT]):
         self.sessions: Sessions[OutputT] | None = None
         self.reflexion: Reflexion[OutputT] | None = None
         """Writes what a finished run learned to long-term memory (``None``: no memory)."""
+        self.check_reply: Callable[[str], str | None] | None = None
+        """Why a text answer cannot be taken (knowledge: its citations), ``None``: it can."""
 
     def close_pending(
         self, reason: str, error_type: str, *, interrupted: str | None = None
@@ -92,6 +94,13 @@ class Endings(Generic[OutputT]):
             answer = st.last_text or None
         else:
             answer = st.last_text or None
+        if (
+            answer is not None
+            and stop.status not in ("finished", "waiting_for_user")
+            and self.check_reply is not None
+            and self.check_reply(answer) is not None
+        ):  # a best-effort answer is checked as any other: one citing what was not found
+            answer = None  # relevant is not the run's answer (the log keeps the text)
         if stop.status in ("finished", "failed", "policy_denied"):
             self.close_pending(f"not executed: the run ended ({stop.status})", "run_ended")
         async for batch in self._learned(stop, answer):
