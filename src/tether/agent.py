@@ -214,7 +214,7 @@ class Agent(Generic[OutputT]):
     store: RunStore | None = None
     """Where runs are durable: every commit is appended under a lease; ``resume`` reads here."""
     max_recoveries: int = 3
-    """Crash recoveries of one run before it is parked as ``failed``."""
+    """Crash recoveries in a row, with no progress between them, before a run is ``failed``."""
     redactor: Redactor | None = field(default_factory=Redactor)
     """Removes secrets (and, if configured, personal data) from every event before it is
     recorded; ``Redactor(personal=True)`` adds emails, card and phone numbers. ``None``

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,49 @@ async def test_recovery_gives_up_after_max_recoveries(store: RunStore) -> None:
     assert final.status == "failed"
     assert final.error is not None
     assert "gave up after 2 recovery attempts" in final.error.message
+
+
+async def test_crashes_with_progress_between_them_do_not_use_up_the_recoveries(
+    store: RunStore,
+) -> None:
+    # every crash counted: a long run killed now and then failed for good at the third,
+    # whatever it had done between them
+    class Killed(BaseException):
+        """Stands for the process dying."""
+
+    @tool(read_only=True, open_world=False)
+    def lookup(q: str) -> str:
+        """Look up.
+
+        Args:
+            q: The query.
+        """
+        return f"found {q}"
+
+    def model() -> FunctionModel:
+        """Answers one turn, then the process dies at the next request."""
+        answered: list[bool] = []
+
+        def respond(request: ModelRequest) -> ScriptStep:
+            found = sum(1 for m in request.messages if isinstance(m, ToolResultMessage))
+            if found == 5:
+                return finish("done")
+            if answered:
+                raise Killed
+            answered.append(True)
+            return call("lookup", q=str(found))
+
+        return FunctionModel(respond)
+
+    agent = Agent(model=model(), tools=[lookup], store=store, max_recoveries=2)
+    with pytest.raises(Killed):
+        await agent.run("goal", run_id="long-run")
+    for _ in range(3):  # three more crashes, each after a step of progress
+        with pytest.raises(Killed):
+            await replace(agent, model=model()).resume("long-run")
+    final = await replace(agent, model=model()).resume("long-run")
+    assert final.status == "finished", final.error
+    assert final.output == "done"
 
 
 async def test_only_one_owner_at_a_time(tmp_path: Path) -> None:

@@ -107,13 +107,17 @@ class Recovery(Generic[OutputT]):
             if finished.status == "waiting_for_approval":
                 return self._approving.take_approvals(self._ctx.approvals)
             return None  # ended for good: the outcome is in the log
-        attempt = 1 + sum(
-            1 for e in reversed(events) if isinstance(e, RunResumed) and e.reason == "crash"
-        )
+        attempt = 1  # crashes in a row with no progress (a model answer, a tool's result)
+        for e in reversed(events):  # between them: a long run may crash now and then
+            if isinstance(e, ModelResponded | ToolCallFinished):
+                break
+            if isinstance(e, RunResumed) and e.reason == "crash":
+                attempt += 1
         self._ctx.add(RunResumed, reason="crash", attempt=attempt, owner=self._ctx.owner)
         if attempt > self._ctx.max_recoveries:
             message = (
-                f"gave up after {attempt - 1} recovery attempts; the log shows where it stopped"
+                f"gave up after {attempt - 1} recovery attempts in a row with no progress "
+                "between them; the log shows where it stopped"
             )
             return Stop("failed", error=ErrorInfo(type="RecoveryFailed", message=message))
         decided = {e.call_id: e for e in events if isinstance(e, PolicyDecided)}
