@@ -176,11 +176,14 @@ class ModelError(RunError):
         model: str | None = None,
         status_code: int | None = None,
         run_id: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message, run_id=run_id)
         self.transient = transient
         self.model = model
         self.status_code = status_code
+        self.retry_after = retry_after
+        """Seconds the server asked to wait before another try (``Retry-After``), if it did."""
 
 
 class ToolTimeout(RunError):

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 
 from tether._internal.frozen import frozen
 
-__all__ = ["Backoff"]
+__all__ = ["MAX_SERVER_WAIT", "Backoff", "retry_after"]
+
+MAX_SERVER_WAIT = 300.0
+"""Longest wait a server may ask for (``Retry-After``) that a run retries after; past it,
+the run stops and says how long the server asked for."""
 
 
 @frozen
@@ -29,3 +37,33 @@ class Backoff:
             return base
         r = (rng or random).random()
         return base * (1 - self.jitter) + base * self.jitter * r
+
+
+def retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
+    """Seconds a server asks a client to wait (``retry-after-ms``, ``Retry-After``), if any.
+
+    ``Retry-After`` is seconds or an HTTP date; what is neither (or not a finite number, or
+    in the past) says nothing.
+    """
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            wait = float(millis) / 1000
+        except ValueError:
+            wait = math.nan
+        if math.isfinite(wait) and wait >= 0:
+            return wait
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        wait = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        wait = (when - (now or datetime.now(UTC))).total_seconds()
+    return wait if math.isfinite(wait) and wait >= 0 else None

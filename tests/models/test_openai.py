@@ -434,3 +434,13 @@ def test_one_model_serves_runs_in_successive_event_loops() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+async def test_a_rate_limit_carries_the_servers_retry_after() -> None:
+    error = {"error": {"message": "slow down", "type": "rate_limit_error"}}
+    model, _ = serve(lambda _: httpx2.Response(429, json=error, headers={"retry-after": "5"}))
+    async with model:
+        with pytest.raises(ModelError, match="slow down") as info:
+            await model.request(REQUEST)
+    assert info.value.transient
+    assert info.value.retry_after == 5.0

@@ -38,6 +38,7 @@ from tether.models.base import (
 )
 from tether.models.fence import fence
 from tether.models.prices import Price, cost_of
+from tether.retry import retry_after
 from tether.usage import Usage
 
 if TYPE_CHECKING:
@@ -342,7 +343,11 @@ def _status_error(name: str, exc: APIStatusError) -> ModelError:
     if exc.request_id:
         message += f" (request id {exc.request_id})"
     return ModelError(
-        message, transient=transient, model=name, status_code=status if status >= 400 else None
+        message,
+        transient=transient,
+        model=name,
+        status_code=status if status >= 400 else None,
+        retry_after=retry_after(exc.response.headers),
     )
 
 

@@ -35,6 +35,7 @@ from tether.models.base import (
 )
 from tether.models.fence import fence
 from tether.models.prices import Price, cost_of
+from tether.retry import retry_after
 from tether.usage import Usage
 
 if TYPE_CHECKING:
@@ -345,7 +346,13 @@ class OpenAIModel(Model):
                 message += await self._served_models_hint()
             if status == 401:
                 message += "; check the API key (OPENAI_API_KEY)"
-            return ModelError(message, transient=transient, model=name, status_code=status)
+            return ModelError(
+                message,
+                transient=transient,
+                model=name,
+                status_code=status,
+                retry_after=retry_after(exc.response.headers),
+            )
         return ModelError(f"{name}: {type(exc).__name__}: {str(exc)[:_MAX_MESSAGE]}", model=name)
 
     async def _served_models_hint(self) -> str:

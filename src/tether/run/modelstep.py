@@ -32,6 +32,7 @@ from tether.models.base import (
 )
 from tether.outcome import ErrorInfo
 from tether.policy.redaction import Redactor
+from tether.retry import MAX_SERVER_WAIT
 from tether.run.base import Cancelled, OutputT, Retry, Stop, error_info
 from tether.run.context import RunContext
 from tether.run.window import RequestSize
@@ -310,6 +311,10 @@ class ModelStep(Generic[OutputT]):
         if spent is not None:
             retry = False
         delay = self._spec.backoff.delay(attempt) if retry else 0.0
+        asked = exc.retry_after if isinstance(exc, ModelError) else None
+        if retry and asked is not None:  # the server's word (Retry-After), when it gave one
+            delay = max(delay, asked)
+            retry = asked <= MAX_SERVER_WAIT
         if retry and remaining is not None and delay >= remaining:
             retry = False
         info = error_info(exc, "the model request timed out")
