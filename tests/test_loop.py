@@ -149,6 +149,27 @@ async def test_plain_text_finishes_a_text_agent() -> None:
     assert outcome.tool_calls == 0
 
 
+async def test_plain_text_cut_off_by_the_output_limit_is_not_the_answer() -> None:
+    # finish_reason "length": the run finished with the first half of a sentence
+    replies = iter(
+        [
+            ModelResponse(text="The total is 1", finish_reason="length"),
+            ModelResponse(text="The total is 1,234.", finish_reason="stop"),
+        ]
+    )
+    agent = Agent(model=FunctionModel(lambda _: next(replies)))
+    outcome = await agent.run("add them up")
+    assert outcome.status == "finished"
+    assert outcome.output == "The total is 1,234."
+    responded = [e for e in outcome.events if isinstance(e, ModelResponded)]
+    assert [e.cut_off for e in responded] == [True, None]
+    (prompt,) = [e for e in outcome.events if isinstance(e, RetryPrompted)]
+    assert "output limit" in prompt.text
+    from tether.replay import replay
+
+    assert (await replay(outcome.events, agent=agent)).ok
+
+
 async def test_plain_text_does_not_finish_a_structured_agent() -> None:
     model = ScriptedModel(["3 metres", call("finish_task", value=3, unit="m")])
     outcome = await Agent(model=model, output_type=Answer).run("measure")

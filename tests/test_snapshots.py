@@ -93,6 +93,7 @@ async def test_two_tools() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -143,6 +144,7 @@ async def test_two_tools() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -193,6 +195,7 @@ async def test_two_tools() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -292,6 +295,7 @@ async def test_validation_retry() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -338,6 +342,7 @@ async def test_validation_retry() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -388,6 +393,7 @@ async def test_validation_retry() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -485,6 +491,7 @@ async def test_failing_tool() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -535,6 +542,7 @@ async def test_failing_tool() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -651,6 +659,7 @@ async def test_parallel_calls() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -761,6 +770,7 @@ async def test_parallel_calls() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -861,6 +871,7 @@ async def test_budget_exhaustion() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -912,6 +923,7 @@ async def test_budget_exhaustion() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",
@@ -963,6 +975,7 @@ async def test_budget_exhaustion() -> None:
                 "latency_s": 0.0,
                 "final": True,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "run_finished",
@@ -1046,6 +1059,7 @@ async def test_cancellation() -> None:
                 "latency_s": 0.0,
                 "final": False,
                 "purpose": None,
+                "cut_off": None,
             },
             {
                 "kind": "tool_call_requested",

@@ -212,6 +212,9 @@ class ModelResponded(EventBase):
     purpose: Purpose | None = field(default=None, metadata=LATE)
     """What a thinking stage asked for (``plan``, ``reflect``, ``route``): not a turn of the
     conversation, only its usage counts; ``None`` for the agent's own turns."""
+    cut_off: bool | None = field(default=None, metadata=LATE)
+    """True when the answer stopped at the model's output limit (``max_output_tokens``): its
+    text is not all the model meant to say (``None``: it was not, or is not known)."""
 
 
 @frozen

@@ -163,6 +163,8 @@ class StateBuilder(EventHandler[None]):
     """Correctable failures in a row, by tool (a tool's success resets its own count)."""
     model_failures: int = 0
     last_text: str = ""
+    cut_off: bool = False
+    """Whether the last turn's answer stopped at the model's output limit."""
     finished: RunFinished | None = None
     limit_reached: LimitReached | None = None
     last: Event | None = None
@@ -298,6 +300,7 @@ class StateBuilder(EventHandler[None]):
             self.asked.add(event.purpose)
             return
         self.model_failures = 0
+        self.cut_off = event.cut_off is True
         if not event.final:
             self.steps = event.step
         if event.text:

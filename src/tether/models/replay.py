@@ -167,6 +167,7 @@ class ReplayModel(Model):
             tool_calls=event.tool_calls,
             reasoning=event.reasoning,
             usage=event.usage,
+            finish_reason="length" if event.cut_off else None,  # recorded again as it was
         )
 
 

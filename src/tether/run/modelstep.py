@@ -472,6 +472,7 @@ class ModelStep(Generic[OutputT]):
                     usage=response.usage,
                     latency_s=latency,
                     final=final,
+                    cut_off=True if response.finish_reason in _CUT_OFF else None,
                 )
                 break
             except TypeError:  # JSON cannot hold it (an integer beyond 64 bits): a call error
@@ -498,6 +499,10 @@ class ModelStep(Generic[OutputT]):
             raise  # nobody asked it to stop early: a sleep raises nothing of its own
         finally:
             self._interrupts.interruptible = False
+
+
+_CUT_OFF = frozenset({"length", "max_tokens"})
+"""Stop reasons that mean the output limit ended the answer (OpenAI's, llama.cpp's; Anthropic's)."""
 
 
 def _malformed(response: object) -> str | None:

@@ -24,9 +24,7 @@ from tether.events import (
 from tether.jsontypes import JsonObject
 from tether.memory.config import MEMORY_TOOLS
 from tether.messages import ASK_USER, FINISH_TASK, SEARCH_KNOWLEDGE
-from tether.models.base import (
-    ModelResponse,
-)
+from tether.models.base import ModelResponse
 from tether.outcome import ErrorInfo
 from tether.policy.base import PolicyDecision
 from tether.run import vault
@@ -101,11 +99,9 @@ class ToolStage(Generic[OutputT]):
         """Sends back a ``finish_task`` whose citations do not hold (knowledge), the check a
         recovered answer passes too."""
         self.check_reply: Callable[[str], str | None] | None = None
-        """Why a plain-text reply cannot end the run (its citations), if the agent has a
-        knowledge base."""
+        """Why a plain-text reply cannot end the run (knowledge: its citations), if any."""
         self.consult: Callable[[Planned], Awaitable[None]] | None = None
-        """Answers a ``search_knowledge`` call (``item.answered``), when the agent has a
-        knowledge base."""
+        """Answers a ``search_knowledge`` call (``item.answered``), with a knowledge base."""
         self.memory: Callable[[str, Notes], MemoryAccess] | None = None
         """The run's memory for a call of the memory tools (``Remember(tools=True)``)."""
         self.reflexion: Reflexion[OutputT] | None = None
@@ -575,7 +571,10 @@ class ToolStage(Generic[OutputT]):
         last = st.messages[-1]
         text = last.text if last.kind == "assistant" else ""
         if spec.output.is_text and text.strip():
-            refused = None if self.check_reply is None else self.check_reply(text)
+            check = self.check_reply
+            refused = None if check is None else check(text)
+            if st.cut_off:  # the output limit ended it: not all the model meant to say
+                refused = "it stopped at the model's output limit (cut off): give it, shorter."
             if refused is None:
                 self._ctx.output = cast(OutputT, text)
                 return Stop("finished")
