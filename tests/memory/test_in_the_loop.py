@@ -418,3 +418,29 @@ async def test_a_run_stores_commits_do_not_rebuild_the_memorys_vectors(tmp_path:
     finally:
         await store.close()
         await memory.close()
+
+
+async def test_a_record_far_past_the_recall_budget_is_not_redacted_for_nothing() -> None:
+    # each record's whole text passed the redactor before the budget was checked: 0.2 s a
+    # megabyte, on the run's time, for a record that was then left out
+    from tether.policy.redaction import Redactor
+
+    memory = InProcessMemory()
+    await memory.put(MemoryRecord(namespace="agent:a", text="deploy " + "x " * 200_000, id="big"))
+    await memory.put(MemoryRecord(namespace="agent:a", text="deploy on fridays", id="small"))
+    passed: list[int] = []
+
+    def measure(text: str) -> str:
+        passed.append(len(text))
+        return text
+
+    agent = Agent(
+        name="a",
+        model=answering("ok"),
+        memory=Remember(memory=memory, recall_tokens=64),
+        redactor=Redactor(callables=[measure]),
+    )
+    outcome = await agent.run("deploy")
+    (recalled,) = of(outcome.events, MemoryRecalled)
+    assert recalled.records == ("small",)
+    assert max(passed) < 100_000

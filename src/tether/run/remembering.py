@@ -119,6 +119,8 @@ class Rememberer(Generic[OutputT]):
         notes: list[str] = []
         journal = self._ctx.journal
         for record in records:
+            if estimate_tokens(len(record.text)) > 4 * budget:  # far past it: not worth a
+                continue  # redaction's pass (a 1 MB record took 0.2 s of the run's time)
             text = journal.redacted(record.text)  # what the log, and a replay, holds
             if not isinstance(text, str):
                 continue
