@@ -97,3 +97,18 @@ async def test_an_add_cut_short_is_repaired_by_adding_again(memory: Memory) -> N
     await memory.delete(kb.namespace, ids[-1:])  # as if the last batch never landed
     assert await kb.add(PARIS) == ids
     assert [p.id for p in await kb.passages(ids)] == ids
+
+
+async def test_a_document_embedded_by_another_model_is_embedded_again(tmp_path: Path) -> None:
+    # an unchanged document was left as it was: its chunks kept the old model's vectors, which
+    # a search with the new embedder never compares, so vector search found none of them
+    doc = Document(source="h.md", text="# Leave\n\nStaff get 25 days of paid leave a year.")
+    old = SqliteMemory(tmp_path / "kb.db", embedder=HashEmbedder(256))
+    await KnowledgeBase(old).add(doc)
+    await old.close()
+    new = SqliteMemory(tmp_path / "kb.db", embedder=HashEmbedder(64, synonyms={"holiday": "leave"}))
+    kb = KnowledgeBase(new)
+    await kb.add(doc)
+    found = await kb.search("holiday")  # a word only the new model's vectors connect
+    assert [p.source for p in found] == ["h.md"]
+    await new.close()

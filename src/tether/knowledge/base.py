@@ -83,12 +83,15 @@ class KnowledgeBase:
         if ids:  # unchanged and whole (an add cut short leaves its last chunk or a stale one)
             probe = list(dict.fromkeys([ids[0], ids[-1], f"{key}-{len(ids):05d}"]))
             existing = {r.id: r for r in await self.memory.get(self.namespace, probe)}
+            embedder = self.memory.embedder
+            model = None if embedder is None else embedder.name
             if (
                 all(existing.get(i) is not None for i in probe[:-1])
                 and all(existing[i].metadata.get("digest") == digest for i in probe[:-1])
+                and all(model in (None, existing[i].embedding_model) for i in probe[:-1])
                 and probe[-1] not in existing
             ):
-                return ids  # nothing to do
+                return ids  # nothing to do (embedded by another model: done again)
         records: list[MemoryRecord] = []
         for chunk, chunk_id in zip(chunks, ids, strict=True):
             metadata: JsonObject = {

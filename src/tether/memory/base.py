@@ -10,12 +10,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import field
 from datetime import UTC, datetime, timedelta
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from tether._internal.frozen import frozen
 from tether._internal.mend import nul_free
 from tether.content import JsonObject
 from tether.errors import InvalidEntry
+
+if TYPE_CHECKING:
+    from tether.memory.embedder import Embedder
 
 __all__ = [
     "KINDS",
@@ -254,6 +257,9 @@ class Memory(ABC):
 
     Every backend passes one conformance suite (``tests/memory/test_conformance.py``).
     """
+
+    embedder: Embedder | None = None
+    """What makes the records' vectors (``None``: none; search is by keywords)."""
 
     @abstractmethod
     async def upsert(self, records: Sequence[MemoryRecord]) -> list[str]:
