@@ -234,6 +234,37 @@ async def test_a_forgotten_session_starts_afresh_and_the_logs_stay() -> None:
     assert len(await store.read(first.run_id)) > 2  # the runs' logs are the record
 
 
+async def test_a_run_going_on_while_its_session_is_forgotten_keeps_no_turn(
+    tmp_path: Path,
+) -> None:
+    # it wrote its turn when it ended, after the forget: the next run saw the conversation
+    import asyncio
+
+    store = SqliteStore(tmp_path / "t.db")
+    started, go_on = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: ModelRequest) -> ScriptStep:
+        started.set()
+        await go_on.wait()
+        return finish("noted")
+
+    agent = Agent(name="chat", model=FunctionModel(slow), store=store)
+    go_on.set()
+    await agent.run("turn one", session="s")
+    go_on.clear()
+    started.clear()
+    going = asyncio.create_task(agent.run("turn two", session="s"))
+    await started.wait()
+    assert await agent.forget_session("s") == 1
+    go_on.set()
+    assert (await going).status == "finished"
+    third = await agent.run("turn three", session="s")
+    assert continued(third.events).run_ids == ()
+    fourth = await agent.run("turn four", session="s")  # what came after the forget stays
+    assert continued(fourth.events).goals == ("turn three",)
+    await store.close()
+
+
 async def test_a_conversation_idle_past_max_age_starts_afresh() -> None:
     from datetime import UTC, datetime, timedelta
 

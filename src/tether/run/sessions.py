@@ -129,11 +129,27 @@ class Sessions(Generic[OutputT]):
         }
         try:
             await self._store.kv_set(self._namespace, key, value)
+            # forgotten since this run began: the turn goes too (written, then checked: a
+            # forget between the two has the turn to delete, or leaves its mark to see)
+            if await _forgotten_at(self._store, self._namespace, session) >= started.timestamp():
+                await self._store.kv_delete(self._namespace, key)
         except Exception as exc:
             ctx.journal.warnings.append(
                 f"session {session}: this run's turn was not kept, the next run of the "
                 f"session will not see it: {why(exc)}"
             )
+
+
+def _mark(session: str) -> str:
+    """The key of when ``session`` was last forgotten (no turn's key: those have a '/')."""
+    return f"{session}|forgotten"
+
+
+async def _forgotten_at(store: KeyValueStore, namespace: str, session: str) -> float:
+    """When ``session`` was last forgotten (a POSIX time; never: minus infinity)."""
+    entry = await store.kv_get(namespace, _mark(session))
+    at = entry.value.get("at") if entry is not None and isinstance(entry.value, dict) else None
+    return float(at) if isinstance(at, int | float) else float("-inf")
 
 
 def _turn(value: Any) -> tuple[str, str, str] | None:
@@ -152,6 +168,8 @@ async def forget_session(store: KeyValueStore, agent: str, session: str) -> int:
     """
     namespace = namespace_of(agent)
     gone = 0
+    # first: a run of the session still going sees it when it ends, and keeps no turn
+    await store.kv_set(namespace, _mark(session), {"at": datetime.now(UTC).timestamp()})
     while keys := await store.kv_list(namespace, f"{session}/", 500):
         for key in keys:
             gone += await store.kv_delete(namespace, key)
