@@ -371,3 +371,13 @@ async def test_a_response_the_log_cannot_hold_is_a_failed_request(
     (failed,) = [e for e in outcome.events if isinstance(e, ModelFailed)]
     assert wrong in failed.error.message
     assert [decode_event(encode_event(e)) for e in outcome.events] == list(outcome.events)
+
+
+async def test_text_of_a_str_subclass_is_text() -> None:
+    class Markup(str):
+        """Like markupsafe's: a str subclass an adapter may hand back."""
+
+    agent = Agent(name="ok", model=FunctionModel(lambda _: ModelResponse(text=Markup("fine"))))
+    outcome = await agent.run("hi")
+    assert outcome.status == "finished"
+    assert outcome.output == "fine"

@@ -515,36 +515,36 @@ def _malformed(response: object) -> str | None:
     if not isinstance(response, ModelResponse):
         return f"{type(response).__name__}, not a ModelResponse"
     usage = response.usage
+    text, reasoning = cast(object, response.text), cast(object, response.reasoning)
     if (
-        type(response.text) is str
-        and (response.reasoning is None or type(response.reasoning) is str)
+        isinstance(text, str)  # (a subclass too: the encoder writes it as text)
+        and (reasoning is None or isinstance(reasoning, str))
         and type(response.tool_calls) is tuple
-        and type(usage.input_tokens) is int
-        and type(usage.output_tokens) is int
-        and type(usage.requests) is int
-        and usage.input_tokens >= 0
-        and usage.output_tokens >= 0
-        and usage.requests >= 0
-        and (usage.cost is None or (isinstance(usage.cost, float) and 0.0 <= usage.cost < math.inf))
         and all(type(c) is ToolCall for c in response.tool_calls)
     ):
-        return None
-    what = cast(object, response.text)
-    if not isinstance(what, str):
-        return f"a response whose text is {type(what).__name__}, not str"
-    what = cast(object, response.reasoning)
-    if what is not None and not isinstance(what, str):
-        return f"a response whose reasoning is {type(what).__name__}, not str"
-    what = cast(object, response.tool_calls)
-    if not isinstance(what, tuple) or not all(
-        isinstance(c, ToolCall) for c in cast(tuple[object, ...], what)
-    ):
-        return "a response whose tool_calls is not a tuple of ToolCall"
-    return (
-        f"a response whose usage is not counts of zero or more ({usage.input_tokens!r} input, "
-        f"{usage.output_tokens!r} output, {usage.requests!r} requests) and a cost of zero or "
-        f"more or None ({usage.cost!r})"
-    )
+        if (
+            type(usage.input_tokens) is int  # not a bool, not NaN
+            and type(usage.output_tokens) is int
+            and type(usage.requests) is int
+            and usage.input_tokens >= 0
+            and usage.output_tokens >= 0
+            and usage.requests >= 0
+            and (
+                usage.cost is None
+                or (isinstance(usage.cost, float) and 0.0 <= usage.cost < math.inf)
+            )
+        ):
+            return None
+        return (
+            f"a response whose usage is not counts of zero or more ({usage.input_tokens!r} "
+            f"input, {usage.output_tokens!r} output, {usage.requests!r} requests) and a cost "
+            f"of zero or more or None ({usage.cost!r})"
+        )
+    if not isinstance(text, str):
+        return f"a response whose text is {type(text).__name__}, not str"
+    if reasoning is not None and not isinstance(reasoning, str):
+        return f"a response whose reasoning is {type(reasoning).__name__}, not str"
+    return "a response whose tool_calls is not a tuple of ToolCall"
 
 
 def _noted(
