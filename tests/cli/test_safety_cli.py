@@ -85,6 +85,8 @@ def test_approve_decides_calls_one_by_one_and_continues_the_run(tmp_path: Path) 
     code, output = cli("approve", run_id, "--agent", REF, "c1", "--by", "ops", "--db", str(db))
     assert code == 1, output  # still waiting for c2: not finished
     assert "waiting for approval c2: send" in output
+    # the way on names the agent: the log's name for it is not loaded by itself
+    assert f"--agent {REF}" in " ".join(output.partition("decide with:")[2].split())
     assert sent == []
     code, output = cli(
         "approve",

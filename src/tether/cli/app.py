@@ -19,7 +19,7 @@ from tether.cli.continuing import (
     RunArgument,
     VerboseOption,
 )
-from tether.cli.driving import Lines, drive, exit_code, log_dir_of, report
+from tether.cli.driving import Lines, again_with, drive, exit_code, log_dir_of, report
 from tether.cli.failures import fail, store_failure
 from tether.cli.model_commands import model_app
 from tether.cli.pack_commands import pack_app
@@ -201,9 +201,10 @@ def _run(
         raise fail(failure)  # the store, not the run, needs fixing: it says how to go on
     if closing is not None:
         raise fail(closing)
-    report(outcome, directory, as_json)
+    report(outcome, directory, as_json, agent_ref)
     if store is not None and outcome.status == "waiting_for_user":  # a cancelled run has ended
-        err.print(f"[dim]continue it with: tether resume {outcome.run_id}[/]")
+        again = escape(again_with(agent_ref))
+        err.print(f"[dim]continue it with: tether resume {outcome.run_id}{again} --answer ...[/]")
     raise typer.Exit(exit_code(outcome))
 
 

@@ -209,5 +209,5 @@ def continue_and_report(run: str, **options: Any) -> None:
     failure = store_failure(outcome)
     if failure is not None:
         raise fail(failure)
-    report(outcome, None, False)
+    report(outcome, None, False, options.get("agent_ref"))
     raise typer.Exit(exit_code(outcome))

@@ -154,8 +154,9 @@ def _say_ctrl_c(run_id: str) -> Callable[[], None]:
             err.print(f"quitting now: see the run with `tether show {run_id}`")
             os._exit(130)
         err.print(
-            "cancelling (Ctrl-C): the run stops and is recorded as cancelled; a tool running "
-            "in a thread cannot be stopped and is waited for. Ctrl-C again to quit at once"
+            f"cancelling (Ctrl-C): run {run_id} stops and is recorded as cancelled (see it "
+            f"with `tether show {run_id}`); a tool running in a thread cannot be stopped and is "
+            "waited for. Ctrl-C again to quit at once"
         )
         previous(signum, frame)
 
@@ -175,7 +176,19 @@ def exit_code(outcome: RunOutcome[Any]) -> int:
     return 3 if outcome.unresolved_denials else 0
 
 
-def report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> None:
+def again_with(agent_ref: str | None) -> str:
+    """What a command that continues a run needs added (``--agent REF``), if anything.
+
+    Nothing when the log's name for the agent is one tether loads by itself (``trusted_ref``).
+    """
+    from tether.replay import trusted_ref
+
+    return "" if agent_ref is None or trusted_ref(agent_ref) else f" --agent {agent_ref}"
+
+
+def report(
+    outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool, agent_ref: str | None = None
+) -> None:
     """The answer on stdout; status, usage, pending approvals and warnings on stderr."""
     if as_json:
         out.print_json(
@@ -233,8 +246,8 @@ def report(outcome: RunOutcome[Any], log_dir: Path | None, as_json: bool) -> Non
         )
     if outcome.pending:
         err.print(
-            f"[dim]decide with: tether approve {outcome.run_id} CALL [--deny --reason ...] "
-            "(or --all)[/]"
+            f"[dim]decide with: tether approve {outcome.run_id} CALL "
+            f"{escape(again_with(agent_ref).lstrip())} [--deny --reason ...] (or --all)[/]"
         )
     for warning in outcome.warnings:
         err.print(f"[yellow]warning:[/] {escape(warning)}")
