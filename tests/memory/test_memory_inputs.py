@@ -182,3 +182,27 @@ async def test_a_list_filter_finds_its_match_among_many(tmp_path: Path) -> None:
         assert huge.hits == ()
     finally:
         await memory.close()
+
+
+async def test_without_numpy_search_falls_back_to_keywords_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the whole search failed ("needs the optional dependency 'numpy'"), keywords and all
+    import importlib.util
+
+    from tether.memory import InProcessMemory, MemoryQuery, MemoryRecord
+    from tether.testing import HashEmbedder
+
+    memory = InProcessMemory(embedder=HashEmbedder())
+    await memory.put(MemoryRecord(namespace="ns", text="the deploy runs on fridays"))
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> object:
+        return None if name == "numpy" else real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    found = await memory.search(MemoryQuery(namespace="ns", text="deploy"))
+    assert found.mode == "keyword"
+    assert found.warning is not None
+    assert "tether[memory]" in found.warning
+    assert [r.text for r in found.records] == ["the deploy runs on fridays"]

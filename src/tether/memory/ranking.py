@@ -8,6 +8,7 @@ live on different scales, and it is what Elasticsearch, OpenSearch and pgvector'
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 from collections import Counter
@@ -208,9 +209,16 @@ async def embedded(
 
 
 def mode_of(query: MemoryQuery, embedder: Embedder | None) -> tuple[SearchMode, str | None]:
-    """What a search can do: without an embedder, keywords only, and a warning that says so."""
-    if query.mode == "keyword" or embedder is not None:
+    """What a search can do: without an embedder (or numpy), keywords only, and why."""
+    if query.mode == "keyword":
         return query.mode, None
+    if embedder is not None:
+        if importlib.util.find_spec("numpy") is not None:
+            return query.mode, None
+        return "keyword", (
+            f"vector search needs numpy, which is not installed, so the {query.mode} search "
+            f'for {query.text[:60]!r} matched keywords only: pip install "tether[memory]"'
+        )
     return "keyword", (
         f"this memory has no embedder, so the {query.mode} search for {query.text[:60]!r} "
         "matched keywords only; pass embedder= to the memory for semantic search"
