@@ -191,6 +191,23 @@ async def test_edited_arguments_are_checked_by_the_policy_again(store: RunStore)
     assert_protocol_valid(done.events)
 
 
+async def test_edited_arguments_that_do_not_fit_the_tool_are_refused_before_anything(
+    store: RunStore,
+) -> None:
+    # a partial edit ({"to": ...} without the body) was recorded as approved, then the call
+    # failed validation, and the run went on as if the human had decided
+    sent.clear()
+    waiting = await agent(store).run("greet ann and bob")
+    a, _ = waiting.pending
+    before = await store.read(waiting.run_id)
+    with pytest.raises(UserError, match=r"edited arguments of 'a' do not fit send.*body"):
+        await agent(store).resume(
+            waiting.run_id, approvals=[Approval.approve(a, arguments={"to": "ann@x.test"})]
+        )
+    assert await store.read(waiting.run_id) == before  # nothing recorded
+    assert sent == []
+
+
 def _worker(db: Path, *args: str) -> subprocess.Popen[str]:
     root = Path(__file__).resolve().parents[2]
     return subprocess.Popen(

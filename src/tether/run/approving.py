@@ -142,6 +142,15 @@ class Approving(Generic[OutputT]):
                 f"request ({request.tool} {canonical_json(request.arguments).decode()}); "
                 "look at the request again and approve what it asks"
             )
+        tool = self._ctx.spec.registry.get(request.tool)
+        if approval.arguments is not None and tool is not None:  # edited: would they run?
+            try:
+                tool.validator(approval.arguments)
+            except ModelRetry as exc:  # approved, the call would only fail: nothing recorded
+                raise UserError(
+                    f"the edited arguments of {call_id!r} do not fit {request.tool}: "
+                    f"{exc.message}. Give all of its arguments, as they should be"
+                ) from None
 
     def _plan_decided(self) -> list[Planned]:
         """Every pending call with a human decision: what happens to it now, in call order."""
