@@ -332,3 +332,56 @@ def test_long_secrets_are_still_redacted() -> None:
     )
     named = "api_key_" + "x" * 70 + "=abcd1234efgh"
     assert Redactor().redact_text(named).endswith("=[REDACTED:password]")
+
+
+async def _stored(result: object) -> tuple[bytes, RunOutcome[str]]:
+    """A run whose one tool returns ``result``: every event's encoding, and the outcome."""
+
+    @tool(read_only=True, open_world=False)
+    async def fetch() -> object:
+        """Fetch."""
+        return result
+
+    agent = Agent(model=ScriptedModel([call("fetch"), finish("done")]), tools=[fetch])
+    outcome = await agent.run("fetch it")
+    return b"\n".join(encode_event(e) for e in outcome.events), outcome
+
+
+@pytest.mark.parametrize(
+    ("result", "secret"),
+    [
+        # a secret as a key: the redacted event named the field through it
+        ({"sessions": {"s3ssionT0kenAbc987": {"auth_token": "s3ssionT0kenAbc987"}}}, "s3ssionT0k"),
+        ({"creds": {"hunter2hunter2": "password=hunter2hunter2"}}, "hunter2hunter2"),
+        # values under a secret's name that are not text
+        ({"password": 87654321}, "87654321"),
+        ({"api_keys": ["Zx9QwErTyUiOp", "Lk2JhGfDsAzXc"]}, "Zx9QwErTyUiOp"),
+        ({"secrets": {"db": "Zx9QwErTyUiOp"}}, "Zx9QwErTyUiOp"),
+        # a quoted value longer than 200 characters; escaped forms
+        ('{"client_secret": "' + "Ab3" * 70 + '"}', "Ab3Ab3Ab3Ab3"),
+        ('{"body": "{\\"password\\": \\"Tr0ub4dor&3xyz\\"}"}', "Tr0ub4dor"),
+        ('{"dsn": "postgres:\\/\\/admin:S3cretPgPass@db.internal\\/app"}', "S3cretPgPass"),
+        ('{"key": "sk\\u002dproj-Q7xR2mT9vLk3Zp8aWc4YhN1sBf6Ud0Ej"}', "Q7xR2mT9vLk3"),
+    ],
+)
+async def test_secrets_in_keys_odd_values_long_quotes_and_escapes_are_redacted(
+    result: object, secret: str
+) -> None:
+    stored, _ = await _stored(result)
+    assert secret.encode() not in stored
+
+
+async def test_a_result_cut_inside_a_secret_keeps_none_of_it() -> None:
+    # the policy's 1,000,000-byte cap cut before "@host" (or a closing quote): no pattern
+    # matched the rest, and the password was stored
+    cap = 1_000_000
+    for space, head, tail in [
+        (" ", "postgres://app:S3cretPgPass", "@db.internal:5432/app"),
+        (" ", 'DB_PASSWORD="S3cretPgPass', '"\n'),
+        ("", "postgres://app:S3cretPgPass", "@db.internal:5432/app"),  # one long token
+    ]:
+        filler = "x" * (cap - len(head) - len(space))
+        stored, outcome = await _stored(filler + space + head + tail)
+        assert outcome.status == "finished"
+        assert b"S3cretPgPass" not in stored
+        assert b"truncated by the policy" in stored

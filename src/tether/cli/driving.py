@@ -21,7 +21,7 @@ from tether.models.base import ToolCallDelta
 from tether.outcome import RunOutcome
 from tether.run.loopmonitor import exit_process, monitor
 
-__all__ = ["DEFAULT_LOG_DIR", "Lines", "drive", "exit_code", "log_dir_of", "report"]
+__all__ = ["DEFAULT_LOG_DIR", "Lines", "again_with", "drive", "exit_code", "log_dir_of", "report"]
 
 out = Console()
 err = Console(stderr=True)

@@ -555,6 +555,8 @@ def _tool_call(part: _Part, *, cut_off: bool) -> ToolCall:
         raw = orjson.dumps(arguments).decode()
     if cut_off:  # whatever parsed is a prefix of what the model meant to send
         problem = "the reply was cut off at max_tokens inside this call"
+        end = max(raw.rfind(" "), raw.rfind("\n"))  # its last word may be a cut secret
+        raw = raw[:end] if end > 0 else raw  # (no pattern knows a password without "@host")
     elif problem is None and not isinstance(arguments, dict):
         problem = "not a JSON object"
     if problem is not None:

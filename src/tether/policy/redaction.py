@@ -58,7 +58,9 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
         # directory, not a password
         r"(?i)(?:password|passwd|pwd(?!\s*[=:]\s*[\"']?[/~])|secret|api[_-]?key|access[_-]?token"
         r"|auth[_-]?token)(?:[\"']?\s*[=:]|[_-][A-Za-z0-9_-]{0,100}[\"']?\s*(?:=|:(?=[\s\"'])))\s*"
-        r"(?:\"([^\"\n]{1,200})\"|'([^'\n]{1,200})'|(?!\[REDACTED)([^\s\"'&,;]{4,}))",
+        # a quoted value of any length, closed or cut (possessive: linear, never backtracks)
+        r"(?:\"(?!\[REDACTED)([^\"\n]++)\"?|'(?!\[REDACTED)([^'\n]++)'?"
+        r"|(?!\[REDACTED)([^\s\"'&,;]{4,}))",
     ),
 )
 """Secrets redacted by default: ``(kind, regex)``; a regex with groups redacts only the group
@@ -85,6 +87,8 @@ _SECRET_WORDS = tuple(
         "eyj",
         "bearer ",
         "://",
+        ":\\\\/\\\\/",  # ":\/\/" (PHP's json_encode), as an event's JSON holds it
+        "\\\\u00",  # "\u002d" and the like: an escape may hide any of these words
         "password",
         "passwd",
         "pwd",
@@ -259,6 +263,8 @@ class Redactor:
         ``known`` maps secrets found earlier in the run to their kinds: once a value is known
         to be a secret, it is one wherever it appears (in words no pattern would match).
         """
+        if "\\" in text and self._secrets:  # escaped (JSON in a JSON string, "\/", "\u002d")
+            known = {**(known or {}), **self._escaped_secrets(text)}
         for kind, regex in self._patterns:
             text = regex.sub(lambda m, k=kind: self._replace(m, k, found), text)
         if known:
@@ -276,6 +282,29 @@ class Redactor:
                     found.count += 1
                 text = changed
         return text
+
+    def _escaped_secrets(self, text: str) -> dict[str, str]:
+        r"""The secrets of ``text`` read with its escapes undone, as they stand in ``text``.
+
+        A secret's value rarely holds an escape itself: found in the unescaped reading, it is
+        replaced where it stands (``{\"password\": \"hunter2\"}`` holds ``hunter2``).
+        """
+        plain = _ESCAPE.sub(_unescape, text)
+        if plain == text:
+            return {}
+        seen = Redaction()
+        for kind, regex in self._patterns:
+            for match in regex.finditer(plain):
+                self._replace(match, kind, seen)
+        out: dict[str, str] = {}
+        for value, kind in seen.values.items():
+            if value in text:
+                out[value] = kind
+                continue  # else an escape sits inside it: its longest plain run goes
+            runs = sorted(_PLAIN_RUN.findall(value), key=len, reverse=True)
+            if runs and runs[0] in text:
+                out[runs[0]] = kind
+        return out
 
     def _replace(self, match: re.Match[str], kind: str, found: Redaction | None) -> str:
         whole = match.group(0)
@@ -311,6 +340,9 @@ class Redactor:
         if any(known is None or v not in known for v in found.values):
             # a secret this event revealed may stand bare elsewhere in it: once more, with it
             self._redact_fields(event, skip, found, {**(known or {}), **found.values})
+        if found.count and (known or found.values):  # a path may pass through a secret key
+            secrets = sorted({**(known or {}), **found.values}.items(), key=lambda kv: -len(kv[0]))
+            found.fields[:] = dict.fromkeys(_scrubbed(f, secrets) for f in found.fields)
         return found if found.count else None
 
     def _redact_fields(
@@ -325,19 +357,25 @@ class Redactor:
                 object.__setattr__(event, spec.name, new)
 
     def _secret_by_name(self, name: str, item: object, path: str, found: Redaction) -> bool:
-        """Whether ``item`` is a secret by its key's name (``{"password": "..."}``); noted."""
-        if not (
-            self._secrets
-            and isinstance(item, str)
-            and item
-            and not item.startswith("[REDACTED:")
-            and _SECRET_KEY.search(name) is not None
+        """Whether ``item`` is a secret by its key's name (``{"password": "..."}``); noted.
+
+        Any value but an empty one, a flag or a redaction: a number (``{"pin": 8765}``), a
+        list or an object (``{"api_keys": [...]}``) goes whole.
+        """
+        if (
+            not self._secrets
+            or item is None
+            or isinstance(item, bool)
+            or item in ("", [], {})
+            or (isinstance(item, str) and item.startswith("[REDACTED:"))
+            or _SECRET_KEY.search(name) is None
         ):
             return False
         found.kinds["password"] = None
         found.count += 1
-        if len(item) >= ECHO_MIN:
-            found.values[item] = "password"
+        for text in _texts(item):
+            if len(text) >= ECHO_MIN and not text.startswith("[REDACTED:"):
+                found.values[text] = "password"
         found.fields.append(path)
         return True
 
@@ -383,3 +421,37 @@ class Redactor:
                     changes[spec.name] = new
             return replace(value, **changes) if changes else value
         return value
+
+
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|([\"'/\\]))")
+r"""A JSON (or shell) escape: ``\u002d``, ``\"``, ``\/``, ``\\``."""
+
+
+_PLAIN_RUN = re.compile(r"[A-Za-z0-9_]{8,}")
+"""A run of a secret that no escape can be inside of (the random part of a key)."""
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code, char = match.group(1), match.group(2)
+    return chr(int(code, 16)) if code is not None else char
+
+
+def _scrubbed(path: str, secrets: Sequence[tuple[str, str]]) -> str:
+    """A field's path with the secrets it passes through (a key) redacted, longest first."""
+    for secret, kind in secrets:
+        if secret in path:
+            path = path.replace(secret, f"[REDACTED:{kind}]")
+    return path
+
+
+def _texts(value: object) -> list[str]:
+    """The strings (and numbers, as text) in a JSON value: what a secret's value reveals."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return [str(value)]
+    if isinstance(value, Mapping):
+        return [t for v in cast(Mapping[Any, Any], value).values() for t in _texts(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in cast(Iterable[Any], value) for t in _texts(v)]
+    return []

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import orjson
 
+from tether._internal.textcut import cut_clean
 from tether.content import ContentBlock, ResourceBlock, TextBlock, ToolResult, content_text
 from tether.policy.rules import ContentFilter
 
@@ -52,6 +53,8 @@ def truncate(result: ToolResult, cap: int, size: int) -> ToolResult:
             continue
         data = text.encode()
         cut = data[:budget].decode(errors="ignore")
+        if len(cut) < len(text):  # a secret it ends inside would lose what marks it
+            cut = cut_clean(text, len(cut))
         blocks.append(
             replace(block, text=cut) if isinstance(block, ResourceBlock) else TextBlock(text=cut)
         )

@@ -1,0 +1,31 @@
+"""Text cut short without a piece of a word at its end: what a cut secret would leave.
+
+A secret's pattern needs the whole of it (``postgres://app:pw@host`` needs the ``@host``; a
+quoted password its closing quote): text cut inside one keeps a prefix no pattern matches,
+and it reached the log unredacted. So a cut drops the partial token it ends in.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["cut_clean"]
+
+_TAIL = re.compile(r"\S{1,4096}\Z")
+"""The last token of a text (at most 4,096 characters of it are looked back over)."""
+
+
+def cut_clean(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, less the partial token it would end in.
+
+    The cut text ends at whitespace; of a token longer than 4,096 characters, the last
+    4,096 before the cut go.
+    """
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    if not text[limit].isspace():  # the cut fell inside a token: it goes whole
+        tail = _TAIL.search(cut, max(0, len(cut) - 4096))  # only the end is looked at
+        if tail is not None and tail.start() > 0:
+            cut = cut[: tail.start()]
+    return cut
