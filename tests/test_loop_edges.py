@@ -381,3 +381,85 @@ async def test_text_of_a_str_subclass_is_text() -> None:
     outcome = await agent.run("hi")
     assert outcome.status == "finished"
     assert outcome.output == "fine"
+
+
+async def test_an_agent_run_inside_a_tool_is_cancelled_with_its_caller(tmp_path: Path) -> None:
+    # both runs shared the caller's task, so each took the other's cancellation for its own:
+    # wait_for's timeout was swallowed (the caller "finished" after the sub-run's 2 s), and
+    # cancel() left the sub-run stored "running", its lease held
+    from tether.stores import SqliteStore
+
+    store = SqliteStore(tmp_path / "t.db")
+
+    @tool(read_only=True, open_world=False)
+    async def research(topic: str) -> str:
+        """Slow research.
+
+        Args:
+            topic: What.
+        """
+        await asyncio.sleep(2)
+        return "notes"
+
+    def sub() -> Agent:
+        script = ScriptedModel([call("research", topic="x"), finish("notes")])
+        return Agent(name="researcher", model=script, tools=[research], store=store)
+
+    @tool(read_only=False, open_world=False)
+    async def delegate(question: str) -> str:
+        """Ask the researcher.
+
+        Args:
+            question: What to research.
+        """
+        return (await sub().run(question)).status
+
+    def top() -> Agent:
+        script = ScriptedModel([call("delegate", question="x"), finish("done")])
+        return Agent(name="lead", model=script, tools=[delegate], store=store)
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(top().run("go"), 0.3)
+    run = top().stream("go")
+    asyncio.get_running_loop().call_later(0.3, run.cancel, "stop")
+    await run.consume()
+    assert run.outcome.status == "cancelled"
+    assert time.monotonic() - started < 1.8
+    stored = await store.runs()
+    assert len(stored) == 4
+    assert {r.status for r in stored} == {"cancelled"}
+    await store.close()
+
+
+async def test_a_callers_timeout_holds_when_a_tool_or_the_model_swallows_it() -> None:
+    # wait_for(agent.run(...), 0.3) returned "finished" 6 s later: the inline tool caught the
+    # cancellation, and the run went on to its next call (the model: the same)
+    @tool(read_only=True, open_world=False)
+    async def stubborn() -> str:
+        """Close gracefully, whatever it takes."""
+        try:
+            await asyncio.sleep(3)
+        except asyncio.CancelledError:
+            await asyncio.sleep(1)  # its own graceful close: then the cancellation goes on
+        return "closed"
+
+    agent = Agent(
+        model=ScriptedModel([call("stubborn"), call("stubborn"), finish("done")]), tools=[stubborn]
+    )
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(agent.run("close it"), 0.3)
+    assert time.monotonic() - started < 2.5  # not the next call's 3 s too
+
+    async def swallowing(request: ModelRequest) -> ModelResponse:
+        try:
+            await asyncio.sleep(3)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.5)
+        return ModelResponse(text="done")
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(Agent(model=FunctionModel(swallowing)).run("hi"), 0.2)
+    assert time.monotonic() - started < 2.5

@@ -40,6 +40,7 @@ from tether.run.compactor import Compactor
 from tether.run.consulting import Consultant
 from tether.run.context import RunContext
 from tether.run.endings import Endings
+from tether.run.interrupts import drives_a_run
 from tether.run.journal import StoreSink
 from tether.run.loopmonitor import monitor
 from tether.run.modelstep import ModelStep
@@ -63,7 +64,6 @@ __all__ = ["AgentRun", "ToolRunner", "run_tool", "tool_error"]
 _log = logging.getLogger("tether.loop")
 
 _O = TypeVar("_O")
-
 
 _SPEC_SEEN: dict[str, tuple[Redactor, str, bool]] = {}
 """Whether a spec's instructions, tools and output schema pass a redactor (by spec digest)."""
@@ -268,7 +268,16 @@ class AgentRun(Generic[OutputT]):
             await self._gen.aclose()  # a consumer that stopped reading ends the run
 
     async def consume(self) -> None:
-        """Drive the run to its end without looking at its events (``Agent.run``)."""
+        """Drive the run to its end without looking at its events (``Agent.run``).
+
+        In another run's task (a tool's agent), in its own: its cancellations stay its own.
+        """
+        task = asyncio.current_task()
+        await (
+            asyncio.create_task(self._consume()) if task and drives_a_run(task) else self._consume()
+        )
+
+    async def _consume(self) -> None:
         async for _ in self._gen:
             pass
 

@@ -10,12 +10,22 @@ one of the run's awaits; ``begin`` and ``end`` bracket every such await.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any, Literal
 
 from tether.run.base import Cancelled
 from tether.run.watchdog import Watchdog
 
-__all__ = ["Interrupts", "Settled", "Unwound"]
+__all__ = ["Interrupts", "Settled", "Unwound", "drives_a_run"]
+
+_DRIVING: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+"""The tasks a run is going on in (each run tells its own cancellations by its task's)."""
+
+
+def drives_a_run(task: asyncio.Task[Any]) -> bool:
+    """Whether a run is going on in ``task``: another one (a tool's agent) needs its own."""
+    return task in _DRIVING
+
 
 Settled = Literal["timeout", "cancel", "tool", "external"]
 """What a ``CancelledError`` at one of the run's awaits was (see ``Interrupts.settle``)."""
@@ -47,11 +57,14 @@ class Interrupts:
     def bind(self, task: asyncio.Task[Any]) -> Watchdog:
         """The run starts on ``task``; its watchdog."""
         self.task = task
+        _DRIVING.add(task)
         watchdog = self.watchdog = Watchdog(task)
         return watchdog
 
     def close(self) -> None:
         """The run is over: drop the watchdog's timer."""
+        if self.task is not None:
+            _DRIVING.discard(self.task)
         if self.watchdog is not None:
             self.watchdog.close()
 
@@ -95,6 +108,13 @@ class Interrupts:
         """Whether a cancellation reaching a tool now comes from the run (timeout, cancel)."""
         watchdog = self.watchdog
         return self.requests > 0 or (watchdog is not None and watchdog.expired)
+
+    def owed(self) -> bool:
+        """Whether the task's owner cancelled it during an await that swallowed it (it goes on)."""
+        task, watchdog = self.task, self.watchdog
+        if task is None or watchdog is None:
+            return False
+        return task.cancelling() > self.requests + (1 if watchdog.expired else 0)
 
     def settle(self) -> Settled:
         """Classify a ``CancelledError`` just raised by one of the run's awaits.

@@ -366,23 +366,9 @@ class ModelStep(Generic[OutputT]):
         size = self.size
         chars = 0
         if size is not None:
-            if self.fit is not None:
-                request = await self.fit(request)
-            over, chars = await size.check(request)
-            if over is not None:  # refused before it is sent: it could not fit
-                return Stop(
-                    "budget_exhausted",
-                    over.limit,
-                    over.used,
-                    over.maximum,
-                    False,
-                    ErrorInfo(
-                        type="RequestTooLarge"
-                        if over.limit == "context_window"
-                        else "NotEnoughTokensLeft",
-                        message=over.message,
-                    ),
-                )
+            request, chars, refused = await self._sized(request, size)
+            if refused is not None:  # refused before it is sent: it could not fit
+                return refused
         t0 = self._ctx.monotonic()
         interrupts = self._interrupts
         interrupts.begin(self.timeout(request, now=t0, final=False))
@@ -403,11 +389,32 @@ class ModelStep(Generic[OutputT]):
             return self._model_failed(exc, step, t0)
         finally:
             interrupts.end()
+        if interrupts.owed():  # the caller cancelled the run (wait_for); the model swallowed it
+            raise asyncio.CancelledError
         if (wrong := _malformed(response)) is not None:  # before anything of it is recorded
             return self._model_failed(TypeError(f"the model returned {wrong}"), step, t0)
         if size is not None:
             size.answered(response.usage, chars)
         return self.record_response(request, response, step, t0)
+
+    async def _sized(
+        self, request: ModelRequest, size: RequestSize
+    ) -> tuple[ModelRequest, int, Stop | None]:
+        """The request made to fit (compaction), its size, and a stop if it still does not."""
+        if self.fit is not None:
+            request = await self.fit(request)
+        over, chars = await size.check(request)
+        if over is None:
+            return request, chars, None
+        error = ErrorInfo(
+            type="RequestTooLarge" if over.limit == "context_window" else "NotEnoughTokensLeft",
+            message=over.message,
+        )
+        return (
+            request,
+            chars,
+            Stop("budget_exhausted", over.limit, over.used, over.maximum, False, error),
+        )
 
     async def _answer(self, request: ModelRequest) -> ModelResponse:
         """The model's answer; streamed to the run's callbacks when it has them."""

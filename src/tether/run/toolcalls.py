@@ -417,8 +417,8 @@ class ToolStage(Generic[OutputT]):
         finally:
             interrupts.end()
         blocked = watch.done()
-        if how is None and drive.swallowed:
-            how = interrupts.settle()  # it did not follow our cancellation: withdraw it
+        if how is None and (drive.swallowed or interrupts.owed()):
+            how = interrupts.settle()  # it did not follow a cancellation: ours, or the owner's
         match how:
             case None:
                 assert result is not None

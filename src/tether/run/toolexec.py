@@ -301,7 +301,11 @@ class Drive:
                 grace.cancel()
 
     def _delivered(self, exc: BaseException) -> BaseException:
-        """A cancellation of ours goes to the coroutine: from now on it may not stop."""
+        """A cancellation of ours goes to the coroutine: from now on it may not stop.
+
+        Only the run's own (a timeout, ``cancel()``) start the grace: a library's own cancel
+        scope (anyio's, in an HTTP client) cancels the task too, and handles it.
+        """
         if isinstance(exc, asyncio.CancelledError) and self._ours():
             self.swallowed = True  # until it shows otherwise (by raising it)
         return exc
