@@ -205,3 +205,40 @@ async def test_a_hook_that_changes_an_event_changes_nothing_of_the_run() -> None
     verify_chain(outcome.events)
     requested = [e for e in outcome.events if isinstance(e, ToolCallRequested)]
     assert all(e.arguments.get("a") != 1000 for e in requested)
+
+
+def test_a_hook_that_ignores_cancellation_does_not_keep_the_program_from_exiting() -> None:
+    # it was cancelled but left in the loop's registry: asyncio.run awaited it for ever
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import asyncio
+        from tether import Agent, Hooks
+        from tether.events import RunFinished
+        from tether.testing import ScriptedModel, finish
+
+        hooks = Hooks(timeout=0.2)
+
+        @hooks.on(RunFinished)
+        async def notify(event):
+            while True:  # a retry loop that swallows cancellation
+                try:
+                    await asyncio.sleep(1)
+                except asyncio.CancelledError:
+                    pass
+
+        async def main():
+            outcome = await Agent(model=ScriptedModel([finish("done")]), hooks=hooks).run("go")
+            print(outcome.status, len(outcome.warnings))
+
+        asyncio.run(main())
+        print("exited")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.stdout.split() == ["finished", "1", "exited"], done.stderr

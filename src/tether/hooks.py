@@ -33,6 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
+from tether._internal.leftbehind import leave_behind
 from tether.codec import decode_event, encode_event
 from tether.errors import ConfigError
 from tether.events import Event, EventBase
@@ -137,7 +138,8 @@ class HookSink(EventSink):
             done, _ = await asyncio.wait((task,), timeout=timeout)
         finally:
             if not task.done():  # past its time, or the run itself was cancelled meanwhile
-                task.cancel()  # not awaited: a hook that ignores it cannot hold the run
+                task.cancel()  # not awaited: a hook that ignores it cannot hold the run,
+                leave_behind(task)  # nor the program's exit (asyncio.run awaits its tasks)
         if not done:
             self._stuck.add(id(handler))  # one wait per run: it must not stall every commit
             self._report(

@@ -22,6 +22,7 @@ from functools import partial
 from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
+from tether._internal.leftbehind import leave_behind
 from tether.content import ToolResult
 from tether.errors import ApprovalRequired, ModelRetry
 from tether.messages import ToolCall
@@ -162,9 +163,7 @@ def abandon(task: asyncio.Future[Any], tool: Tool, run_id: str) -> None:
     """
     started = time.monotonic()
     _abandoned.add(task)
-    unregister = getattr(asyncio.tasks, "_unregister_task", None)
-    if unregister is not None and isinstance(task, asyncio.Task):
-        unregister(task)
+    leave_behind(task)
 
     def finished(done: asyncio.Future[Any]) -> None:
         _abandoned.discard(done)
