@@ -235,3 +235,30 @@ async def test_leased_appends_reach_the_database_without_a_read(tmp_path: Path) 
         await asyncio.sleep(0.05)
     assert db_rows(store.path, run_id) == len(log)
     await store.close()
+
+
+async def test_a_run_cancelled_while_it_takes_its_lease_can_be_run_again_at_once(
+    tmp_path: Path,
+) -> None:
+    # the lease was granted on the store's thread after the caller stopped waiting: held by
+    # nobody until it expired (30 s), the same run id got LeaseHeld ("alive ... another
+    # process is running it"), the supervisor pattern of calling again after a timeout failed
+    import asyncio
+
+    from tether import Agent
+    from tether.stores import SqliteStore
+    from tether.testing import ScriptedModel, finish
+
+    store = SqliteStore(tmp_path / "t.db")
+    agent = Agent(model=ScriptedModel([finish("ok")]), store=store)
+    assert (await agent.run("warm up")).status == "finished"  # the store is open and checked
+    for i in range(5):
+        run_id = f"job-{i}"
+        task = asyncio.create_task(agent.run("nightly report", run_id=run_id))
+        await asyncio.sleep(0)  # now waiting for the lease on the store's thread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        again = await agent.run("nightly report", run_id=run_id)
+        assert again.status == "finished"
+    await store.close()

@@ -8,13 +8,16 @@ its lease through model calls and long tools; it is taken over only when its own
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
+from tether._internal.leftbehind import leave_behind
 from tether.errors import StoreError
 from tether.stores._pendinglog import Record, record_line
 from tether.stores._sqlitedb import Database
@@ -50,6 +53,8 @@ class Leases:
         self.ttl = ttl
         """Seconds a lease lasts without renewal, unless its ``acquire`` said otherwise."""
         self.held: dict[str, Held] = {}
+        self.orphaned: dict[str, str] = {}
+        """Runs whose lease was asked for by a caller that stopped waiting: to their owner."""
         """The leases this store holds, by run id."""
         self._heartbeat_at = 0.0
         db.periodic.append(self._due)
@@ -168,7 +173,8 @@ class Leases:
                         # The same owner may take it again, but only through the store that
                         # granted it: another store could not fence the first one's appends.
                         mine = run_id in self.held and self.held[run_id].token == current
-                        if holder != owner or not mine:
+                        orphan = self.orphaned.get(run_id) == holder  # granted to no one here
+                        if (holder != owner or not mine) and not orphan:
                             raise LeaseHeld(run_id, holder, expires)
                     token = current + 1
                 conn.execute(
@@ -179,13 +185,41 @@ class Leases:
                 tail = stored_tail(conn, run_id)  # complete: every pending record is applied
             return token, tail, now
 
-        token, tail, now = await db.call(job)
+        work = asyncio.ensure_future(db.call(job))
+        try:
+            token, tail, now = await asyncio.shield(work)
+        except asyncio.CancelledError:  # the grant may land anyway: then it is given back
+            self.orphaned[run_id] = owner
+            work.add_done_callback(partial(self._give_back, run_id, owner, span))
+            raise
+        self.orphaned.pop(run_id, None)  # (kept until then: the release may not be applied)
         self._hold(
             run_id,
             Held(token=token, owner=owner, ttl=span, tail=tail, safe_until=now + span * 2 / 3),
         )
         db.worker.wake()  # the heartbeat now has a lease to renew
         return Lease(run_id=run_id, owner=owner, token=token, expires_at=now + span)
+
+    def _give_back(
+        self,
+        run_id: str,
+        owner: str,
+        span: float,
+        done: asyncio.Future[tuple[int, tuple[int, str] | None, float]],
+    ) -> None:
+        """A lease granted to a caller that stopped waiting for it: released at once.
+
+        It was held, by nobody, until it expired: the same run id again got ``LeaseHeld``.
+        """
+        if done.cancelled() or done.exception() is not None or run_id in self.held:
+            return  # not granted, or taken again meanwhile (a newer token): nothing to give
+        token, tail, now = done.result()
+        self._hold(
+            run_id,
+            Held(token=token, owner=owner, ttl=span, tail=tail, safe_until=now + span * 2 / 3),
+        )
+        lease = Lease(run_id=run_id, owner=owner, token=token, expires_at=now + span)
+        leave_behind(asyncio.ensure_future(self.release(lease)))
 
     async def release(self, lease: Lease) -> None:
         """Drop the lease if it is still current (``SqliteStore.release``)."""
