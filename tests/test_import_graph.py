@@ -37,6 +37,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether._internal.lazy",
             "tether._internal.configfiles",
             "tether._internal.mend",
+            "tether._internal.leftbehind",
+            "tether._internal.textcut",
             "tether.jsontypes",
             "tether.content",
             "tether.messages",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -353,7 +354,7 @@ async def test_a_stream_consumer_that_changes_an_event_changes_nothing_of_the_ru
         (ModelResponse(text="hi", usage=Usage(input_tokens=None)), "usage"),  # pyright: ignore[reportArgumentType]
         (ModelResponse(text="hi", usage=Usage(output_tokens=-5)), "usage"),
         (ModelResponse(text=42), "text is int"),  # pyright: ignore[reportArgumentType]
-        (ModelResponse(tool_calls=[]), "tool_calls"),  # pyright: ignore[reportArgumentType]
+        (ModelResponse(text="hi", reasoning=5), "reasoning is int"),  # pyright: ignore[reportArgumentType]
     ],
 )
 async def test_a_response_the_log_cannot_hold_is_a_failed_request(
@@ -463,3 +464,35 @@ async def test_a_callers_timeout_holds_when_a_tool_or_the_model_swallows_it() ->
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(Agent(model=FunctionModel(swallowing)).run("hi"), 0.2)
     assert time.monotonic() - started < 2.5
+
+
+async def test_a_model_that_swallows_the_runs_own_timeout_does_not_cancel_the_run() -> None:
+    # its timeout's cancellation stayed on the task; after the next call it was taken for the
+    # owner's, and the run raised CancelledError
+    @tool(read_only=True, open_world=False)
+    async def ping() -> str:
+        """Ping."""
+        await asyncio.sleep(0.01)
+        return "pong"
+
+    asked: list[int] = []
+
+    async def slow_first(request: ModelRequest) -> ModelResponse:
+        asked.append(1)
+        if len(asked) == 1:
+            with contextlib.suppress(asyncio.CancelledError):  # swallowed: it answers anyway
+                await asyncio.sleep(1)  # past the request's timeout
+        if len(asked) <= 2:
+            return ModelResponse(tool_calls=(call("ping"),))
+        return ModelResponse(tool_calls=(finish("done"),))
+
+    agent = Agent(
+        model=FunctionModel(slow_first), tools=[ping], model_settings=ModelSettings(timeout=0.2)
+    )
+    outcome = await agent.run("go")
+    assert outcome.status == "finished", outcome.error
+
+
+def test_a_list_of_tool_calls_is_taken_as_a_tuple() -> None:
+    response = ModelResponse(tool_calls=[ToolCall(id="c", name="add", arguments={})])  # pyright: ignore[reportArgumentType]
+    assert response.tool_calls == (ToolCall(id="c", name="add", arguments={}),)

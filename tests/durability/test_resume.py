@@ -275,6 +275,38 @@ async def test_crashes_with_progress_between_them_do_not_use_up_the_recoveries(
     assert final.output == "done"
 
 
+async def test_a_call_that_kills_the_process_every_time_uses_up_the_recoveries(
+    store: RunStore,
+) -> None:
+    # a model answer counted as progress: a tool that killed the process after each answer
+    # kept the run recovering for ever (only max_steps stopped the paid loop)
+    class Killed(BaseException):
+        """Stands for the process dying."""
+
+    @tool(read_only=False, open_world=False)
+    def poison() -> str:
+        """Crash (not safe to repeat: a recovery does not run it again, the model does)."""
+        raise Killed
+
+    def model() -> FunctionModel:
+        return FunctionModel(lambda _: call("poison"))
+
+    agent = Agent(model=model(), tools=[poison], store=store, max_recoveries=2)
+    with pytest.raises(Killed):
+        await agent.run("goal", run_id="poisoned")
+    outcome = None
+    for _ in range(4):
+        try:
+            outcome = await replace(agent, model=model()).resume("poisoned")
+            break
+        except Killed:
+            continue
+    assert outcome is not None
+    assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert "recovery attempts in a row" in outcome.error.message
+
+
 async def test_only_one_owner_at_a_time(tmp_path: Path) -> None:
     first = SqliteStore(tmp_path / "t.db")
     second = SqliteStore(tmp_path / "t.db")

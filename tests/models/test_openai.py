@@ -444,3 +444,18 @@ async def test_a_rate_limit_carries_the_servers_retry_after() -> None:
             await model.request(REQUEST)
     assert info.value.transient
     assert info.value.retry_after == 5.0
+
+
+def test_run_sync_leaves_an_http_client_the_caller_gave_open() -> None:
+    # run_sync closed the SDK client, which closed the caller's httpx client: the second run
+    # failed ("Cannot send a request, as the client has been closed")
+    from tether import Agent
+    from tether.testing import allow_model_requests
+
+    answer = json.dumps(completion({"content": "done"})).encode()
+    model, _ = serve(lambda _: httpx2.Response(200, content=answer))
+    agent = Agent(name="twice", model=model)
+    for _ in range(2):
+        with allow_model_requests():
+            outcome = agent.run_sync("say done")
+        assert outcome.status == "finished", outcome.error

@@ -385,3 +385,25 @@ async def test_a_result_cut_inside_a_secret_keeps_none_of_it() -> None:
         assert outcome.status == "finished"
         assert b"S3cretPgPass" not in stored
         assert b"truncated by the policy" in stored
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'name = input("Enter your password: ")  # ask the user',
+        'print("api_key: " + mask(key), file=sys.stderr)',
+        "echo 'Enter secret: '; read -s pw",
+    ],
+)
+def test_a_prompt_for_a_secret_is_not_a_secret(text: str) -> None:
+    # an unclosed quote mid-text took the rest of the line (and remembered it as a secret)
+    assert Redactor().redact_text(text) == text
+
+
+async def test_an_object_under_a_secret_sounding_key_is_walked_not_wiped() -> None:
+    stored, outcome = await _stored(
+        {"secrets_backend": {"region": "eu-west-1", "password": "Zx9QwErTyUiOp"}}
+    )
+    assert b"eu-west-1" in stored
+    assert b"Zx9QwErTyUiOp" not in stored
+    assert outcome.status == "finished"

@@ -7,12 +7,7 @@ and it reached the log unredacted. So a cut drops the partial token it ends in.
 
 from __future__ import annotations
 
-import re
-
 __all__ = ["cut_clean"]
-
-_TAIL = re.compile(r"\S{1,4096}\Z")
-"""The last token of a text (at most 4,096 characters of it are looked back over)."""
 
 
 def cut_clean(text: str, limit: int) -> str:
@@ -25,7 +20,10 @@ def cut_clean(text: str, limit: int) -> str:
         return text
     cut = text[:limit]
     if not text[limit].isspace():  # the cut fell inside a token: it goes whole
-        tail = _TAIL.search(cut, max(0, len(cut) - 4096))  # only the end is looked at
-        if tail is not None and tail.start() > 0:
-            cut = cut[: tail.start()]
+        start = max(0, len(cut) - 4096)  # only the end is looked at
+        space = max(cut.rfind(c, start) for c in " \t\n\r")
+        if space >= 0:
+            cut = cut[: space + 1]
+        elif start > 0:
+            cut = cut[:start]
     return cut

@@ -6,7 +6,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Generator
 from contextlib import contextmanager
-from typing import ClassVar, Literal, Self, TypeAlias
+from typing import ClassVar, Literal, Self, TypeAlias, cast
 
 from tether._internal.frozen import frozen
 from tether.errors import ModelRequestsBlocked
@@ -94,6 +94,11 @@ class ModelResponse:
     """Tokens and cost of this request."""
     finish_reason: str | None = None
     """The provider's stop reason, if any."""
+
+    def __post_init__(self) -> None:
+        calls = cast(object, self.tool_calls)
+        if type(calls) is list:  # an adapter's list: the tuple a response holds
+            object.__setattr__(self, "tool_calls", tuple(cast(list[ToolCall], calls)))
 
 
 @frozen

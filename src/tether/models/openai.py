@@ -150,9 +150,9 @@ class OpenAIModel(Model):
         return self._client
 
     async def aclose(self) -> None:
-        """Close the HTTP connections (a client passed in is the caller's to close)."""
+        """Close the HTTP connections (a client or an HTTP client passed in is the caller's)."""
         client, self._client = self._client, None
-        if client is not None and not self._client_given:
+        if client is not None and not self._client_given and self._http_client is None:
             await client.close()
 
     # -- requests ---------------------------------------------------------------------

@@ -58,8 +58,9 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
         # directory, not a password
         r"(?i)(?:password|passwd|pwd(?!\s*[=:]\s*[\"']?[/~])|secret|api[_-]?key|access[_-]?token"
         r"|auth[_-]?token)(?:[\"']?\s*[=:]|[_-][A-Za-z0-9_-]{0,100}[\"']?\s*(?:=|:(?=[\s\"'])))\s*"
-        # a quoted value of any length, closed or cut (possessive: linear, never backtracks)
-        r"(?:\"(?!\[REDACTED)([^\"\n]++)\"?|'(?!\[REDACTED)([^'\n]++)'?"
+        # a quoted value of any length (possessive: linear, never backtracks); an unclosed
+        # one is a prompt ("Enter password: "), and a text cut in one loses the cut word
+        r"(?:\"(?!\[REDACTED)([^\"\n]++)\"|'(?!\[REDACTED)([^'\n]++)'"
         r"|(?!\[REDACTED)([^\s\"'&,;]{4,}))",
     ),
 )
@@ -138,6 +139,12 @@ ECHO_MIN = 6
 """Characters a secret needs to be redacted wherever it appears again in the run (it is
 found once by a pattern, then echoed where no pattern sees it); shorter ones ("admin",
 "test") would blank out ordinary words."""
+_SECRET_GROUP = re.compile(
+    r"(?i)(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)s?$",
+    re.ASCII,
+)
+"""A key whose object value holds secrets only (``secrets``, ``api_keys``): it goes whole."""
+
 _SECRET_KEY = re.compile(
     r"(?i)password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token"
     r"|^authorization$",
@@ -297,7 +304,7 @@ class Redactor:
             for match in regex.finditer(plain):
                 self._replace(match, kind, seen)
         out: dict[str, str] = {}
-        for value, kind in seen.values.items():
+        for value, kind in list(seen.values.items())[:_MAX_ESCAPED]:  # each is a pass of text
             if value in text:
                 out[value] = kind
                 continue  # else an escape sits inside it: its longest plain run goes
@@ -360,20 +367,23 @@ class Redactor:
         """Whether ``item`` is a secret by its key's name (``{"password": "..."}``); noted.
 
         Any value but an empty one, a flag or a redaction: a number (``{"pin": 8765}``), a
-        list or an object (``{"api_keys": [...]}``) goes whole.
+        list of them or of strings (``{"api_keys": [...]}``), an object under a name that ends
+        in the word (``{"secrets": {...}}``; ``{"secrets_backend": {...}}`` is walked) goes whole.
         """
         if (
             not self._secrets
             or item is None
             or isinstance(item, bool)
+            or (isinstance(item, Mapping) and _SECRET_GROUP.search(name) is None)
             or item in ("", [], {})
             or (isinstance(item, str) and item.startswith("[REDACTED:"))
+            or (isinstance(item, list | tuple) and not all(map(_scalar, cast(list[object], item))))
             or _SECRET_KEY.search(name) is None
         ):
             return False
         found.kinds["password"] = None
         found.count += 1
-        for text in _texts(item):
+        for text in _texts(cast(object, item)):
             if len(text) >= ECHO_MIN and not text.startswith("[REDACTED:"):
                 found.values[text] = "password"
         found.fields.append(path)
@@ -427,6 +437,9 @@ _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|([\"'/\\]))")
 r"""A JSON (or shell) escape: ``\u002d``, ``\"``, ``\/``, ``\\``."""
 
 
+_MAX_ESCAPED = 256
+"""The most secrets one escaped text is searched for again (each replacement is a pass over it)."""
+
 _PLAIN_RUN = re.compile(r"[A-Za-z0-9_]{8,}")
 """A run of a secret that no escape can be inside of (the random part of a key)."""
 
@@ -442,6 +455,10 @@ def _scrubbed(path: str, secrets: Sequence[tuple[str, str]]) -> str:
         if secret in path:
             path = path.replace(secret, f"[REDACTED:{kind}]")
     return path
+
+
+def _scalar(value: object) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
 
 
 def _texts(value: object) -> list[str]:

@@ -38,7 +38,15 @@ own ``CancelledError``."""
 class Interrupts:
     """The run's interruption state (see the module docstring)."""
 
-    __slots__ = ("interrupted", "interruptible", "reason", "requests", "task", "watchdog")
+    __slots__ = (
+        "before",
+        "interrupted",
+        "interruptible",
+        "reason",
+        "requests",
+        "task",
+        "watchdog",
+    )
 
     def __init__(self) -> None:
         self.task: asyncio.Task[Any] | None = None
@@ -53,6 +61,8 @@ class Interrupts:
         """Why the run is being cancelled (``None``: it is not)."""
         self.interrupted = False
         """Ctrl-C reached the run: it ends ``cancelled``, then ``KeyboardInterrupt`` goes on."""
+        self.before = 0
+        """The task's pending cancellations when the await in flight began (``owed``)."""
 
     def bind(self, task: asyncio.Task[Any]) -> Watchdog:
         """The run starts on ``task``; its watchdog."""
@@ -74,6 +84,8 @@ class Interrupts:
         assert watchdog is not None
         watchdog.arm(timeout)
         self.interruptible = True
+        if self.task is not None:
+            self.before = self.task.cancelling()
 
     def end(self) -> None:
         """The await is over."""
@@ -110,11 +122,16 @@ class Interrupts:
         return self.requests > 0 or (watchdog is not None and watchdog.expired)
 
     def owed(self) -> bool:
-        """Whether the task's owner cancelled it during an await that swallowed it (it goes on)."""
+        """Whether the task's owner cancelled it during an await that swallowed it (it goes on).
+
+        Counted from the await's start: a cancellation of the run's own that an earlier await
+        swallowed (its timeout) is not the owner's.
+        """
         task, watchdog = self.task, self.watchdog
         if task is None or watchdog is None:
             return False
-        return task.cancelling() > self.requests + (1 if watchdog.expired else 0)
+        own = self.requests + (1 if watchdog.expired else 0)
+        return task.cancelling() - self.before > own
 
     def settle(self) -> Settled:
         """Classify a ``CancelledError`` just raised by one of the run's awaits.

@@ -527,7 +527,7 @@ def _malformed(response: object) -> str | None:
         isinstance(text, str)  # (a subclass too: the encoder writes it as text)
         and (reasoning is None or isinstance(reasoning, str))
         and type(response.tool_calls) is tuple
-        and all(type(c) is ToolCall for c in response.tool_calls)
+        and all(isinstance(c, ToolCall) for c in cast(tuple[object, ...], response.tool_calls))
     ):
         if (
             type(usage.input_tokens) is int  # not a bool, not NaN

@@ -107,10 +107,10 @@ class Recovery(Generic[OutputT]):
             if finished.status == "waiting_for_approval":
                 return self._approving.take_approvals(self._ctx.approvals)
             return None  # ended for good: the outcome is in the log
-        attempt = 1  # crashes in a row with no progress (a model answer, a tool's result)
-        for e in reversed(events):  # between them: a long run may crash now and then
-            if isinstance(e, ModelResponded | ToolCallFinished):
-                break
+        attempt = 1  # crashes in a row with no progress (a tool's own result) between them:
+        for e in reversed(events):  # a long run may crash now and then (a model answer is no
+            if isinstance(e, ToolCallFinished) and not e.synthetic:  # progress: a call after
+                break  # it may be what kills the process, every time)
             if isinstance(e, RunResumed) and e.reason == "crash":
                 attempt += 1
         self._ctx.add(RunResumed, reason="crash", attempt=attempt, owner=self._ctx.owner)

@@ -53,9 +53,9 @@ class Leases:
         self.ttl = ttl
         """Seconds a lease lasts without renewal, unless its ``acquire`` said otherwise."""
         self.held: dict[str, Held] = {}
+        """The leases this store holds, by run id."""
         self.orphaned: dict[str, str] = {}
         """Runs whose lease was asked for by a caller that stopped waiting: to their owner."""
-        """The leases this store holds, by run id."""
         self._heartbeat_at = 0.0
         db.periodic.append(self._due)
 
