@@ -268,14 +268,12 @@ class AgentRun(Generic[OutputT]):
             await self._gen.aclose()  # a consumer that stopped reading ends the run
 
     async def consume(self) -> None:
-        """Drive the run to its end without looking at its events (``Agent.run``).
-
-        In another run's task (a tool's agent), in its own: its cancellations stay its own.
-        """
+        """Drive the run to its end, unseen (``Agent.run``); in another run's task, in its own."""
         task = asyncio.current_task()
-        await (
-            asyncio.create_task(self._consume()) if task and drives_a_run(task) else self._consume()
-        )
+        if task is not None and drives_a_run(task):  # a tool's agent: its cancellations apart
+            return await asyncio.create_task(self._consume())
+        async for _ in self._gen:  # (no frame between: every await of a step passes each one)
+            pass
 
     async def _consume(self) -> None:
         async for _ in self._gen:

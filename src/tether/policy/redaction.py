@@ -88,7 +88,7 @@ _SECRET_WORDS = tuple(
         "eyj",
         "bearer ",
         "://",
-        ":\\\\/\\\\/",  # ":\/\/" (PHP's json_encode), as an event's JSON holds it
+        "\\\\/\\\\/",  # "\/\/" (PHP's json_encode), as an event's JSON holds it
         "\\\\u00",  # "\u002d" and the like: an escape may hide any of these words
         "password",
         "passwd",

@@ -527,7 +527,10 @@ def _malformed(response: object) -> str | None:
         isinstance(text, str)  # (a subclass too: the encoder writes it as text)
         and (reasoning is None or isinstance(reasoning, str))
         and type(response.tool_calls) is tuple
-        and all(isinstance(c, ToolCall) for c in cast(tuple[object, ...], response.tool_calls))
+        and (
+            not response.tool_calls  # (no generator for the common cases: the loop's hot path)
+            or all(isinstance(c, ToolCall) for c in cast(tuple[object, ...], response.tool_calls))
+        )
     ):
         if (
             type(usage.input_tokens) is int  # not a bool, not NaN
