@@ -363,6 +363,8 @@ class AgentRun(Generic[OutputT]):
                     return
                 if ctx.resume:
                     stop = await self._recovery.recover()
+                    if self._recovery.committed:  # before a call it ran again
+                        yield self._recovery.committed
                     if stop is None and ctx.state.finished is not None:
                         endings.finish_outcome()  # it had ended already: nothing to do
                         return

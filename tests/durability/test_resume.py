@@ -307,6 +307,36 @@ async def test_a_call_that_kills_the_process_every_time_uses_up_the_recoveries(
     assert "recovery attempts in a row" in outcome.error.message
 
 
+async def test_a_safe_call_that_kills_the_process_when_run_again_uses_up_the_recoveries(
+    store: RunStore,
+) -> None:
+    # recovery runs a safe call again: its run_resumed was committed after the call, so a
+    # call that kills the process every time left no trace of the recoveries, and they never
+    # ran out
+    class Killed(BaseException):
+        """Stands for the process dying."""
+
+    @tool(read_only=True, open_world=False)
+    def poison() -> str:
+        """Crash."""
+        raise Killed
+
+    agent = Agent(
+        model=FunctionModel(lambda _: call("poison")), tools=[poison], store=store, max_recoveries=2
+    )
+    with pytest.raises(Killed):
+        await agent.run("goal", run_id="poisoned-safe")
+    outcome = None
+    for _ in range(5):
+        try:
+            outcome = await agent.resume("poisoned-safe")
+            break
+        except Killed:
+            continue
+    assert outcome is not None
+    assert outcome.status == "failed"
+
+
 async def test_only_one_owner_at_a_time(tmp_path: Path) -> None:
     first = SqliteStore(tmp_path / "t.db")
     second = SqliteStore(tmp_path / "t.db")

@@ -36,7 +36,7 @@ __all__ = ["Recovery"]
 class Recovery(Generic[OutputT]):
     """Resume: the log so far is the run; continue it without repeating anything."""
 
-    __slots__ = ("_approving", "_ctx", "_tools")
+    __slots__ = ("_approving", "_ctx", "_tools", "committed")
 
     def __init__(
         self, ctx: RunContext[OutputT], tools: ToolStage[OutputT], approving: Approving[OutputT]
@@ -44,6 +44,8 @@ class Recovery(Generic[OutputT]):
         self._ctx = ctx
         self._tools = tools
         self._approving = approving
+        self.committed: list[Event] = []
+        """What a crash recovery committed before it ran a call again (the loop yields it)."""
 
     async def recover(self) -> Stop | None:  # noqa: C901 - one pass over what a stop leaves
         """Continue a stored run: answer what it waited for, or repair what a crash left.
@@ -120,6 +122,9 @@ class Recovery(Generic[OutputT]):
                 "between them; the log shows where it stopped"
             )
             return Stop("failed", error=ErrorInfo(type="RecoveryFailed", message=message))
+        # committed before a call runs again: one that kills the process every time still
+        # leaves its recoveries counted (else max_recoveries never came)
+        self.committed = await self._ctx.journal.commit()
         decided = {e.call_id: e for e in events if isinstance(e, PolicyDecided)}
         given = {e.call_id: e for e in events if isinstance(e, ApprovalGiven)}
         masked = redacted_calls(events)  # their stored arguments are not what the tool got
