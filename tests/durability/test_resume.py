@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import assert_protocol_valid
-from tether import Agent, Event, ModelRequest, ToolCall, ToolContext, tool
+from tether import Agent, Event, ModelRequest, RunOutcome, ToolCall, ToolContext, tool
 from tether.content import content_text
 from tether.errors import UserError
 from tether.events import (
@@ -73,6 +73,20 @@ async def record(
     partial = crashed_after_intents(outcome.events)
     await store.append(outcome.run_id, partial)
     return outcome.run_id, partial
+
+
+class Killed(BaseException):
+    """Stands for the process dying: not an Exception, so nothing records it."""
+
+
+async def resumed_until_it_ends(agent: Agent[str], run_id: str, tries: int) -> RunOutcome[str]:
+    """Resume ``run_id`` (each crash a fresh process's try) until a resume returns."""
+    for _ in range(tries):
+        try:
+            return await agent.resume(run_id)
+        except Killed:
+            continue
+    raise AssertionError(f"run {run_id!r} still crashing after {tries} resumes")
 
 
 async def test_a_non_idempotent_call_in_flight_becomes_unknown(store: RunStore) -> None:
@@ -212,9 +226,6 @@ async def test_resuming_a_finished_run_changes_nothing(store: RunStore) -> None:
 async def test_recovery_gives_up_after_max_recoveries(store: RunStore) -> None:
     run_id, _ = await record(store, [call("send_email", to="b@x"), finish("done")], [send_email])
 
-    class Killed(BaseException):
-        """Stands for the process dying: not an Exception, so nothing records it."""
-
     class Crashing(ScriptedModel):
         async def request(self, request: object) -> object:  # pyright: ignore[reportIncompatibleMethodOverride]
             raise Killed
@@ -237,9 +248,6 @@ async def test_crashes_with_progress_between_them_do_not_use_up_the_recoveries(
 ) -> None:
     # every crash counted: a long run killed now and then failed for good at the third,
     # whatever it had done between them
-    class Killed(BaseException):
-        """Stands for the process dying."""
-
     @tool(read_only=True, open_world=False)
     def lookup(q: str) -> str:
         """Look up.
@@ -280,9 +288,6 @@ async def test_a_call_that_kills_the_process_every_time_uses_up_the_recoveries(
 ) -> None:
     # a model answer counted as progress: a tool that killed the process after each answer
     # kept the run recovering for ever (only max_steps stopped the paid loop)
-    class Killed(BaseException):
-        """Stands for the process dying."""
-
     @tool(read_only=False, open_world=False)
     def poison() -> str:
         """Crash (not safe to repeat: a recovery does not run it again, the model does)."""
@@ -294,14 +299,7 @@ async def test_a_call_that_kills_the_process_every_time_uses_up_the_recoveries(
     agent = Agent(model=model(), tools=[poison], store=store, max_recoveries=2)
     with pytest.raises(Killed):
         await agent.run("goal", run_id="poisoned")
-    outcome = None
-    for _ in range(4):
-        try:
-            outcome = await replace(agent, model=model()).resume("poisoned")
-            break
-        except Killed:
-            continue
-    assert outcome is not None
+    outcome = await resumed_until_it_ends(replace(agent, model=model()), "poisoned", 4)
     assert outcome.status == "failed"
     assert outcome.error is not None
     assert "recovery attempts in a row" in outcome.error.message
@@ -313,9 +311,6 @@ async def test_a_safe_call_that_kills_the_process_when_run_again_uses_up_the_rec
     # recovery runs a safe call again: its run_resumed was committed after the call, so a
     # call that kills the process every time left no trace of the recoveries, and they never
     # ran out
-    class Killed(BaseException):
-        """Stands for the process dying."""
-
     @tool(read_only=True, open_world=False)
     def poison() -> str:
         """Crash."""
@@ -326,15 +321,10 @@ async def test_a_safe_call_that_kills_the_process_when_run_again_uses_up_the_rec
     )
     with pytest.raises(Killed):
         await agent.run("goal", run_id="poisoned-safe")
-    outcome = None
-    for _ in range(5):
-        try:
-            outcome = await agent.resume("poisoned-safe")
-            break
-        except Killed:
-            continue
-    assert outcome is not None
+    outcome = await resumed_until_it_ends(agent, "poisoned-safe", 5)
     assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert "gave up after 2 recovery attempts in a row" in outcome.error.message
 
 
 async def test_only_one_owner_at_a_time(tmp_path: Path) -> None:
