@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether._internal.configfiles",
             "tether._internal.mend",
             "tether._internal.leftbehind",
+            "tether._internal.daemonthreads",
             "tether._internal.textcut",
             "tether.jsontypes",
             "tether.content",

@@ -75,19 +75,52 @@ async def test_a_tool_that_blocks_the_loop_for_good_ends_the_process_not_hangs_i
     assert kinds[-1] == "run_finished"
 
 
-async def test_ctrl_c_says_what_it_does_and_a_second_one_quits_at_once(tmp_path: Path) -> None:
-    # before: nothing was printed while the thread was waited for, a second Ctrl-C printed a
-    # traceback, and the command suggested resuming a run that had ended
-    started = tmp_path / "started"
-    proc = await spawn(
-        *("run", "go", "--agent", "tests.cli.thread_agent:agent"),
-        *("--db", str(tmp_path / "t.db"), "--no-log"),
-        env={**os.environ, "TETHER_TEST_STARTED": str(started)},
-    )
+async def wait_for_start(started: Path) -> None:
     deadline = time.monotonic() + 60
     while not started.exists():
         assert time.monotonic() < deadline, "the tool never started"
         await asyncio.sleep(0.05)
+
+
+async def test_ctrl_c_during_a_thread_tool_ends_the_run_without_waiting_for_it(
+    tmp_path: Path,
+) -> None:
+    # before: the program waited for the tool's minute (a thread cannot be stopped), silently,
+    # and the log said the call was interrupted as if it had stopped
+    started, db = tmp_path / "started", tmp_path / "t.db"
+    proc = await spawn(
+        *("run", "go", "--agent", "tests.cli.thread_agent:agent", "--db", str(db), "--no-log"),
+        env={**os.environ, "TETHER_TEST_STARTED": str(started)},
+    )
+    await wait_for_start(started)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    _, err = await asyncio.wait_for(proc.communicate(), 50)
+    assert time.monotonic() - t0 < 40  # not the tool's minute
+    text = " ".join(err.decode().split())
+    assert "cancelling (Ctrl-C)" in text
+    assert "outcome is recorded as unknown" in text
+    assert "Traceback" not in text
+    store = SqliteStore(str(db))
+    try:
+        (row,) = await store.runs()
+        events = await store.read(row.run_id)
+    finally:
+        await store.close()
+    assert row.status == "cancelled"
+    assert [e.kind for e in events][-2:] == ["tool_call_unknown", "run_finished"]
+
+
+async def test_ctrl_c_says_what_it_does_and_a_second_one_quits_at_once(tmp_path: Path) -> None:
+    # before: a second Ctrl-C printed a traceback, and the command suggested resuming a run
+    # that had ended; a tool holding the event loop is what only a second Ctrl-C ends
+    started = tmp_path / "started"
+    proc = await spawn(
+        *("run", "go", "--agent", "tests.cli.loop_hog_agent:agent"),
+        *("--db", str(tmp_path / "t.db"), "--no-log"),
+        env={**os.environ, "TETHER_TEST_STARTED": str(started)},
+    )
+    await wait_for_start(started)
     proc.send_signal(signal.SIGINT)
     await asyncio.sleep(1.0)
     proc.send_signal(signal.SIGINT)

@@ -135,11 +135,11 @@ async def drive(run: AgentRun[Any], *, verbose: bool, max_steps: int) -> RunOutc
 def _say_ctrl_c(run_id: str) -> Callable[[], None]:
     """Ctrl-C says what it does; a second one quits at once.
 
-    asyncio's own handler cancels the run, which is then recorded as cancelled; but a tool
-    running in a thread cannot be stopped, and the program waits for it before it exits,
-    silently. This handler (left in place until the process exits, so that it also holds
-    while the thread is waited for) says so first, and a second Ctrl-C ends the process
-    there: the run is then as a crash leaves it (``tether show``, ``tether resume``).
+    asyncio's own handler cancels the run, which is then recorded as cancelled; a tool
+    running in a thread cannot be stopped: it is recorded as ``tool_call_unknown`` and left
+    behind (tether's threads do not hold up the exit). This handler (left in place until the
+    process exits) says so first, and a second Ctrl-C ends the process there: the run is
+    then as a crash leaves it (``tether show``, ``tether resume``).
     Returns what puts the previous handler back, for a run that ends without a Ctrl-C.
     """
     previous = signal.getsignal(signal.SIGINT)
@@ -155,8 +155,8 @@ def _say_ctrl_c(run_id: str) -> Callable[[], None]:
             os._exit(130)
         err.print(
             f"cancelling (Ctrl-C): run {run_id} stops and is recorded as cancelled (see it "
-            f"with `tether show {run_id}`); a tool running in a thread cannot be stopped and is "
-            "waited for. Ctrl-C again to quit at once"
+            f"with `tether show {run_id}`); a tool running in a thread cannot be stopped: its "
+            "outcome is recorded as unknown. Ctrl-C again to quit at once"
         )
         previous(signum, frame)
 

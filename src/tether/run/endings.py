@@ -21,6 +21,7 @@ from tether.events import (
     ModelResponded,
     PolicyDecided,
     RunFinished,
+    ToolCallUnknown,
 )
 from tether.jsontypes import JsonObject
 from tether.memory.base import MemoryRecord
@@ -61,11 +62,26 @@ class Endings(Generic[OutputT]):
     ) -> None:
         """Give every call still without a result a synthetic one (protocol validity).
 
-        A call that had started gets ``interrupted`` instead: it may have had some effect.
+        A call that had started gets ``interrupted`` instead: it may have had some effect. One
+        running in a thread with effects is ``tool_call_unknown``: the thread runs on.
         """
         for call in list(self._ctx.state.pending.values()):
             text = reason
             if interrupted is not None and call.id in self._ctx.in_flight:
+                tool = self._ctx.spec.registry.get(call.name)
+                if (
+                    tool is not None
+                    and tool.runs_as == "thread"
+                    and not tool.annotations.is_read_only
+                ):
+                    self._ctx.add(
+                        ToolCallUnknown,
+                        call_id=call.id,
+                        tool=call.name,
+                        reason=f"{interrupted} while the tool was running in a thread, which "
+                        "cannot be stopped: it may still be running, or have taken effect",
+                    )
+                    continue
                 text = f"{interrupted} while the tool was running; it may have had partial effects"
             self._ctx.refuse(call, text, error_type)
 

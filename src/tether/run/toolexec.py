@@ -369,8 +369,10 @@ async def bounded(
         if await settle_within(task, GRACE):
             if turn is not None and not turn.started:
                 return no_turn(tool, timeout), "timeout"
-            return timed_out(tool.name, timeout), "timeout"
-        abandon(task, tool, run_id)
+            if tool.runs_as != "thread":  # (a thread's await ends; the thread runs on)
+                return timed_out(tool.name, timeout), "timeout"
+        else:
+            abandon(task, tool, run_id)
         return ToolResult.error(abandoned_text(tool, timeout)), ABANDONED
     finally:
         if watch is not None:

@@ -7,12 +7,12 @@ by pydantic before the function runs.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import UnionType
 from typing import TYPE_CHECKING, Any, Union, cast, get_args, get_origin, get_type_hints, overload
 
+from tether._internal.daemonthreads import in_daemon_thread
 from tether.content import ToolResult
 from tether.jsontypes import JsonObject, JsonValue
 
@@ -194,7 +194,7 @@ def _handler(
                 raise RuntimeError(f"raised StopIteration{f': {exc}' if str(exc) else ''}") from exc
 
         async def run_in_thread(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
-            return to_tool_result(await asyncio.to_thread(call, arguments))
+            return to_tool_result(await in_daemon_thread(call, arguments))
 
         return run_in_thread
 

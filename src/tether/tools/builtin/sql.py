@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, LiteralString, cast
 
 import orjson
 
+from tether._internal.daemonthreads import in_daemon_thread
 from tether._internal.frozen import frozen
 from tether.content import JsonObject
 from tether.errors import ConfigError, MissingExtraError, ModelRetry
@@ -550,7 +551,7 @@ def sql_tool(
             return await _run_postgres(cfg, sql, params)
         stop = threading.Event()
         try:
-            return await asyncio.to_thread(_run_sqlite, cfg, sql, params, stop)
+            return await in_daemon_thread(_run_sqlite, cfg, sql, params, stop)
         finally:
             stop.set()  # a cancelled call's worker thread stops at its next progress check
 
