@@ -170,6 +170,8 @@ class StateBuilder(EventHandler[None]):
     last: Event | None = None
     default_denied: set[str] = field(default_factory=lambda: set[str]())
     """Tools the policy's defaults denied (the outcome warns about them)."""
+    denied: dict[str, int] = field(default_factory=lambda: {})
+    """How often each exact call (``failure_key``) was denied."""
     plan: PlanMade | PlanRevised | None = None
     """The plan in force (``tether.thinking``)."""
     plan_view: str = ""
@@ -254,8 +256,13 @@ class StateBuilder(EventHandler[None]):
         if event.decision == "allow":
             if event.tool not in CONTROL_TOOLS or event.tool == SEARCH_KNOWLEDGE:
                 self.tool_calls += 1
-        elif event.decision == "deny" and event.rule.startswith("default:"):
-            self.default_denied.add(event.tool)
+        elif event.decision == "deny":
+            if event.rule.startswith("default:"):
+                self.default_denied.add(event.tool)
+            call = self.pending.get(event.call_id)
+            if call is not None:
+                key = failure_key(call.name, call.arguments)
+                self.denied[key] = self.denied.get(key, 0) + 1
 
     def on_tool_call_finished(self, event: ToolCallFinished) -> None:
         """The result, as the model reads it next."""

@@ -18,13 +18,21 @@ from tether.content import ToolResult
 from tether.jsontypes import JsonObject
 from tether.messages import ToolCall
 from tether.policy.base import Policy, PolicyContext, PolicyDecision
+from tether.run.context import RunContext
 from tether.run.journal import Journal
 from tether.run.toolexec import slot_for
+from tether.state import StateBuilder, failure_key
 from tether.tools.base import Tool, ToolDefinition
 
-__all__ = ["PolicyPoint"]
+__all__ = ["REPEATED_DENIALS", "PolicyPoint"]
 
 _PLAIN = (str, int, float, bool, type(None))
+
+REPEATED_DENIALS = 3
+"""The time the same denied call (tool and arguments) is asked for that ends the run."""
+
+_MAY_PASS_LATER = frozenset({"rate_limit"})
+"""Rules whose denial of a call may not hold the next time it is asked for."""
 
 
 def _same_values(validated: Mapping[str, Any], raw: JsonObject) -> bool:
@@ -41,7 +49,16 @@ def _same_values(validated: Mapping[str, Any], raw: JsonObject) -> bool:
 class PolicyPoint:
     """The run's policy, as the engine consults it (see the module docstring)."""
 
-    __slots__ = ("_caps", "_context", "_journal", "_policy", "_run_id", "_tools", "checks_results")
+    __slots__ = (
+        "_caps",
+        "_context",
+        "_journal",
+        "_policy",
+        "_run_id",
+        "_state",
+        "_tools",
+        "checks_results",
+    )
 
     def __init__(
         self,
@@ -50,8 +67,11 @@ class PolicyPoint:
         run_id: str,
         journal: Journal,
         tools: Mapping[str, ToolDefinition],
+        state: StateBuilder | None = None,
     ) -> None:
         self._policy = policy
+        self._state = state
+        """The run's fold (``None``: repeated denials are not counted)."""
         self._run_id = run_id
         self._journal = journal
         self._tools = tools
@@ -59,6 +79,17 @@ class PolicyPoint:
         self._caps: dict[str, asyncio.Semaphore | None] = {}
         self.checks_results = type(policy).check_result is not Policy.check_result
         """Whether the policy checks results at all (the default passes every one)."""
+
+    @classmethod
+    def of(cls, ctx: RunContext[Any]) -> PolicyPoint:
+        """The policy point of the run ``ctx`` holds."""
+        return cls(
+            ctx.spec.policy,
+            run_id=ctx.run_id,
+            journal=ctx.journal,
+            tools=ctx.spec.tool_map,
+            state=ctx.state,
+        )
 
     def decide(
         self, call: ToolCall, validated: Mapping[str, Any] | None, definition: ToolDefinition
@@ -94,7 +125,30 @@ class PolicyPoint:
                 reason=f"the policy answered {decision.decision!r}, which is not a decision",
                 stop_run=True,
             )
+        if decision.decision == "deny" and not decision.stop_run:
+            return self._once_too_often(call, decision)
         return decision
+
+    def _once_too_often(self, call: ToolCall, decision: PolicyDecision) -> PolicyDecision:
+        """A denial; the run's end when the model asked for this same call twice before.
+
+        A model that repeats a denied call word for word would otherwise loop to
+        ``max_steps``, paying for every turn. Not for a rate limit (it may pass later).
+        """
+        if decision.rule in _MAY_PASS_LATER or self._state is None:
+            return decision
+        recorded = self._state.pending.get(call.id)  # the call as the log holds it
+        if recorded is None:
+            return decision
+        times = self._state.denied.get(failure_key(recorded.name, recorded.arguments), 0) + 1
+        if times < REPEATED_DENIALS:
+            return decision
+        return replace(
+            decision,
+            reason=f"{decision.reason} (asked for {times} times with the same arguments, "
+            "denied each time: the run ends here)",
+            stop_run=True,
+        )
 
     def context(self) -> PolicyContext:
         """What the policy sees of this run (built once: the log list only grows)."""

@@ -87,9 +87,7 @@ class ToolStage(Generic[OutputT]):
         self._journal = ctx.journal
         self._add = ctx.add
         self._interrupts = ctx.interrupts
-        self.policy = PolicyPoint(
-            ctx.spec.policy, run_id=ctx.run_id, journal=ctx.journal, tools=ctx.spec.tool_map
-        )
+        self.policy = PolicyPoint.of(ctx)
         """Where every call meets the policy: its decision, its turn, its result's check."""
         self.runnable = 0
         """How many calls of the turn just planned will run (more than one: in parallel)."""
