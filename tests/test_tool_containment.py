@@ -222,3 +222,7 @@ async def test_a_program_whose_run_abandoned_a_call_still_exits() -> None:
     assert proc.returncode == 0, err.decode()
     assert out.decode().strip() == "finished"
     assert "Traceback" not in err.decode()
+    # one line that names it, not asyncio's "Task was destroyed but it is pending!" and a repr
+    assert "Task was destroyed" not in err.decode()
+    assert "the abandoned call of tool 'stubborn' (run " in err.decode()
+    assert "never finished: the program exited first" in err.decode()

@@ -139,7 +139,9 @@ class HookSink(EventSink):
         finally:
             if not task.done():  # past its time, or the run itself was cancelled meanwhile
                 task.cancel()  # not awaited: a hook that ignores it cannot hold the run,
-                leave_behind(task)  # nor the program's exit (asyncio.run awaits its tasks)
+                # nor the program's exit (asyncio.run awaits its tasks)
+                name = getattr(handler, "__qualname__", None) or repr(handler)
+                leave_behind(task, f"the hook {name}, cancelled past its timeout,")
         if not done:
             self._stuck.add(id(handler))  # one wait per run: it must not stall every commit
             self._report(

@@ -163,7 +163,7 @@ def abandon(task: asyncio.Future[Any], tool: Tool, run_id: str) -> None:
     """
     started = time.monotonic()
     _abandoned.add(task)
-    leave_behind(task)
+    leave_behind(task, f"the abandoned call of tool {tool.name!r} (run {run_id})")
 
     def finished(done: asyncio.Future[Any]) -> None:
         _abandoned.discard(done)
