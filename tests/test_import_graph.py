@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether._internal.mend",
             "tether._internal.leftbehind",
             "tether._internal.textcut",
+            "tether._internal.redirects",
             "tether.jsontypes",
             "tether.content",
             "tether.messages",
