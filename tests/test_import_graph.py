@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether._internal.leftbehind",
             "tether._internal.daemonthreads",
             "tether._internal.textcut",
+            "tether._internal.redirects",
             "tether.jsontypes",
             "tether.content",
             "tether.messages",

@@ -25,6 +25,7 @@ from tether.memory import (
     SqliteMemory,
     record_id,
 )
+from tether.memory.base import replaced
 from tether.memory.postgres import PostgresMemory
 from tether.memory.redis import RedisMemory
 from tether.testing import HashEmbedder
@@ -391,7 +392,56 @@ async def test_the_embedder_fills_missing_vectors_and_other_models_are_not_compa
     assert mine.embedding is not None
     assert len(mine.embedding) == 16
     found = await memory.search(MemoryQuery(namespace="ns", text="red apples", mode="vector"))
-    assert [r.id for r in found.records] == ["mine"]
+    by_vector = [h.record.id for h in found.hits if h.vector_rank is not None]
+    assert by_vector == ["mine"]  # the others only by keywords, and the search says why
+    assert {r.id for r in found.records} == {"mine", "theirs", "short"}
+    assert found.mode == "hybrid"
+    assert found.warning is not None
+    assert "hash-16 (2 dimensions); other (16 dimensions), which" in found.warning
+
+
+async def test_records_of_another_embedder_are_found_by_keywords_with_a_warning(
+    make: Make,
+) -> None:
+    memory = await make(embedder=HashEmbedder(8))
+    await memory.upsert([rec("the pump leaks oil", id="pump"), rec("tea is hot", id="tea")])
+    memory.embedder = HashEmbedder(16)  # opened again, with another embedder
+    await memory.put(rec("valve sticks", id="valve"))
+    vector = await memory.search(MemoryQuery(namespace="ns", text="pump", mode="vector"))
+    assert vector.mode == "hybrid"  # not an empty answer: keywords find the old records
+    assert [(h.record.id, h.keyword_rank, h.vector_rank) for h in vector.hits] == [
+        ("pump", 1, None)
+    ]
+    assert vector.warning == (
+        "memory namespace 'ns' holds records embedded by hash-8 (8 dimensions), which this "
+        "memory's embedder hash-16 (16 dimensions) cannot compare with its own vectors: those "
+        "records were matched by keywords only (the vector search was made hybrid). Store them "
+        "again without their embedding to embed them with hash-16"
+    )
+    hybrid = await memory.search(MemoryQuery(namespace="ns", text="valve"))
+    assert hybrid.mode == "hybrid"
+    assert hybrid.warning is not None
+    assert hybrid.warning.count("hash-8") == 1
+    assert "made hybrid" not in hybrid.warning
+    keyword = await memory.search(MemoryQuery(namespace="ns", text="pump", mode="keyword"))
+    assert keyword.warning is None
+    old = await memory.get("ns", ["pump", "tea"])
+    await memory.upsert([replaced(r, embedding=None, embedding_model=None) for r in old])
+    again = await memory.search(MemoryQuery(namespace="ns", text="pump", mode="vector"))
+    assert (again.mode, again.warning) == ("vector", None)
+    assert [(h.record.id, h.vector_rank) for h in again.hits][:1] == [("pump", 1)]
+
+
+async def test_records_stored_without_an_embedder_are_named_when_one_searches(
+    make: Make,
+) -> None:
+    memory = await make()
+    await memory.put(rec("the pump leaks oil", id="pump"))
+    memory.embedder = HashEmbedder(16)
+    found = await memory.search(MemoryQuery(namespace="ns", text="pump", mode="vector"))
+    assert [r.id for r in found.records] == ["pump"]
+    assert found.warning is not None
+    assert "holds records with no vector, which this memory's embedder hash-16" in found.warning
 
 
 async def test_search_limits_and_orders_deterministically(make: Make) -> None:

@@ -25,8 +25,7 @@ from tether.cli.model_commands import model_app
 from tether.cli.pack_commands import pack_app
 from tether.cli.safety_commands import safety_app
 from tether.cli.server_commands import keys_app, mcp_app, server_app
-from tether.cli.store_commands import BusyTimeoutOption, store_app
-from tether.codec import read_jsonl
+from tether.cli.store_commands import BusyTimeoutOption, DbOption, read_run, store_app
 from tether.errors import TetherError, UserError
 from tether.limits import Limits
 
@@ -324,21 +323,31 @@ def _demo(
 
 @app.command("replay")
 def _replay(
-    path: Annotated[Path, typer.Argument(help="A run's JSONL log.", exists=True, dir_okay=False)],
+    run: Annotated[
+        str,
+        typer.Argument(
+            help="A run id (or a unique prefix of one) in the store, or a run's JSONL log."
+        ),
+    ],
     agent_ref: Annotated[
         str | None,
         typer.Option("--agent", help="module:attribute of the Agent (default: the one recorded)."),
     ] = None,
+    db: DbOption = None,
+    busy_timeout: BusyTimeoutOption = None,
 ) -> None:
     """Re-run a recorded run with its recorded model responses and tool results.
 
-    Exits 0 if the new log matches the recording, 1 naming the first divergence.
+    The run comes from the store or from a JSONL log, as for `tether show`. The agent the
+    run names is loaded only if it is one of tether's examples or an installed pack's; any
+    other is named with --agent. Exits 0 if the new log matches the recording, 1 naming the
+    first divergence.
     """
     from tether.replay import load_agent
     from tether.replay import replay as do_replay
 
     try:
-        events = read_jsonl(path)
+        events = read_run(run, db, busy_timeout)
         agent = load_agent(agent_ref) if agent_ref else None
         report = asyncio.run(do_replay(events, agent=agent))
     except TetherError as exc:

@@ -38,6 +38,7 @@ __all__ = [
     "BusyTimeoutOption",
     "DbOption",
     "open_store",
+    "read_run",
     "resolve_run_id",
     "store_app",
     "with_store",
@@ -326,6 +327,26 @@ async def _read_run(store: RunStore, ref: str) -> list[Event]:
     return events
 
 
+def read_run(run: str, db: Path | None, busy_timeout: float | None) -> list[Event]:
+    """A run's events, its chain verified: from the file ``run`` if it is one, else the store.
+
+    What ``show`` and ``replay`` read: a JSONL log by any name, or a run id (or a unique
+    prefix of one) in the store at ``db``. A store that fails exits 2 (``with_store``).
+
+    Raises:
+        UserError: ``run`` is a directory, or a path to no file.
+        TetherError: the log cannot be read, or its chain is broken.
+    """
+    path = Path(run)
+    if path.is_file():
+        return read_jsonl(path)
+    if path.exists():
+        raise UserError(f"{run} is not a file: give a run id or a run's JSONL log")
+    if _looks_like_a_path(run):
+        raise UserError(f"the file {run} does not exist (and it is not a run id)")
+    return with_store(db, lambda store: _read_run(store, run), busy_timeout=busy_timeout)
+
+
 @store_app.command("show")
 def _show(
     run: Annotated[
@@ -336,16 +357,8 @@ def _show(
     busy_timeout: BusyTimeoutOption = None,
 ) -> None:
     """Print a run's log readably, from the store or a JSONL file (the chain is verified)."""
-    path = Path(run)
     try:
-        if path.is_file():
-            events = read_jsonl(path)
-        elif path.exists():
-            raise UserError(f"{run} is not a file: give a run id or a run's JSONL log")
-        elif _looks_like_a_path(run):
-            raise UserError(f"the file {run} does not exist (and it is not a run id)")
-        else:
-            events = with_store(db, lambda store: _read_run(store, run), busy_timeout=busy_timeout)
+        events = read_run(run, db, busy_timeout)
     except TetherError as exc:
         raise fail(exc) from None
     for event in events:

@@ -242,9 +242,10 @@ class MemorySearch:
     hits: tuple[MemoryHit, ...]
     """Best first."""
     mode: SearchMode
-    """What was done: a hybrid or vector search without an embedder falls back to keyword."""
+    """What was done: a hybrid or vector search without an embedder falls back to keyword;
+    a vector search where records hold another embedder's vectors is hybrid."""
     warning: str | None = None
-    """Why the search did less than was asked (no embedder), in words."""
+    """Why the search did less than was asked (no embedder, another's vectors), in words."""
 
     @property
     def records(self) -> tuple[MemoryRecord, ...]:

@@ -14,6 +14,8 @@ from tether.memory.ranking import (
     embedded,
     evictions,
     fuse,
+    held_by,
+    other_vectors,
 )
 from tether.memory.ranking import probe as probe_of
 
@@ -70,8 +72,13 @@ class InProcessMemory(Memory):
     async def search(self, query: MemoryQuery) -> MemorySearch:
         """Rank by BM25 and by cosine, fused (see ``Memory.search``)."""
         now = datetime.now(UTC)
-        mode, warning, probe, model, pool = await probe_of(query, self.embedder)
-        candidates = [r for r in self._records.get(query.namespace, {}).values()]
+        space = self._records.get(query.namespace, {})
+        mode, warning, probe, model, pool = other_vectors(
+            await probe_of(query, self.embedder),
+            (held_by(r) for r in space.values()),
+            query.namespace,
+        )
+        candidates = list(space.values())
         candidates = [r for r in candidates if query.admits(r, now)]
         keyword = bm25_ranking(query.text, candidates)[:pool] if mode != "vector" else []
         vector: list[MemoryRecord] = []

@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tether._internal.redirects import refused_redirect
 from tether.errors import MissingExtraError, ModelError
 from tether.memory.embedder import Embedder
 
@@ -58,7 +59,12 @@ class OpenAIEmbedder(Embedder):
 
             key = self._api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
             self._client = openai.AsyncOpenAI(
-                api_key=key, base_url=self._base_url, max_retries=2, timeout=self._timeout
+                api_key=key,
+                base_url=self._base_url,
+                max_retries=2,
+                timeout=self._timeout,
+                # The SDK's own follows redirects, to any host (tether._internal.redirects).
+                http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False),
             )
         return self._client
 
@@ -77,13 +83,19 @@ class OpenAIEmbedder(Embedder):
                     reply = await client.embeddings.create(
                         model=self.model, input=batch, dimensions=self.dimensions
                     )
-            except openai.OpenAIError as exc:
-                raise ModelError(
-                    f"the embedder {self.name} failed: {exc}. Check that the server runs and "
-                    "serves this embedding model",
-                    model=self.name,
-                    transient=isinstance(exc, openai.APIConnectionError | openai.RateLimitError),
+            except openai.APIStatusError as exc:
+                if not 300 <= exc.status_code < 400:
+                    raise self._failed(exc) from None
+                raise refused_redirect(
+                    self.name,
+                    who=f"the embedder {self.name}",
+                    status=exc.status_code,
+                    url=str(exc.response.request.url),
+                    location=exc.response.headers.get("location"),
+                    base_url=str(client.base_url),
                 ) from None
+            except openai.OpenAIError as exc:
+                raise self._failed(exc) from None
             rows = sorted(reply.data, key=lambda d: d.index)
             if len(rows) != len(batch):
                 raise ModelError(
@@ -92,6 +104,16 @@ class OpenAIEmbedder(Embedder):
                 )
             out.extend([float(x) for x in row.embedding] for row in rows)
         return out
+
+    def _failed(self, exc: Exception) -> ModelError:
+        import openai
+
+        return ModelError(
+            f"the embedder {self.name} failed: {exc}. Check that the server runs and "
+            "serves this embedding model",
+            model=self.name,
+            transient=isinstance(exc, openai.APIConnectionError | openai.RateLimitError),
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""

@@ -22,11 +22,13 @@ from tether.memory.base import Memory, MemoryQuery, MemoryRecord, MemorySearch
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import (
     MATCH_BUDGET,
+    Vectors,
     budgeted,
     caps_of,
     embedded,
     evictions,
     fuse,
+    other_vectors,
     words,
 )
 from tether.memory.ranking import probe as probe_of
@@ -72,6 +74,7 @@ class PostgresMemory(Memory):
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._lock = asyncio.Lock()
         self._matrices: dict[tuple[str, str, int], tuple[int, VectorMatrix]] = {}
+        self._vectors_held: dict[str, tuple[int, frozenset[Vectors]]] = {}
         self._closed = False
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
@@ -203,13 +206,20 @@ class PostgresMemory(Memory):
 
     async def search(self, query: MemoryQuery) -> MemorySearch:
         """Rank by ``ts_rank_cd`` and by cosine, fused (see ``Memory.search``)."""
-        mode, warning, probe, model, pool = await probe_of(query, self.embedder)
+        probed = await probe_of(query, self.embedder)
         now = datetime.now(UTC).timestamp()
 
         async def find(conn: psycopg.AsyncConnection[Any]) -> MemorySearch:
+            version = 0
+            if probed.vector is not None:
+                version = await self._version(conn, query.namespace)
+                held = await self._held(conn, query.namespace, version)
+                mode, warning, probe, model, pool = other_vectors(probed, held, query.namespace)
+            else:
+                mode, warning, probe, model, pool = probed
             keyword = await self._keyword(conn, query, now, pool) if mode != "vector" else []
             vector = (
-                await self._nearest(conn, query, probe, model, now, pool)
+                await self._nearest(conn, query, (probe, model, version), now, pool)
                 if probe is not None
                 else []
             )
@@ -339,12 +349,13 @@ class PostgresMemory(Memory):
         self,
         conn: psycopg.AsyncConnection[Any],
         query: MemoryQuery,
-        probe: list[float],
-        model: str,
+        vector: tuple[list[float], str, int],
         now: float,
         pool: int,
     ) -> list[MemoryRecord]:
-        matrix = await self._matrix(conn, query.namespace, model, len(probe))
+        """The records nearest ``vector``: the query's, its embedder's name, the version."""
+        probe, model, version = vector
+        matrix = await self._matrix(conn, query.namespace, model, len(probe), version)
         if matrix is None:
             return []
         allowed: list[int] | None = None
@@ -366,14 +377,40 @@ class PostgresMemory(Memory):
         ordered = [by_rid[i] for i in chosen if i in by_rid]
         return [r for r in ordered if query.admits(r, at)][:pool]
 
-    async def _matrix(
-        self, conn: psycopg.AsyncConnection[Any], namespace: str, model: str, dims: int
-    ) -> VectorMatrix | None:
+    async def _version(self, conn: psycopg.AsyncConnection[Any], namespace: str) -> int:
+        """How many writes the namespace has had (its cached vectors hold as long)."""
         cursor = await _exec(
             conn, f"SELECT version FROM {self.table}_versions WHERE namespace = %s", (namespace,)
         )
         row = await cursor.fetchone()
-        version = 0 if row is None else int(row[0])
+        return 0 if row is None else int(row[0])
+
+    async def _held(
+        self, conn: psycopg.AsyncConnection[Any], namespace: str, version: int
+    ) -> frozenset[Vectors]:
+        """Which embedders' vectors the namespace's records hold, read once a version."""
+        cached = self._vectors_held.get(namespace)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        cursor = await _exec(
+            conn,
+            f"SELECT DISTINCT embedding_model, dims FROM {self.table} WHERE namespace = %s",
+            (namespace,),
+        )
+        held = frozenset((model, dims) for model, dims in await cursor.fetchall())
+        if len(self._vectors_held) > 1024:
+            self._vectors_held.clear()
+        self._vectors_held[namespace] = (version, held)
+        return held
+
+    async def _matrix(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        namespace: str,
+        model: str,
+        dims: int,
+        version: int,
+    ) -> VectorMatrix | None:
         key = (namespace, model, dims)
         cached = self._matrices.get(key)
         if cached is not None and cached[0] == version:

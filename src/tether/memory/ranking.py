@@ -24,6 +24,7 @@ __all__ = [
     "RRF_K",
     "KeywordIndex",
     "Probe",
+    "Vectors",
     "bm25_ranking",
     "budgeted",
     "caps_of",
@@ -31,8 +32,10 @@ __all__ = [
     "embedded",
     "evictions",
     "fuse",
+    "held_by",
     "mode_of",
     "normalized",
+    "other_vectors",
     "probe",
     "words",
 ]
@@ -249,3 +252,48 @@ async def probe(query: MemoryQuery, embedder: Embedder | None) -> Probe:
         (vector,) = await embedder.embed([query.text])
         model = embedder.name
     return Probe(mode, warning, vector, model, max(query.limit * 4, 20))
+
+
+Vectors = tuple[str | None, int | None]
+"""Which vectors a record holds: the embedder's name and the dimensions (no vector: both
+``None``; a vector given without a name: ``None`` and its dimensions)."""
+
+
+def held_by(record: MemoryRecord) -> Vectors:
+    """The vectors ``record`` holds (``Vectors``)."""
+    if record.embedding is None:
+        return None, None
+    return record.embedding_model, len(record.embedding)
+
+
+def other_vectors(probe: Probe, held: Iterable[Vectors], namespace: str) -> Probe:
+    """``probe``, for a namespace whose records hold ``held``: others' are found by keywords.
+
+    Vectors of two embedders are never compared (their scores would mean nothing), so a
+    record embedded by another embedder than the query's, or not at all, has no place in the
+    vector ranking: a ``vector`` search becomes ``hybrid``, so keywords still find it, and
+    the search says why, naming both embedders. A search without a vector is as it was.
+    """
+    if probe.vector is None:
+        return probe
+    mine: Vectors = (probe.model, len(probe.vector))
+    others = sorted({h for h in held if h != mine}, key=lambda h: (h[0] or "", h[1] or 0))
+    if not others:
+        return probe
+    named = [f"{m or 'an unnamed embedder'} ({d} dimensions)" for m, d in others if d]
+    if len(named) > 3:
+        named[3:] = [f"{len(named) - 3} more"]
+    parts = [f"records embedded by {'; '.join(named)}"] if named else []
+    if (None, None) in others:
+        parts.append("records with no vector")
+    mode: SearchMode = "hybrid" if probe.mode == "vector" else probe.mode
+    made = " (the vector search was made hybrid)" if mode != probe.mode else ""
+    warning = (
+        f"memory namespace {namespace!r} holds {' and '.join(parts)}, which this memory's "
+        f"embedder {probe.model} ({len(probe.vector)} dimensions) cannot compare with its "
+        f"own vectors: those records were matched by keywords only{made}. Store them again "
+        f"without their embedding to embed them with {probe.model}"
+    )
+    if probe.warning:
+        warning = f"{probe.warning}; {warning}"
+    return probe._replace(mode=mode, warning=warning)

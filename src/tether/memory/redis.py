@@ -32,7 +32,15 @@ from tether.content import JsonObject
 from tether.errors import ConfigError, MissingExtraError, StoreError, StoreUnavailable
 from tether.memory.base import Memory, MemoryKind, MemoryQuery, MemoryRecord, MemorySearch
 from tether.memory.embedder import Embedder
-from tether.memory.ranking import KeywordIndex, caps_of, embedded, fuse, words
+from tether.memory.ranking import (
+    KeywordIndex,
+    Vectors,
+    caps_of,
+    embedded,
+    fuse,
+    other_vectors,
+    words,
+)
 from tether.memory.ranking import probe as probe_of
 from tether.memory.vectors import VectorMatrix, nearest_rows
 
@@ -177,12 +185,16 @@ class _Row(NamedTuple):
 class _Snapshot:
     """One namespace's records as of one version, with its keyword index and vector matrices."""
 
-    __slots__ = ("_keywords", "matrices", "rows", "version")
+    __slots__ = ("_keywords", "held", "matrices", "rows", "version")
 
     def __init__(self, version: bytes | None, rows: list[_Row]) -> None:
         self.version = version
         self.rows = rows
         self._keywords: KeywordIndex | None = None
+        self.held: frozenset[Vectors] = frozenset(
+            (r.model, len(r.blob) // 4) if r.blob else (None, None) for r in rows
+        )
+        """Which embedders' vectors the rows hold (another's are never compared)."""
         self.matrices: dict[tuple[str, int], VectorMatrix | None] = {}
 
     @property
@@ -364,8 +376,13 @@ class RedisMemory(Memory):
 
     async def search(self, query: MemoryQuery) -> MemorySearch:
         """Rank the namespace's records by BM25 and by cosine, fused (see ``Memory.search``)."""
-        mode, warning, probe, model, pool = await probe_of(query, self.embedder)
+        probed = await probe_of(query, self.embedder)
         snapshot = await self._snapshot(query.namespace)
+        mode, warning, probe, model, pool = (
+            other_vectors(probed, snapshot.held, query.namespace)
+            if probed.vector is not None
+            else probed
+        )
         now = datetime.now(UTC)
 
         def rank() -> MemorySearch:

@@ -38,11 +38,13 @@ from tether.memory.base import (
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import (
     MATCH_BUDGET,
+    Vectors,
     budgeted,
     caps_of,
     embedded,
     evictions,
     fuse,
+    other_vectors,
     words,
 )
 from tether.memory.ranking import probe as probe_of
@@ -124,6 +126,7 @@ class SqliteMemory(Memory):
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-memory")
         self._db: sqlite3.Connection | None = None
         self._matrices: dict[tuple[str, str, int], tuple[int, VectorMatrix]] = {}
+        self._vectors_held: dict[str, tuple[int, frozenset[Vectors]]] = {}
         self._df: dict[str, tuple[int, int]] = {}  # term -> (records it is in, rows then)
         self._closed = False
 
@@ -253,9 +256,17 @@ class SqliteMemory(Memory):
 
     async def search(self, query: MemoryQuery) -> MemorySearch:
         """Rank by FTS5's BM25 and by cosine, fused (see ``Memory.search``)."""
-        mode, warning, probe, model, pool = await probe_of(query, self.embedder)
+        probed = await probe_of(query, self.embedder)
         now = datetime.now(UTC).timestamp()
         doing = "searching memory"
+        inputs: tuple[VectorMatrix, list[int] | None] | None = None
+        if probed.vector is not None:
+            model, dims = probed.model, len(probed.vector)
+            inputs, held = await self._run(
+                lambda db: self._vector_inputs(db, query, model, dims, now), doing
+            )
+            probed = other_vectors(probed, held, query.namespace)
+        mode, warning, probe, _, pool = probed
 
         async def keyword() -> list[MemoryRecord]:
             if mode == "vector":
@@ -266,8 +277,6 @@ class SqliteMemory(Memory):
             return MemorySearch(
                 hits=tuple(fuse(await keyword(), [], query.limit)), mode=mode, warning=warning
             )
-        dims = len(probe)
-        inputs = await self._run(lambda db: self._vector_inputs(db, query, model, dims, now), doing)
         take = pool * (4 if query.metadata else 1)
 
         async def nearest() -> list[int]:
@@ -472,17 +481,42 @@ class SqliteMemory(Memory):
 
     def _vector_inputs(
         self, db: sqlite3.Connection, query: MemoryQuery, model: str, dims: int, now: float
-    ) -> tuple[VectorMatrix, list[int] | None] | None:
-        """The namespace's vectors, and the rows the query's filters allow (``None``: all)."""
-        matrix = self._matrix(db, query.namespace, model, dims)
+    ) -> tuple[tuple[VectorMatrix, list[int] | None] | None, frozenset[Vectors]]:
+        """The namespace's vectors, the rows the filters allow (``None``: all), and ``_held``."""
+        row = db.execute(
+            "SELECT version FROM memory_versions WHERE namespace = ?", (query.namespace,)
+        ).fetchone()
+        version = 0 if row is None else int(row[0])
+        held = self._held(db, query.namespace, version)
+        matrix = self._matrix(db, query.namespace, model, dims, version)
         if matrix is None:
-            return None
+            return None, held
         allowed: list[int] | None = None
         if query.kinds or query.metadata or query.after or query.before:
             where, params = filters(query, now, "")
             rows = db.execute(f"SELECT rowid FROM memory_records WHERE {where}", params)
             allowed = [rowid for (rowid,) in rows]
-        return matrix, allowed
+        return (matrix, allowed), held
+
+    def _held(self, db: sqlite3.Connection, namespace: str, version: int) -> frozenset[Vectors]:
+        """Which embedders' vectors the namespace's records hold, as of ``version``.
+
+        Read from the index on ``(namespace, embedding_model, dims)`` alone, once a version.
+        """
+        cached = self._vectors_held.get(namespace)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        held = frozenset(
+            (model, dims)
+            for model, dims in db.execute(
+                "SELECT DISTINCT embedding_model, dims FROM memory_records WHERE namespace = ?",
+                (namespace,),
+            )
+        )
+        if len(self._vectors_held) > 1024:
+            self._vectors_held.clear()
+        self._vectors_held[namespace] = (version, held)
+        return held
 
     def _by_rowid(
         self, db: sqlite3.Connection, chosen: list[int], query: MemoryQuery, now: float, pool: int
@@ -501,12 +535,8 @@ class SqliteMemory(Memory):
         return [r for r in ordered if query.admits(r, at)][:pool]
 
     def _matrix(
-        self, db: sqlite3.Connection, namespace: str, model: str, dims: int
+        self, db: sqlite3.Connection, namespace: str, model: str, dims: int, version: int
     ) -> VectorMatrix | None:
-        row = db.execute(
-            "SELECT version FROM memory_versions WHERE namespace = ?", (namespace,)
-        ).fetchone()
-        version = 0 if row is None else int(row[0])
         key = (namespace, model, dims)
         cached = self._matrices.get(key)
         if cached is not None and cached[0] == version:

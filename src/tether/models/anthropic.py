@@ -6,6 +6,8 @@
 
 The SDK's own retries are off: tether's loop retries transient errors (429, 529 overloaded,
 5xx, timeouts, dropped connections) with back-off, and records each failure as an event.
+No redirect is followed, to another host or on the same one: a request goes to ``base_url``
+or nowhere, and a redirect is an error naming the address the server gave.
 
 The API wants strictly alternating user and assistant turns, and the results of one turn's
 tool calls together in the next user turn; tether's history (one message per tool result)
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, cast
 
 import orjson
 
+from tether._internal.redirects import refused_redirect
 from tether.errors import MissingExtraError, ModelError
 from tether.jsontypes import JsonObject
 from tether.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
@@ -162,7 +165,9 @@ class AnthropicModel(Model):
                 api_key=self._api_key,
                 base_url=self._base_url,
                 max_retries=0,
-                http_client=self._http_client,
+                # The SDK's own HTTP client follows redirects, to any host (_internal.redirects).
+                http_client=self._http_client
+                or anthropic.DefaultAsyncHttpxClient(follow_redirects=False),
             )
         except anthropic.AnthropicError as exc:  # a broken credentials profile, say
             raise ModelError(
@@ -322,6 +327,14 @@ class AnthropicModel(Model):
                 model=name,
             )
         if isinstance(exc, anthropic.APIStatusError):
+            if 300 <= exc.status_code < 400:
+                return refused_redirect(
+                    name,
+                    status=exc.status_code,
+                    url=str(exc.response.request.url),
+                    location=exc.response.headers.get("location"),
+                    base_url=str(self._connect().base_url),
+                )
             return _status_error(name, exc)
         return ModelError(f"{name}: {type(exc).__name__}: {exc}", model=name)
 

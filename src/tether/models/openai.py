@@ -8,6 +8,8 @@ Native tools, parallel tool calls, ``tool_choice``, streaming deltas and usage m
 tether's model port. The SDK's own retries are off: tether's loop retries transient errors
 (429, 5xx, timeouts, dropped connections) with back-off, and records each failure as an event.
 A model the server does not serve is a clear error that lists the models it does serve.
+No redirect is followed, to another host or on the same one: a request goes to ``base_url``
+or nowhere, and a redirect is an error naming the address the server gave.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import orjson
 
+from tether._internal.redirects import refused_redirect
 from tether.errors import MissingExtraError, ModelError
 from tether.messages import AssistantMessage, Message, ToolCall, ToolResultMessage, UserMessage
 from tether.models._constrained import step_body, step_response
@@ -143,8 +146,10 @@ class OpenAIModel(Model):
                     model=self.name,
                 )
             api_key = "not-needed"  # local servers ignore it; the SDK insists on one
+        # The SDK's own HTTP client follows redirects, to any host (_internal.redirects).
+        http_client = self._http_client or openai.DefaultAsyncHttpxClient(follow_redirects=False)
         self._client = openai.AsyncOpenAI(
-            api_key=api_key, base_url=self._base_url, max_retries=0, http_client=self._http_client
+            api_key=api_key, base_url=self._base_url, max_retries=0, http_client=http_client
         )
         self._client_loop = current_loop()  # a run in another loop makes its own (_loopbound)
         return self._client
@@ -339,6 +344,14 @@ class OpenAIModel(Model):
             )
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
+            if 300 <= status < 400:
+                return refused_redirect(
+                    name,
+                    status=status,
+                    url=str(exc.response.request.url),
+                    location=exc.response.headers.get("location"),
+                    base_url=str(self._connect().base_url),
+                )
             detail = _server_message(exc)
             transient = status in (408, 409, 429) or status >= 500
             message = f"{name}: the server refused the request (HTTP {status}): {detail}"
