@@ -22,7 +22,7 @@ from tether import (
     allow,
     tool,
 )
-from tether.codec import read_jsonl
+from tether.codec import encode_event, read_jsonl
 from tether.content import content_text
 from tether.errors import ApprovalRequired, ConfigError
 from tether.events import Event, ModelFailed, RunFinished, ToolCallFinished
@@ -496,3 +496,26 @@ async def test_a_model_that_swallows_the_runs_own_timeout_does_not_cancel_the_ru
 def test_a_list_of_tool_calls_is_taken_as_a_tuple() -> None:
     response = ModelResponse(tool_calls=[ToolCall(id="c", name="add", arguments={})])  # pyright: ignore[reportArgumentType]
     assert response.tool_calls == (ToolCall(id="c", name="add", arguments={}),)
+
+
+async def test_a_model_answer_too_large_to_take_fails_the_request_and_is_not_recorded() -> None:
+    # before: 50 MB of arguments were recorded in the log and held in memory (440 MB RSS)
+    from tether.run.modelstep import MAX_ANSWER_BYTES
+
+    huge = "x" * (MAX_ANSWER_BYTES + 1)
+    model = ScriptedModel([call("add", a=1, b=2, note=huge), finish("done")])
+    outcome = await Agent(model=model, tools=[add]).run("x")
+    assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert "MiB of JSON; tether takes at most 8 MiB in one answer" in outcome.error.message
+    assert [e.kind for e in outcome.events] == ["run_started", "model_failed", "run_finished"]
+    assert sum(len(encode_event(e)) for e in outcome.events) < 10_000
+
+
+async def test_a_model_answer_under_the_cap_is_taken() -> None:
+    from tether.run.modelstep import MAX_ANSWER_BYTES
+
+    text = "y" * (MAX_ANSWER_BYTES // 2)
+    model = ScriptedModel([ModelResponse(text=text, tool_calls=(finish("done"),))])
+    outcome = await Agent(model=model).run("x")
+    assert outcome.status == "finished"

@@ -28,7 +28,7 @@ from tether.sinks import EventSink
 if TYPE_CHECKING:
     from tether.stores.base import Lease, RunStore
 
-__all__ = ["Journal", "JsonlSink", "StoreSink"]
+__all__ = ["EventTooLarge", "Journal", "JsonlSink", "StoreSink"]
 
 E = TypeVar("E", bound=Event)
 
@@ -181,6 +181,14 @@ class JsonlSink(EventSink):
             # the failure was reported when the write failed; closing retried the same bytes
 
 
+class EventTooLarge(ValueError):
+    """An event over the journal's ``cap``: it was not added (``size``: its JSON's bytes)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"the event is {size} bytes of JSON")
+        self.size = size
+
+
 class Journal:
     """Builds a run's events (seq, time, hash chain) and commits them in batches."""
 
@@ -194,6 +202,7 @@ class Journal:
         "_seen",
         "_started",
         "_unseen",
+        "cap",
         "clock",
         "committed",
         "events",
@@ -243,6 +252,8 @@ class Journal:
         self._known_probe: tuple[bytes, ...] = ()
         """``_known``'s secrets as they appear in JSON (what the probe searches)."""
         self._unseen = True  # the next event gets the redaction probe (``add_seen``: not)
+        self.cap: int | None = None
+        """While set: an event whose JSON is larger is refused (``EventTooLarge``), unadded."""
         self.remember = False
         """Register each sealed event (``sealed.remember``), so that a store skips hashing it
         again; only worth it when a store is a sink."""
@@ -263,6 +274,8 @@ class Journal:
             fields = mended(fields)  # (anything else JSON cannot hold raises again: the caller's)
             event, hashed, scanned = make(self.run_id, self.seq, at, self.prev_hash, **fields)
             payload = _dumps(hashed)
+        if self.cap is not None and len(payload) > self.cap:
+            raise EventTooLarge(len(payload))
         redactor = self._redactor
         found: Redaction | None = None
         redacted = False

@@ -35,9 +35,10 @@ from tether.policy.redaction import Redactor
 from tether.retry import MAX_SERVER_WAIT
 from tether.run.base import Cancelled, OutputT, Retry, Stop, error_info
 from tether.run.context import RunContext
+from tether.run.journal import EventTooLarge
 from tether.run.window import RequestSize
 
-__all__ = ["ModelStep", "unique_ids"]
+__all__ = ["MAX_ANSWER_BYTES", "ModelStep", "unique_ids"]
 
 T = TypeVar("T")
 
@@ -395,7 +396,25 @@ class ModelStep(Generic[OutputT]):
             return self._model_failed(TypeError(f"the model returned {wrong}"), step, t0)
         if size is not None:
             size.answered(response.usage, chars)
-        return self.record_response(request, response, step, t0)
+        return self._take(request, response, step, t0)
+
+    def _take(
+        self, request: ModelRequest, response: ModelResponse, step: int, t0: float
+    ) -> ModelResponse | Stop | Retry:
+        """Record the answer unless it is too large to take (a failed request then)."""
+        journal = self._journal
+        journal.cap = MAX_ANSWER_BYTES
+        try:
+            return self.record_response(request, response, step, t0)
+        except EventTooLarge as exc:  # a broken or hostile server's (limits bound a model's)
+            size, cap = f"{exc.size / 2**20:.1f}", MAX_ANSWER_BYTES // 2**20
+            error = (
+                f"the model's answer is {size} MiB of JSON; tether takes at most {cap} MiB in one"
+                " answer (a model's output limit keeps a real one far smaller: check the server)"
+            )
+            return self._model_failed(ModelError(error, model=self._ctx.model.name), step, t0)
+        finally:
+            journal.cap = None
 
     async def _sized(
         self, request: ModelRequest, size: RequestSize
@@ -507,6 +526,9 @@ class ModelStep(Generic[OutputT]):
         finally:
             self._interrupts.interruptible = False
 
+
+MAX_ANSWER_BYTES = 8 * 2**20
+"""The largest model answer a run takes, as JSON (its text, reasoning and calls)."""
 
 _CUT_OFF = frozenset({"length", "max_tokens"})
 """Stop reasons that mean the output limit ended the answer (OpenAI's, llama.cpp's; Anthropic's)."""
