@@ -19,7 +19,7 @@ from tether.events import (
     PolicyDecided,
     ToolCallFinished,
 )
-from tether.memory import InProcessMemory, MemoryRecord
+from tether.memory import InProcessMemory, MemoryQuery, MemoryRecord
 from tether.replay import replay
 from tether.testing import HashEmbedder, ScriptedModel, ScriptStep, call, finish
 
@@ -188,3 +188,28 @@ def test_turning_the_tools_on_changes_the_digest() -> None:
     on = Agent(name="a", memory=Remember(memory=memory, tools=True))
     assert off.spec.digest != on.spec.digest
     assert {"remember", "recall"} <= set(on.spec.tool_names)
+
+
+async def test_a_remember_with_a_secret_cut_by_a_crash_is_done_again_on_resume() -> None:
+    # before: its stored arguments were redacted, so recovery took the call as one it could
+    # not repeat (tool_call_unknown), leaving a record whose log has no memory_written
+    from tether.events import RunResumed, ToolCallUnknown
+    from tether.stores import MemoryStore
+
+    memory = InProcessMemory(embedder=HashEmbedder())
+    steps = [call("remember", id="c1", text=f"the deploy key is {SECRET}"), finish("noted")]
+    outcome = await agent(memory, steps, write_outcome=False).run("remember the key")
+    (written,) = of(outcome.events, MemoryWritten)
+    cut = next(i for i, e in enumerate(outcome.events) if isinstance(e, MemoryWritten))
+    store = MemoryStore()  # the process died after the upsert, before the commit
+    await store.append(outcome.run_id, list(outcome.events[:cut]))
+    again = dataclasses.replace(agent(memory, steps, write_outcome=False), store=store)
+    resumed = await again.resume(outcome.run_id)
+    assert resumed.status == "finished"
+    assert of(resumed.events, RunResumed)
+    assert not of(resumed.events, ToolCallUnknown)
+    (rewritten,) = of(resumed.events, MemoryWritten)
+    assert rewritten.record_id == written.record_id  # the same record, not a second one
+    assert SECRET not in rewritten.text
+    found = await memory.search(MemoryQuery(text="deploy key", namespace=written.namespace))
+    assert [h.record.id for h in found.hits] == [written.record_id]

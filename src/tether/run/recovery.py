@@ -19,6 +19,7 @@ from tether.events import (
     ToolCallUnknown,
     UserReplied,
 )
+from tether.memory.config import MEMORY_TOOLS
 from tether.messages import ASK_USER, FINISH_TASK, SEARCH_KNOWLEDGE
 from tether.outcome import ErrorInfo
 from tether.run.approvalargs import redacted_calls
@@ -187,7 +188,9 @@ class Recovery(Generic[OutputT]):
                 self._tools.record_result(item, item.answered, item.error_type, item.seconds)
                 continue
             tool = spec.registry.get(call.name)
-            if tool is not None and tool.safe_to_retry and call.id not in masked:
+            # the memory tools redact their own input: the stored arguments do what they did
+            own = self._tools.memory is not None and call.name in MEMORY_TOOLS
+            if tool is not None and tool.safe_to_retry and (call.id not in masked or own):
                 item = Planned(call)
                 item.tool = tool
                 item.arguments = tool.validator(call.arguments)
