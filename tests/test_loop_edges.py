@@ -519,3 +519,64 @@ async def test_a_model_answer_under_the_cap_is_taken() -> None:
     model = ScriptedModel([ModelResponse(text=text, tool_calls=(finish("done"),))])
     outcome = await Agent(model=model).run("x")
     assert outcome.status == "finished"
+
+
+@tool(read_only=True, open_world=False, timeout=0.2)
+async def sleepy() -> str:
+    """Sleeps past its own timeout."""
+    await asyncio.sleep(5)
+    return "woke"
+
+
+def sleepy_sub(store: object = None) -> Agent:
+    script = ScriptedModel([call("sleepy"), finish("sub done")])
+    return Agent(name="sub", model=script, tools=[sleepy], store=store)  # pyright: ignore[reportArgumentType]
+
+
+async def test_a_sub_agent_streamed_inside_a_tool_keeps_its_timeouts_to_itself() -> None:
+    # before: the sub-run's tool timeout cancelled the caller's task (they shared it), the
+    # caller's call took it for its owner's, and agent.run raised a bare CancelledError
+    @tool(read_only=True, open_world=False)
+    async def delegate() -> str:
+        """Ask the sub-agent, following its events."""
+        run = sleepy_sub().stream("x")
+        kinds = [event.kind async for event in run]
+        await asyncio.sleep(0.05)  # the caller's tool goes on after the sub-run
+        return f"{run.outcome.status}: {kinds.count('tool_call_finished')} results"
+
+    agent = Agent(model=ScriptedModel([call("delegate"), finish("done")]), tools=[delegate])
+    outcome = await asyncio.wait_for(agent.run("go"), 30)
+    assert outcome.status == "finished"
+    assert content_text(results(outcome.events)[0].content) == "finished: 2 results"
+
+
+async def test_a_streamed_sub_agent_is_cancelled_with_its_caller_and_closed_when_left() -> None:
+    from tether.stores import MemoryStore
+
+    store = MemoryStore()
+
+    @tool(read_only=True, open_world=False)
+    async def follow() -> str:
+        """Follow the sub-agent to its end."""
+        async for _ in sleepy_sub(store).stream("x"):
+            pass
+        return "followed"
+
+    @tool(read_only=True, open_world=False)
+    async def peek() -> str:
+        """Read the sub-agent's first event, then leave."""
+        run = sleepy_sub(store).stream("x")
+        async with run:
+            async for event in run:
+                return event.kind
+        return "nothing"
+
+    caller = Agent(model=ScriptedModel([call("follow"), finish("done")]), tools=[follow])
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(caller.run("go"), 0.1)
+    peeker = Agent(model=ScriptedModel([call("peek"), finish("done")]), tools=[peek])
+    outcome = await asyncio.wait_for(peeker.run("go"), 30)
+    assert content_text(results(outcome.events)[0].content) == "run_started"
+    runs = await store.runs()
+    assert len(runs) == 2
+    assert {r.status for r in runs} == {"cancelled"}  # neither left "running"

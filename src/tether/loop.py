@@ -46,6 +46,7 @@ from tether.run.loopmonitor import monitor
 from tether.run.modelstep import ModelStep
 from tether.run.recovery import Recovery
 from tether.run.reflexion import Reflexion
+from tether.run.relay import drained, relayed
 from tether.run.remembering import Rememberer
 from tether.run.sessions import Sessions
 from tether.run.textstream import CallCallback, TextCallback
@@ -260,23 +261,21 @@ class AgentRun(Generic[OutputT]):
         (a call's arguments) are the run's own, and code that changed them changed the sealed
         log in memory, and the stored run in a ``MemoryStore``.
         """
+        task = asyncio.current_task()  # a tool's agent: in a task of its own (``relayed``)
+        batches = relayed(self._gen) if task is not None and drives_a_run(task) else self._gen
         try:
-            async for batch in self._gen:
+            async for batch in batches:
                 for event in batch:
                     yield decode_event(encode_event(event))
         finally:
-            await self._gen.aclose()  # a consumer that stopped reading ends the run
+            await batches.aclose()  # a consumer that stopped reading ends the run
 
     async def consume(self) -> None:
         """Drive the run to its end, unseen (``Agent.run``); in another run's task, in its own."""
         task = asyncio.current_task()
         if task is not None and drives_a_run(task):  # a tool's agent: its cancellations apart
-            return await asyncio.create_task(self._consume())
+            return await asyncio.create_task(drained(self._gen))
         async for _ in self._gen:  # (no frame between: every await of a step passes each one)
-            pass
-
-    async def _consume(self) -> None:
-        async for _ in self._gen:
             pass
 
     @property
