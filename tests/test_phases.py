@@ -54,4 +54,8 @@ async def test_the_cli_status_line_shows_the_phase() -> None:
     lines = [status.update(e) for e in outcome.events]
     assert lines[0] == "step 0/25 · start: thinking · 0 tokens"
     assert lines[2].startswith("step 1/25 · act: tool add")
+    # after the turn's last result the model is asked again: the line says so (it said
+    # "tool call finished" for as long as the model took)
+    finished_at = [e.kind for e in outcome.events].index("tool_call_finished")
+    assert lines[finished_at] == "step 1/25 · act: model thinking · 0 tokens"
     assert lines[-1].startswith("step 2/25 · respond: finished")

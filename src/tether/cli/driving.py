@@ -15,7 +15,15 @@ from rich.console import Console
 from rich.markup import escape
 
 from tether.cli.render import describe
-from tether.events import Event, ModelResponded, RunFinished, RunStarted, ToolCallRequested
+from tether.events import (
+    Event,
+    ModelResponded,
+    RunFinished,
+    RunStarted,
+    ToolCallFinished,
+    ToolCallRequested,
+    ToolCallUnknown,
+)
 from tether.loop import AgentRun
 from tether.models.base import ToolCallDelta
 from tether.outcome import RunOutcome
@@ -35,14 +43,21 @@ class _Status:
         self.step = 0
         self.tokens = 0
         self.phase = "starting"
+        self.pending: set[str] = set()
+        """The calls of the model's last answer still without a result."""
 
     def update(self, event: Event) -> str:
+        """The line after ``event``: what the run does now (the model, once every result is in)."""
         if isinstance(event, ModelResponded):
             self.step = event.step
             self.tokens += event.usage.input_tokens + event.usage.output_tokens
             self.phase = "answering" if event.final else "model answered"
+            self.pending = {call.id for call in event.tool_calls}
         elif isinstance(event, ToolCallRequested):
             self.phase = f"tool {event.tool}"
+        elif isinstance(event, ToolCallFinished | ToolCallUnknown):
+            self.pending.discard(event.call_id)
+            self.phase = f"tool {event.tool} done" if self.pending else "model thinking"
         elif isinstance(event, RunStarted):
             self.phase = "thinking"
         elif isinstance(event, RunFinished):
