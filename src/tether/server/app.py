@@ -233,8 +233,12 @@ def _answer_errors(app: FastAPI) -> None:
 
     async def tether_error(request: Request, exc: Exception) -> JSONResponse:
         status, headers = _STATUS.get(type(exc), (400, {}))
-        if status == 400 and not isinstance(exc, UserError):
-            status = 503  # a store that fails, a model that is missing: not the client's doing
+        if status == 400 and type(exc) is not UserError:
+            # a store that fails, a model or a setting that is missing: not the client's
+            # doing, and its message names the server's files and settings: for its log only
+            name = type(exc).__name__
+            _log.error("%s %s failed: %s: %s", request.method, request.url.path, name, exc)
+            return _error(503, _UNAVAILABLE)
         message = "no such run" if isinstance(exc, RunNotFound) else str(exc)
         if isinstance(exc, LeaseHeld):  # its message names the owner's host and pid
             message = "the run is executing in another process"
@@ -336,6 +340,12 @@ async def _read_body(scope: Scope, receive: Receive, send: Send) -> list[Message
 
 def _too_large() -> JSONResponse:
     return _error(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+
+
+_UNAVAILABLE = (
+    "the server cannot do this now (its run store or a model failed): try again later; "
+    "the server's log has the details"
+)
 
 
 class Invalid(UserError):
