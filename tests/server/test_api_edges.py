@@ -77,3 +77,17 @@ async def test_a_server_misconfiguration_is_not_blamed_on_the_request(
     got = await api.client.get("/v1/runs", headers=api.auth())
     assert got.status_code == 503  # not 400: nothing the client sent is wrong
     assert "secret.gguf" not in got.text
+
+
+@pytest.mark.parametrize("header", ["Authorization", "X-API-Key"])
+async def test_the_same_key_header_twice_with_two_keys_is_refused(api: Client, header: str) -> None:
+    def value(who: str) -> str:
+        return f"Bearer {api.tokens[who]}" if header == "Authorization" else api.tokens[who]
+
+    for first, second in (("a", "b"), ("b", "a")):
+        headers = [(header, value(first)), (header, value(second))]
+        got = await api.client.get("/v1/runs", headers=headers)
+        assert got.status_code == 401, got.text  # was 200, as whichever key came first
+        assert "two different keys" in got.json()["error"]
+    same = [(header, value("a")), (header, value("a"))]
+    assert (await api.client.get("/v1/runs", headers=same)).status_code == 200

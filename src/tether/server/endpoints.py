@@ -61,6 +61,9 @@ def _scoped(scope: Scope) -> Callable[..., Awaitable[ApiKey]]:
         bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
         header: Annotated[str | None, Depends(_header)],
     ) -> ApiKey:
+        for name in ("Authorization", "X-API-Key"):  # a proxy's and the client's, say
+            if len(set(request.headers.getlist(name))) > 1:  # the first was taken, silently
+                raise KeyRefused(f"two different keys (two {name} headers): send one")
         given = None if bearer is None else bearer.credentials
         if header is not None and given is not None and header != given:
             raise KeyRefused("two different keys (Authorization and X-API-Key): send one")
