@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -9,12 +10,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tether import Agent
+from tether import Agent, tool
 from tether.errors import ConfigError
 from tether.server import ApiKeys, create_app
 from tether.stores._sqliteopen import sqlite_error
 from tether.stores.sqlite import SqliteStore
-from tether.testing import ScriptedModel, finish
+from tether.testing import ScriptedModel, call, finish
+
+gate = asyncio.Event()
+
+
+@tool(read_only=True, open_world=False)
+async def wait_for_gate() -> str:
+    """Waits until the test opens the gate."""
+    await gate.wait()
+    return "opened"
 
 
 class Client:
@@ -27,16 +37,22 @@ class Client:
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[Client]:
+    global gate
+    gate = asyncio.Event()  # of this test's event loop
     store = SqliteStore(tmp_path / "runs.db")
     keys = ApiKeys(store)
     tokens = {
         "a": (await keys.create("acme", ["admin"]))[1],
         "b": (await keys.create("globex", ["admin"]))[1],
     }
-    app = create_app(Agent(name="quick", model=ScriptedModel([finish("done")])), store)
+    quick = Agent(name="quick", model=ScriptedModel([finish("done")]))
+    script = [call("wait_for_gate"), finish("waited")]
+    slow = Agent(name="slow", model=ScriptedModel(script), tools=[wait_for_gate])
+    app = create_app({"quick": quick, "slow": slow}, store)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         yield Client(client, store, tokens)
+    gate.set()
     await app.state.api.runs.close()
     await store.close()
 
@@ -91,3 +107,41 @@ async def test_the_same_key_header_twice_with_two_keys_is_refused(api: Client, h
         assert "two different keys" in got.json()["error"]
     same = [(header, value("a")), (header, value("a"))]
     assert (await api.client.get("/v1/runs", headers=same)).status_code == 200
+
+
+async def test_head_answers_as_get_would_without_the_body(api: Client) -> None:
+    body = {"goal": "hi", "agent": "quick"}
+    run_id = (await api.client.post("/v1/runs", json=body, headers=api.auth())).json()["run_id"]
+    for path, headers in [
+        ("/v1/runs", api.auth()),
+        (f"/v1/runs/{run_id}", api.auth()),
+        (f"/v1/runs/{run_id}/log", api.auth()),
+        ("/", {}),
+        ("/openapi.json", {}),
+    ]:
+        got = await api.client.get(path, headers=headers)
+        head = await api.client.head(path, headers=headers)
+        assert head.status_code == got.status_code == 200, (path, head.text)
+        assert head.content == b""
+        assert head.headers["content-type"] == got.headers["content-type"]
+        assert head.headers["content-length"] == got.headers["content-length"]
+    events = await api.client.head(f"/v1/runs/{run_id}/events", headers=api.auth())
+    assert events.status_code == 200
+    assert events.headers["content-type"].startswith("text/event-stream")
+    assert events.content == b""
+    refused = await api.client.head("/v1/runs")
+    assert (refused.status_code, refused.headers["www-authenticate"]) == (401, "Bearer")
+    wrong = await api.client.put("/v1/runs", headers=api.auth())
+    assert wrong.status_code == 405
+    assert wrong.headers["allow"] == "GET, HEAD, POST"
+
+
+async def test_head_of_a_live_stream_ends_after_the_head(api: Client) -> None:
+    body = {"goal": "wait", "agent": "slow"}
+    run_id = (await api.client.post("/v1/runs", json=body, headers=api.auth())).json()["run_id"]
+    path = f"/v1/runs/{run_id}/events"
+    head = await asyncio.wait_for(api.client.head(path, headers=api.auth()), 30)
+    assert head.status_code == 200  # while the run still waits: the stream was not followed
+    assert head.content == b""
+    status = (await api.client.get(f"/v1/runs/{run_id}", headers=api.auth())).json()["status"]
+    assert status == "running"

@@ -26,6 +26,7 @@ from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -254,6 +255,8 @@ def _answer_errors(app: FastAPI) -> None:
                 if isinstance(r, APIRoute) and r.path_regex.match(request.url.path)
                 for m in r.methods or ()
             }
+            if "GET" in methods:
+                methods.add("HEAD")  # the guard answers HEAD with the GET route
             headers["Allow"] = ", ".join(sorted(methods))
         return _error(exc.status_code, str(exc.detail), headers)
 
@@ -288,7 +291,10 @@ class _Guard:
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             await _too_large()(scope, receive, send)
             return
-        if scope["method"] not in ("GET", "HEAD", "OPTIONS"):
+        if scope["method"] == "HEAD":
+            await _head(self.app, scope, receive, send)
+            return
+        if scope["method"] not in ("GET", "OPTIONS"):
             held = await _read_body(scope, receive, send)
             if held is None:
                 return
@@ -313,6 +319,23 @@ class _Guard:
             await _error(500, "internal error: the server's log has the details")(
                 scope, receive, send
             )
+
+
+async def _head(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """HEAD: what GET would answer, without its body (a live stream ends after its head).
+
+    Answered by the GET route rather than a HEAD route of each (one operation each in the
+    OpenAPI schema): every GET is a read with no effect.
+    """
+    with anyio.CancelScope() as answered:
+
+        async def head_only(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                await send(message)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                answered.cancel()  # a stream would go on: the rest is not sent anyway
+
+        await _Guard(app)({**scope, "method": "GET"}, receive, head_only)
 
 
 async def _read_body(scope: Scope, receive: Receive, send: Send) -> list[Message] | None:
