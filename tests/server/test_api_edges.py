@@ -9,10 +9,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from tether import Agent, tool
 from tether.errors import ConfigError
 from tether.server import ApiKeys, create_app
+from tether.server import sse as server_sse
+from tether.server.runs import ServerRuns
 from tether.stores._sqliteopen import sqlite_error
 from tether.stores.sqlite import SqliteStore
 from tether.testing import ScriptedModel, call, finish
@@ -27,9 +30,18 @@ async def wait_for_gate() -> str:
     return "opened"
 
 
+@tool(read_only=True, open_world=False)
+async def tick() -> str:
+    """Waits for the gate, then for nothing."""
+    await gate.wait()
+    return "tick"
+
+
 class Client:
-    def __init__(self, client: httpx.AsyncClient, store: SqliteStore, tokens: dict[str, str]):
-        self.client, self.store, self.tokens = client, store, tokens
+    def __init__(
+        self, app: FastAPI, client: httpx.AsyncClient, store: SqliteStore, tokens: dict[str, str]
+    ):
+        self.app, self.client, self.store, self.tokens = app, client, store, tokens
 
     def auth(self, who: str = "a") -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[who]}"}
@@ -48,10 +60,12 @@ async def api(tmp_path: Path) -> AsyncIterator[Client]:
     quick = Agent(name="quick", model=ScriptedModel([finish("done")]))
     script = [call("wait_for_gate"), finish("waited")]
     slow = Agent(name="slow", model=ScriptedModel(script), tools=[wait_for_gate])
-    app = create_app({"quick": quick, "slow": slow}, store)
+    steady = [call("tick") for _ in range(10)] + [finish("ticked")]
+    busy = Agent(name="busy", model=ScriptedModel(steady), tools=[tick])
+    app = create_app({"quick": quick, "slow": slow, "busy": busy}, store)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        yield Client(client, store, tokens)
+        yield Client(app, client, store, tokens)
     gate.set()
     await app.state.api.runs.close()
     await store.close()
@@ -145,3 +159,23 @@ async def test_head_of_a_live_stream_ends_after_the_head(api: Client) -> None:
     assert head.content == b""
     status = (await api.client.get(f"/v1/runs/{run_id}", headers=api.auth())).json()["status"]
     assert status == "running"
+
+
+async def test_a_revoked_keys_stream_ends_while_events_keep_coming(
+    api: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_sse, "_KEY_CHECK_S", 0.0, raising=False)  # each time it may
+    body = {"goal": "tick", "agent": "busy"}
+    run_id = (await api.client.post("/v1/runs", json=body, headers=api.auth())).json()["run_id"]
+    live = {"allowed": True}
+
+    async def allowed() -> bool:
+        return live["allowed"]
+
+    runs: ServerRuns = api.app.state.api.runs
+    received: list[bytes] = []
+    async for chunk in server_sse.event_stream(api.store, runs, run_id, -1, allowed):
+        received.append(chunk)
+        live["allowed"] = False  # revoked; and from now on events come with no quiet 15 s
+        gate.set()
+    assert b"run_finished" not in b"".join(received)  # it was followed to the end

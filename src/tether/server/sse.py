@@ -22,6 +22,7 @@ from tether.stores.base import RunStore
 __all__ = ["Allowed", "event_stream"]
 
 _KEEPALIVE_S = 15.0
+_KEY_CHECK_S = 15.0  # how often a stream asks whether its key is still live (events or not)
 _ELSEWHERE_POLL_S = 1.0  # a run another process executes: how often to look
 _ELSEWHERE_QUIET_S = 60.0  # and how long a stream of it may see nothing before it ends
 
@@ -41,14 +42,25 @@ Allowed = Callable[[], Awaitable[bool]]
 class _Cursor:
     """The seq of the last event sent, and whether the key was found revoked."""
 
-    def __init__(self, last: int) -> None:
+    def __init__(self, last: int, allowed: Allowed) -> None:
         self.last = last
         self.refused = False
+        self._allowed = allowed
+        self._checked = time.monotonic()
+
+    async def allowed(self, *, now: bool = False) -> bool:
+        """Whether the key is still live, asked every ``_KEY_CHECK_S`` (``now``: at once).
+
+        Asked before events go out as well as in quiet times: a run that commits more
+        often than every keep-alive would otherwise be followed with a revoked key forever.
+        """
+        if not self.refused and (now or time.monotonic() - self._checked >= _KEY_CHECK_S):
+            self._checked = time.monotonic()
+            self.refused = not await self._allowed()
+        return not self.refused
 
 
-async def _live(
-    queue: asyncio.Queue[Event | None], at: _Cursor, allowed: Allowed
-) -> AsyncIterator[bytes]:
+async def _live(queue: asyncio.Queue[Event | None], at: _Cursor) -> AsyncIterator[bytes]:
     """The events a run executing here commits, until it stops (or this reader falls behind).
 
     What is queued when the reader gets its turn goes out as one chunk: one write for the
@@ -59,8 +71,7 @@ async def _live(
             try:
                 event = await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
             except TimeoutError:
-                if not await allowed():
-                    at.refused = True
+                if not await at.allowed(now=True):
                     return
                 yield b": keep-alive\n\n"
                 continue
@@ -75,6 +86,8 @@ async def _live(
                 break
             event = queue.get_nowait()
         if chunk:
+            if not await at.allowed():
+                return
             yield b"".join(chunk)
         if event is None:
             return  # it stopped executing here (or this reader fell behind): read the store
@@ -88,18 +101,20 @@ async def event_stream(
     A run executing here is followed from memory (each event as its commit returns); what
     came before the stream, and a run executing elsewhere, is read from the store.
     """
-    at = _Cursor(after)
+    at = _Cursor(after, allowed)
     quiet_since: float | None = None  # since when a run executing elsewhere sent nothing
     while True:
         changed = runs.changed(run_id)  # taken before reading: no commit slips between
         queue = runs.subscribe(run_id)  # likewise: what commits from now on is queued
         try:
             events = await store.read(run_id, after_seq=at.last)
+            if events and not await at.allowed():
+                return
             for event in events:
                 yield _sse(event)
                 at.last = event.seq
             if queue is not None:
-                async for chunk in _live(queue, at, allowed):
+                async for chunk in _live(queue, at):
                     yield chunk
                 if at.refused:
                     return
@@ -116,7 +131,7 @@ async def event_stream(
         # end a stream that has seen nothing for a while (reconnect with Last-Event-ID)
         now = time.monotonic()
         quiet_since = now if quiet_since is None else quiet_since
-        if now - quiet_since > _ELSEWHERE_QUIET_S or not await allowed():
+        if now - quiet_since > _ELSEWHERE_QUIET_S or not await at.allowed(now=True):
             return
         try:
             await asyncio.wait_for(changed.wait(), _ELSEWHERE_POLL_S)
