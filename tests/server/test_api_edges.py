@@ -179,3 +179,13 @@ async def test_a_revoked_keys_stream_ends_while_events_keep_coming(
         live["allowed"] = False  # revoked; and from now on events come with no quiet 15 s
         gate.set()
     assert b"run_finished" not in b"".join(received)  # it was followed to the end
+
+
+async def test_no_page_of_the_server_loads_script_from_elsewhere(api: Client) -> None:
+    # the trace page keeps a key in the tab's sessionStorage: any script that runs on this
+    # origin can read it (FastAPI's /docs and /redoc pulled theirs from a CDN, with no CSP)
+    for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        got = await api.client.get(path)
+        assert got.status_code == 404, path
+        assert "<script" not in got.text
+    assert (await api.client.get("/openapi.json")).status_code == 200  # the schema stays

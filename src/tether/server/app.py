@@ -116,6 +116,10 @@ def create_app(
         summary="Runs of tether agents: start them, watch their events, read their logs.",
         version="1",
         responses=ERRORS,
+        # FastAPI's /docs and /redoc run a CDN's script on this origin, where the trace
+        # page keeps a key: none here (the schema is /openapi.json)
+        docs_url=None,
+        redoc_url=None,
     )
     api = Endpoints(dict(agents), store, ApiKeys(store), runs)
     app.state.api = api
