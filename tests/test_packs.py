@@ -216,3 +216,10 @@ def test_a_packs_tool_set_in_an_agent_file_is_rooted_at_the_file(
     outcome = asyncio.run(agent.run("read", model=model))
     [read] = [e for e in outcome.events if isinstance(e, ToolCallFinished)][:1]
     assert "inside" in str(read.content)
+
+
+def test_a_pack_whose_agents_or_tools_are_not_a_mapping_of_factories_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"Pack\(agents=...\) takes a mapping.*not list"):
+        Pack(name="b", description="x", agents=["clerk"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Pack\(tools=...\)\['ledger'\] must be a factory"):
+        Pack(name="b", description="x", tools={"ledger": "not callable"})  # type: ignore[dict-item]
