@@ -313,9 +313,25 @@ def _tools(value: object, file: Path) -> list[Tool]:
             )
         for key in _PATHS.get(cast(str, name), ()):
             _relative(table, key, file)
-        made: list[Tool] = _built(factory, table, file, f"{where} ({name})")
-        tools.extend(made)
+        tools.extend(_made_tools(_built(factory, table, file, f"{where} ({name})"), file, where))
     return tools
+
+
+def _made_tools(made: object, file: Path, where: str) -> list[Tool]:
+    """What a tool set's factory made, checked: a list of tools (a pack's may make anything)."""
+    kind = type(made).__name__
+    items = cast(list[object], made) if isinstance(made, list | tuple) else None
+    wrong = (
+        kind
+        if items is None
+        else next((type(t).__name__ for t in items if not isinstance(t, Tool)), None)
+    )
+    if items is not None and wrong is None:
+        return cast(list[Tool], list(items))
+    raise ConfigError(
+        f"{file}: {where}: its factory made {'a list holding ' if items is not None else ''}"
+        f"{wrong!r}, not a list of tools: the tool set is broken (tell whoever provides it)"
+    )
 
 
 def _from_pack(table: dict[str, Any], file: Path, where: str) -> list[Tool]:
@@ -333,8 +349,7 @@ def _from_pack(table: dict[str, Any], file: Path, where: str) -> list[Tool]:
         if key in accepts and key != "database" and key not in table:
             table[key] = str(file.parent.resolve())  # not the directory a command runs in
         _relative(table, key, file)
-    made: list[Tool] = _built(factory, table, file, f"{where} ({ref})")
-    return made
+    return _made_tools(_built(factory, table, file, f"{where} ({ref})"), file, f"{where} ({ref})")
 
 
 def _relative(table: dict[str, Any], key: str, file: Path) -> None:
