@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -110,6 +112,34 @@ def test_every_mistake_names_the_file_and_the_key(tmp_path: Path, text: str, say
         load_agent_file(path)
     assert str(path) in str(raised.value)
     assert says in str(raised.value)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_a_file_named_beside_it_is_a_regular_file_of_at_most_4_mib(tmp_path: Path) -> None:
+    (tmp_path / "huge.md").write_bytes(b"")
+    os.truncate(tmp_path / "huge.md", (4 << 20) + 1)  # sparse: no disk used
+    path = write(tmp_path, 'name = "a"\ninstructions_file = "huge.md"\n')
+    with pytest.raises(ConfigError, match=r"instructions_file: .*huge.md is larger than 4 MiB"):
+        load_agent_file(path)
+    os.mkfifo(tmp_path / "schema.json")  # reading it waited for a writer forever
+    done = threading.Event()
+
+    def unblock_a_reader() -> None:  # so that a reader that opens it is not stuck
+        while not done.wait(0.05):
+            try:
+                os.close(os.open(tmp_path / "schema.json", os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader yet
+                continue
+
+    writer = threading.Thread(target=unblock_a_reader)
+    writer.start()
+    try:
+        path = write(tmp_path, 'name = "a"\noutput_file = "schema.json"\n')
+        with pytest.raises(ConfigError, match=r"output_file: .*schema.json: it is not a regular"):
+            load_agent_file(path)
+    finally:
+        done.set()
+        writer.join()
 
 
 def test_a_folder_of_files_is_several_agents(tmp_path: Path) -> None:

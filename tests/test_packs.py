@@ -216,3 +216,32 @@ def test_a_packs_tool_set_in_an_agent_file_is_rooted_at_the_file(
     outcome = asyncio.run(agent.run("read", model=model))
     [read] = [e for e in outcome.events if isinstance(e, ToolCallFinished)][:1]
     assert "inside" in str(read.content)
+
+
+def test_a_pack_whose_agents_or_tools_are_not_a_mapping_of_factories_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"Pack\(agents=...\) takes a mapping.*not list"):
+        Pack(name="b", description="x", agents=["clerk"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Pack\(tools=...\)\['ledger'\] must be a factory"):
+        Pack(name="b", description="x", tools={"ledger": "not callable"})  # type: ignore[dict-item]
+
+
+def test_a_packs_tool_set_that_makes_no_list_of_tools_is_a_clear_error(
+    third_party: Path,
+) -> None:
+    (third_party / "sloppy_pack.py").write_text(
+        "from tether.packs import Pack\n"
+        "pack = Pack(name='sloppy', description='x', tools={\n"
+        "    'nothing': lambda: None, 'text': lambda: 'abc', 'numbers': lambda: [1, 2]})\n"
+    )
+    info = third_party / "billing_pack-1.2.0.dist-info" / "entry_points.txt"
+    info.write_text(info.read_text() + "sloppy = sloppy_pack:pack\n")
+    path = third_party / "agent.toml"
+    for name, made in [("nothing", "'NoneType'"), ("text", "'str'"), ("numbers", "holding 'int'")]:
+        path.write_text(f'name = "a"\n[[tools]]\npack = "sloppy/{name}"\n')
+        with pytest.raises(ConfigError) as raised:
+            load_agent_file(path)
+        assert f"[[tools]] #1 (sloppy/{name}): its factory made" in str(raised.value)
+        assert made in str(raised.value)
+        done = CliRunner().invoke(app, ["run", "x", "--agent", str(path), "--no-log"])
+        assert done.exit_code == 2, done.output
+        assert "not a list of tools" in done.output

@@ -170,3 +170,42 @@ def test_a_template_that_fails_to_render_is_a_config_error(
     # each raised its own exception (ZeroDivisionError, TypeError, OverflowError, ...)
     with pytest.raises(ConfigError, match=r"prompt 'p' \(version \w+\) did not render"):
         PromptTemplate("p", text).render(**values)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            "{% for i in range(2000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}",
+            "more than 1000000 items from range()",
+        ),
+        (
+            "{% set r = range(1000) %}{% for i in r %}{% for j in r|reverse %}{% endfor %}"
+            "{% endfor %}{{ r|length }}",
+            "more than 1000000 items from range()",
+        ),
+        ("{{ 'ab' * 600000 }}", "'*' would make more than 1000000 items"),
+        ("{{ (['a'] * 1000001)|length }}", "'*' would make more than 1000000 items"),
+        ("{{ (2 ** 2000000) > 1 }}", "'**' would make a number of more than 1000000 bits"),
+        ("{{ lipsum(101)|length }}", "lipsum() makes at most 100 paragraphs"),
+    ],
+    ids=["nested-ranges", "one-range-nested", "string-times", "list-times", "power", "lipsum"],
+)
+def test_a_template_cannot_make_a_render_run_for_hours_or_fill_memory(text: str, says: str) -> None:
+    # each ran to the end: loops in loops for hours, 'a' * 10**10 until memory ran out
+    with pytest.raises(ConfigError, match=r"did not render: OverflowError: ") as raised:
+        PromptTemplate("p", text).render()
+    assert says in str(raised.value)
+
+
+def test_ranges_and_operators_within_bounds_render_as_jinja2s() -> None:
+    template = PromptTemplate(
+        "p",
+        "{% for i in range(3) %}{{ loop.index }}/{{ loop.length }} {% endfor %}"
+        "{{ range(5)|reverse|list }} {{ range(10)[2:4]|list }} {{ 3 in range(5) }} "
+        "{{ range(0, 10, 3)|sum }} {{ '-' * 3 }} {{ [0] * 2 }} {{ 3 * 'x' }} {{ 2 ** 10 }}"
+        "{{ lipsum(1, html=False)|length > 0 }}",
+    )
+    assert template.render() == "1/3 2/3 3/3 [4, 3, 2, 1, 0] [2, 3] True 18 --- [0, 0] xxx 1024True"
+    many = PromptTemplate("p", "{% for i in range(100000) %}{% endfor %}{{ range(9)|length }}")
+    assert [many.render() for _ in range(15)] == ["9"] * 15  # the budget is each render's

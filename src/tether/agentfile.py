@@ -168,12 +168,12 @@ def _agent(data: Mapping[str, Any], file: Path) -> Agent[Any]:
     instructions = _string(data, "instructions", file) or ""
     if "instructions_file" in data:
         text_file = file.parent / _required(data, "instructions_file", file)
+        raw = _read_beside(text_file, file, "instructions_file")
         try:
-            instructions = text_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            why = "it is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc
+            instructions = raw.decode("utf-8")
+        except UnicodeDecodeError:
             raise ConfigError(
-                f"{file}: instructions_file: cannot read {text_file}: {why}"
+                f"{file}: instructions_file: cannot read {text_file}: it is not UTF-8 text"
             ) from None
     can_ask = data.get("can_ask_user", False)
     if not isinstance(can_ask, bool):
@@ -228,14 +228,40 @@ def _output(data: Mapping[str, Any], file: Path) -> JsonObject | None:
         return None
     schema_file = file.parent / _required(data, "output_file", file)
     try:
-        schema = orjson.loads(schema_file.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        schema = orjson.loads(_read_beside(schema_file, file, "output_file"))
+    except orjson.JSONDecodeError as exc:
         raise ConfigError(
             f"{file}: output_file: cannot read {schema_file} as JSON: {exc}"
         ) from None
     if not isinstance(schema, dict):
         raise ConfigError(f"{file}: output_file: {schema_file} holds no JSON object")
     return cast(JsonObject, schema)
+
+
+_MAX_READ = 4 << 20
+"""The largest ``instructions_file`` or ``output_file`` read (4 MiB)."""
+
+
+def _read_beside(path: Path, file: Path, key: str) -> bytes:
+    """The bytes of the regular file ``path`` that ``key`` names, at most ``_MAX_READ``.
+
+    A FIFO waited forever for a writer, and ``/dev/zero`` or a huge file was read until
+    memory ran out (a ``MemoryError`` and a traceback).
+    """
+    try:
+        if path.exists() and not path.is_file():
+            why = "it is a directory" if path.is_dir() else "it is not a regular file"
+            raise ConfigError(f"{file}: {key}: cannot read {path}: {why}")
+        with path.open("rb") as fh:
+            data = fh.read(_MAX_READ + 1)
+    except OSError as exc:
+        raise ConfigError(f"{file}: {key}: cannot read {path}: {exc}") from None
+    if len(data) > _MAX_READ:
+        raise ConfigError(
+            f"{file}: {key}: {path} is larger than {_MAX_READ >> 20} MiB; an agent's "
+            "instructions and output schema are far smaller: is it the right file?"
+        )
+    return data
 
 
 def _string(data: Mapping[str, Any], key: str, file: Path) -> str | None:
@@ -313,9 +339,25 @@ def _tools(value: object, file: Path) -> list[Tool]:
             )
         for key in _PATHS.get(cast(str, name), ()):
             _relative(table, key, file)
-        made: list[Tool] = _built(factory, table, file, f"{where} ({name})")
-        tools.extend(made)
+        tools.extend(_made_tools(_built(factory, table, file, f"{where} ({name})"), file, where))
     return tools
+
+
+def _made_tools(made: object, file: Path, where: str) -> list[Tool]:
+    """What a tool set's factory made, checked: a list of tools (a pack's may make anything)."""
+    kind = type(made).__name__
+    items = cast(list[object], made) if isinstance(made, list | tuple) else None
+    wrong = (
+        kind
+        if items is None
+        else next((type(t).__name__ for t in items if not isinstance(t, Tool)), None)
+    )
+    if items is not None and wrong is None:
+        return cast(list[Tool], list(items))
+    raise ConfigError(
+        f"{file}: {where}: its factory made {'a list holding ' if items is not None else ''}"
+        f"{wrong!r}, not a list of tools: the tool set is broken (tell whoever provides it)"
+    )
 
 
 def _from_pack(table: dict[str, Any], file: Path, where: str) -> list[Tool]:
@@ -333,8 +375,7 @@ def _from_pack(table: dict[str, Any], file: Path, where: str) -> list[Tool]:
         if key in accepts and key != "database" and key not in table:
             table[key] = str(file.parent.resolve())  # not the directory a command runs in
         _relative(table, key, file)
-    made: list[Tool] = _built(factory, table, file, f"{where} ({ref})")
-    return made
+    return _made_tools(_built(factory, table, file, f"{where} ({ref})"), file, f"{where} ({ref})")
 
 
 def _relative(table: dict[str, Any], key: str, file: Path) -> None:

@@ -14,7 +14,8 @@
     )
 
 A template is Jinja2 text, rendered in Jinja2's immutable sandbox (a template can neither
-reach Python internals nor change the values it is given) with strict variables: every variable the template uses is
+reach Python internals nor change the values it is given; a render draws at most a million
+items from ``range()`` in all its loops, and ``*`` and ``**`` make nothing larger) with strict variables: every variable the template uses is
 declared (found by parsing it), and rendering checks the values first. A missing one, or
 one the template does not use, is a ``ConfigError`` that names them. What ``render`` returns
 is the text (a ``str``) that knows where it came from: as an agent's instructions, each
@@ -30,10 +31,13 @@ Needs the ``prompts`` extra (``pip install "tether[prompts]"``: Jinja2).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
+from collections.abc import Iterator, Sequence, Sized
+from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from tether.errors import ConfigError
 from tether.jsontypes import JsonObject
@@ -152,6 +156,7 @@ class PromptTemplate:
                 f"{', '.join(sorted(variables)) or 'no variables'}: {'; '.join(parts)}"
             )
         jinja2 = _jinja()[0]
+        token = _budget.set([_MAX_ITEMS])
         try:
             text = template.render(**values)
         except jinja2.TemplateError as exc:
@@ -165,14 +170,16 @@ class PromptTemplate:
                 f"prompt {self.prompt_id!r} (version {self.version}) did not render: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
+        finally:
+            _budget.reset(token)
         _check_text(text, f"prompt {self.prompt_id!r} rendered with these values")
         return RenderedPrompt(text, prompt_id=self.prompt_id, version=self.version)
 
     def _parsed(self) -> tuple[Template, frozenset[str]]:
         if self._cache is not None:
             return self._cache
-        jinja2, meta, sandbox = _jinja()
-        environment = sandbox.ImmutableSandboxedEnvironment(
+        jinja2, meta, _ = _jinja()
+        environment = _bounded_sandbox()(
             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
         )
         try:
@@ -236,6 +243,114 @@ class PromptStore:
                 value = cast(JsonObject, entry.value)
                 found.append((key[len(prefix) :], str(value.get("last", value.get("saved", "")))))
         return sorted(found, key=lambda item: (item[1], item[0]))
+
+
+_MAX_ITEMS = 1_000_000
+"""What one render may make: items drawn from ``range()`` in all its loops together, the
+length of a string or list made with ``*``, the bits of a number made with ``**``."""
+_budget: ContextVar[list[int]] = ContextVar("tether_prompt_budget")
+"""The ``range()`` items the render in progress may still draw."""
+
+
+class _CountedRange(Sequence[int]):
+    """A template's ``range()``: a range whose items are counted against the render's budget.
+
+    Jinja2's sandbox caps each range at 100,000 items, but not loops inside loops:
+    ``range(100000)`` in ``range(100000)`` ran for hours.
+    """
+
+    __slots__ = ("_range",)
+
+    def __init__(self, items: range) -> None:
+        self._range = items
+
+    def __len__(self) -> int:
+        return len(self._range)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> _CountedRange: ...
+    def __getitem__(self, index: int | slice) -> int | _CountedRange:
+        if isinstance(index, slice):
+            return _CountedRange(self._range[index])
+        return self._range[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return _counted(iter(self._range))
+
+    def __reversed__(self) -> Iterator[int]:
+        return _counted(reversed(self._range))
+
+    def __repr__(self) -> str:
+        return repr(self._range)
+
+
+def _counted(items: Iterator[int]) -> Iterator[int]:
+    left = _budget.get([_MAX_ITEMS])
+    for item in items:
+        left[0] -= 1
+        if left[0] < 0:
+            raise OverflowError(
+                f"the template drew more than {_MAX_ITEMS} items from range() in all its loops"
+            )
+        yield item
+
+
+def _range(*args: int) -> _CountedRange:
+    from jinja2.sandbox import safe_range
+
+    return _CountedRange(safe_range(*args))
+
+
+def _lipsum(n: object = 5, html: bool = True, min: object = 20, max: object = 100) -> str:
+    from jinja2.utils import generate_lorem_ipsum
+
+    if not (isinstance(n, int) and isinstance(max, int)) or n > 100 or max > 1_000:
+        raise OverflowError("lipsum() makes at most 100 paragraphs of at most 1,000 words")
+    return str(generate_lorem_ipsum(n=n, html=html, min=cast(int, min), max=max))
+
+
+def _check_binop(operator: str, left: object, right: object) -> None:
+    """Refuse ``*`` and ``**`` whose result would be huge (``'a' * 10**10`` ran out of memory)."""
+    if operator == "*":
+        for sized, times in ((left, right), (right, left)):
+            if (
+                isinstance(sized, str | bytes | list | tuple)
+                and isinstance(times, int)
+                and len(cast(Sized, sized)) * times > _MAX_ITEMS
+            ):
+                raise OverflowError(f"'*' would make more than {_MAX_ITEMS} items")
+    elif (
+        operator == "**"
+        and isinstance(left, int)
+        and isinstance(right, int)
+        and abs(left) > 1
+        and right * abs(left).bit_length() > _MAX_ITEMS
+    ):
+        raise OverflowError(f"'**' would make a number of more than {_MAX_ITEMS} bits")
+
+
+@functools.cache
+def _bounded_sandbox() -> Any:
+    """Jinja2's immutable sandbox, with ``range``, ``lipsum``, ``*`` and ``**`` bounded."""
+    _jinja()  # Jinja2 is installed, or the error says how to install it
+    from jinja2.runtime import Context
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class BoundedSandbox(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            names = cast(dict[str, object], self.globals)  # pyright: ignore[reportUnknownMemberType] - Jinja2's dict[str, Any]
+            names.update(range=_range, lipsum=_lipsum)
+
+        def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+            _check_binop(operator, left, right)
+            return super().call_binop(context, operator, left, right)
+
+    return BoundedSandbox
 
 
 def _check_text(text: str, what: str) -> None:

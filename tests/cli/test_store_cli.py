@@ -315,15 +315,19 @@ def test_a_run_id_without_a_store_exits_2_saying_what_to_pass(tmp_path: Path, co
     assert not (tmp_path / "t.db").exists()
 
 
-def test_show_of_a_missing_file_says_it_does_not_exist(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["show", "audit"])
+def test_show_or_audit_of_a_missing_file_says_it_does_not_exist(
+    tmp_path: Path, command: str
+) -> None:
     store_run(tmp_path / "t.db")
 
-    result = invoke("show", "logs/missing.jsonl")
+    for missing in ("logs/missing.jsonl", "missing.jsonl"):
+        result = invoke(command, missing)
 
-    assert result.exit_code == 2
-    assert flat(result.stderr) == (
-        "error: the file logs/missing.jsonl does not exist (and it is not a run id)"
-    )
+        assert result.exit_code == 2  # audit said: no run 'logs/missing.jsonl' in the store
+        assert flat(result.stderr) == (
+            f"error: the file {missing} does not exist (and it is not a run id)"
+        )
 
 
 def test_show_of_a_directory_exits_2(tmp_path: Path) -> None:

@@ -192,7 +192,10 @@ def _audit_report(
         return audit_encoded(lines, key=key)
     if path.exists():
         raise UserError(f"{run} is not a file: give a run id or a run's JSONL log")
-    from tether.cli.store_commands import open_store, resolve_run_id
+    from tether.cli.store_commands import looks_like_a_path, open_store, resolve_run_id
+
+    if looks_like_a_path(run):  # as show: not "no run 'x.jsonl' in the store"
+        raise UserError(f"the file {run} does not exist (and it is not a run id)")
 
     async def go() -> AuditReport:
         store = open_store(db, busy_timeout=busy_timeout)

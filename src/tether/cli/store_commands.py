@@ -37,6 +37,7 @@ from tether.stores.transfer import decode_jsonl_log, export_run, import_events
 __all__ = [
     "BusyTimeoutOption",
     "DbOption",
+    "looks_like_a_path",
     "open_store",
     "read_run",
     "resolve_run_id",
@@ -315,7 +316,8 @@ def _table(rows: list[RunInfo], now: datetime) -> Table:
     return table
 
 
-def _looks_like_a_path(ref: str) -> bool:
+def looks_like_a_path(ref: str) -> bool:
+    """Whether ``ref`` names a file (a ``.jsonl`` name, or a path), not a run id."""
     separators = ("/", os.sep, os.altsep or "/")
     return ref.endswith(".jsonl") or any(s in ref for s in separators)
 
@@ -342,7 +344,7 @@ def read_run(run: str, db: Path | None, busy_timeout: float | None) -> list[Even
         return read_jsonl(path)
     if path.exists():
         raise UserError(f"{run} is not a file: give a run id or a run's JSONL log")
-    if _looks_like_a_path(run):
+    if looks_like_a_path(run):
         raise UserError(f"the file {run} does not exist (and it is not a run id)")
     return with_store(db, lambda store: _read_run(store, run), busy_timeout=busy_timeout)
 

@@ -49,6 +49,19 @@ class Pack:
     """Each tool set by name: a factory whose keyword options an agent file's table gives."""
 
     def __post_init__(self) -> None:
+        for field, members in (("agents", self.agents), ("tools", self.tools)):
+            # a list here passed, and `tether run --agent pack:P/A` then failed with a traceback
+            if not isinstance(members, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise ConfigError(
+                    f"Pack({field}=...) takes a mapping of names to factories "
+                    f"({{'name': factory}}), not {type(members).__name__}"
+                )
+            for name, factory in members.items():
+                if not callable(factory):
+                    raise ConfigError(
+                        f"Pack({field}=...)[{name!r}] must be a factory (a function that "
+                        f"makes it), not {type(factory).__name__}"
+                    )
         for kind, names in (
             ("a pack", [self.name]),
             ("an agent", self.agents),
