@@ -35,7 +35,7 @@ from tether.policy.approvals import Approval
 from tether.policy.redaction import Redactor
 from tether.run.approving import Approving
 from tether.run.base import Cancelled, OutputT, Planned, Retry, Stop, ToolRunner
-from tether.run.budget import Budget
+from tether.run.budget import Budget, limit_stop
 from tether.run.compactor import Compactor
 from tether.run.consulting import Consultant
 from tether.run.context import RunContext
@@ -301,6 +301,21 @@ class AgentRun(Generic[OutputT]):
             return
         self._ctx.interrupts.request(reason)
 
+    def detach(self, reason: str = "the process is shutting down") -> None:
+        """Stop the run here and leave it as a crash would: its log as committed, no ending.
+
+        For a process going away on purpose (a server's graceful shutdown): the lease is
+        given back, and ``resume`` continues the run, here or in another process, by the
+        crash rules (a call in flight runs again only if that cannot repeat its effect).
+        An in-flight model or tool call is interrupted; the run's events end without a
+        ``run_finished`` and it has no ``outcome``.
+        """
+        interrupts = self._ctx.interrupts
+        if self._ctx.outcome is not None or interrupts.reason is not None:
+            return
+        interrupts.detached = True
+        interrupts.request(reason)
+
     async def aclose(self) -> None:
         """Stop early: the run ends ``cancelled`` (call this after breaking out of the loop)."""
         await self._gen.aclose()
@@ -388,7 +403,7 @@ class AgentRun(Generic[OutputT]):
                 fast = journal.in_memory  # no sinks: committing is handing events over
                 while True:
                     if stop is None:
-                        stop = self._check_limits()
+                        stop = limit_stop(ctx, self._budget)
                     if stop is None:
                         request = step.request()
                         answer = await step.ask(request)
@@ -426,7 +441,9 @@ class AgentRun(Generic[OutputT]):
                             await thinker.ended()  # the plan cache learns from the end
                         return
             except Cancelled:
-                pass
+                if interrupts.detached:  # left as a crash leaves it: resumed later
+                    journal.rollback()
+                    return
             except asyncio.CancelledError:
                 # The task's owner cancelled it: record that, then let it propagate.
                 await endings.end_quietly("cancelled", "the task running the agent was cancelled")
@@ -550,37 +567,6 @@ class AgentRun(Generic[OutputT]):
             thinking=None if spec.thinking is None else spec.thinking.describe(),
             model_choice=self._ctx.model_choice,
         )
-
-    def _check_limits(self) -> Stop | None:
-        """Before a model call: is any limit reached?"""
-        self._ctx.check_cancel()
-        limits, st = self._ctx.spec.limits, self._ctx.state
-        if st.retries > limits.max_retries:
-            return Stop("budget_exhausted", "max_retries", st.retries, limits.max_retries, True)
-        if st.tool_retries:  # one tool failing in a row while others succeed between
-            registry = self._ctx.spec.registry
-            for name, failed in st.tool_retries.items():
-                tool = registry.get(name)
-                own = None if tool is None else tool.retries
-                maximum = limits.max_retries if own is None else own
-                if failed > maximum:
-                    return Stop("budget_exhausted", "max_retries", failed, maximum, True)
-        remaining = self._ctx.remaining()
-        if remaining is not None and remaining <= 0:
-            assert limits.max_seconds is not None
-            return Stop("budget_exhausted", "max_seconds", self._ctx.elapsed(), limits.max_seconds)
-        if limits.max_tokens is not None:
-            tokens = st.input_tokens + st.output_tokens
-            if tokens >= limits.max_tokens:
-                return Stop("budget_exhausted", "max_tokens", tokens, limits.max_tokens)
-        if limits.max_cost is not None and st.cost is not None and st.cost >= limits.max_cost:
-            return Stop("budget_exhausted", "max_cost", st.cost, limits.max_cost)
-        if st.steps >= limits.max_steps:
-            return Stop("budget_exhausted", "max_steps", st.steps, limits.max_steps, True)
-        if self._ctx.phased and (spent := self._ctx.phase_spent("think")) is not None:
-            return spent
-        self._budget.check()
-        return None
 
 
 def _checks(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -9,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from tests.support import assert_protocol_valid
-from tether import Agent, Event, ModelRequest, RunOutcome, ToolCall, ToolContext, tool
+from tether import (
+    Agent,
+    Event,
+    ModelRequest,
+    ModelResponse,
+    RunOutcome,
+    ToolCall,
+    ToolContext,
+    tool,
+)
 from tether.content import content_text
 from tether.errors import UserError
 from tether.events import (
@@ -345,3 +355,46 @@ async def test_only_one_owner_at_a_time(tmp_path: Path) -> None:
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_detached_run_is_left_as_a_crash_leaves_it_and_resumes(tmp_path: Path) -> None:
+    # a process going away on purpose (a server's graceful shutdown) had only cancel(),
+    # which ends a run for good
+    store = SqliteStore(tmp_path / "t.db")
+    started = asyncio.Event()
+
+    async def slow(request: ModelRequest) -> ModelResponse:
+        if len(request.messages) == 1:
+            started.set()
+            await asyncio.sleep(30)
+        return ModelResponse(tool_calls=(finish("done"),))
+
+    agent = Agent(model=FunctionModel(slow), store=store)
+    run = agent.stream("go")
+    kinds: list[str] = []
+
+    async def follow() -> None:
+        async for event in run:
+            kinds.append(event.kind)
+
+    following = asyncio.ensure_future(follow())
+    await asyncio.wait_for(started.wait(), 30)
+    run.detach("shutting down")
+    await asyncio.wait_for(following, 30)
+    assert kinds == ["run_started"]
+    assert not run.done
+    with pytest.raises(RuntimeError):
+        run.outcome  # noqa: B018 - it has none
+    (info,) = await store.runs()
+    assert info.status == "running"
+    from tether.stores.stale import stale_runs
+
+    (stale,) = await stale_runs(store)  # its lease given back: a restart would resume it
+    assert (stale.info.run_id, stale.reason) == (info.run_id, "no_owner")
+    fast = Agent(
+        model=FunctionModel(lambda _: ModelResponse(tool_calls=(finish("done"),))), store=store
+    )
+    outcome = await fast.resume(info.run_id)
+    assert outcome.status == "finished"
+    assert [e.kind for e in outcome.events].count("run_finished") == 1
+    await store.close()

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tether.events import BudgetWarning, Event
 from tether.limits import Limits
+from tether.run.base import Stop
+from tether.run.context import RunContext
 from tether.state import StateBuilder
 
-__all__ = ["Budget", "warned_from"]
+__all__ = ["Budget", "limit_stop", "warned_from"]
 
 _INF = math.inf
 _LIMITS = ("max_steps", "max_tool_calls", "max_tokens", "max_cost", "max_seconds")
@@ -121,3 +124,35 @@ class Budget:
             else:
                 next_at.append(left[0] * maximum)
         return next_at
+
+
+def limit_stop(ctx: RunContext[Any], budget: Budget) -> Stop | None:
+    """Before a model call: the stop of a limit reached, if one is; else ``budget``'s warnings."""
+    ctx.check_cancel()
+    limits, st = ctx.spec.limits, ctx.state
+    if st.retries > limits.max_retries:
+        return Stop("budget_exhausted", "max_retries", st.retries, limits.max_retries, True)
+    if st.tool_retries:  # one tool failing in a row while others succeed between
+        registry = ctx.spec.registry
+        for name, failed in st.tool_retries.items():
+            tool = registry.get(name)
+            own = None if tool is None else tool.retries
+            maximum = limits.max_retries if own is None else own
+            if failed > maximum:
+                return Stop("budget_exhausted", "max_retries", failed, maximum, True)
+    remaining = ctx.remaining()
+    if remaining is not None and remaining <= 0:
+        assert limits.max_seconds is not None
+        return Stop("budget_exhausted", "max_seconds", ctx.elapsed(), limits.max_seconds)
+    if limits.max_tokens is not None:
+        tokens = st.input_tokens + st.output_tokens
+        if tokens >= limits.max_tokens:
+            return Stop("budget_exhausted", "max_tokens", tokens, limits.max_tokens)
+    if limits.max_cost is not None and st.cost is not None and st.cost >= limits.max_cost:
+        return Stop("budget_exhausted", "max_cost", st.cost, limits.max_cost)
+    if st.steps >= limits.max_steps:
+        return Stop("budget_exhausted", "max_steps", st.steps, limits.max_steps, True)
+    if ctx.phased and (spent := ctx.phase_spent("think")) is not None:
+        return spent
+    budget.check()
+    return None

@@ -40,6 +40,7 @@ class Interrupts:
 
     __slots__ = (
         "before",
+        "detached",
         "interrupted",
         "interruptible",
         "reason",
@@ -57,6 +58,8 @@ class Interrupts:
         """Whether an await is in flight that ``cancel()`` may interrupt."""
         self.requests = 0
         """Cancellations of the task that ``cancel()`` made and nobody has settled yet."""
+        self.detached = False
+        """``detach()``: the run stops here without an ending, as a crash would leave it."""
         self.reason: str | None = None
         """Why the run is being cancelled (``None``: it is not)."""
         self.interrupted = False

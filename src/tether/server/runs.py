@@ -245,9 +245,14 @@ class ServerRuns:
             self.wake(started)
 
     async def close(self) -> None:
-        """Cancel every run executing here and wait for them to end."""
+        """Stop every run executing here as a crash would, and wait for them to stop.
+
+        Each is left ``running``, its lease given back (``AgentRun.detach``): the next server
+        on this store resumes it (``resume_stale``), as after a crash. Cancelled, a rolling
+        restart ended every run in flight for good.
+        """
         for run, _ in list(self._active.values()):
-            run.cancel("the server is shutting down")
+            run.detach("the server is shutting down")
         tasks = [task for _, task in self._active.values()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
