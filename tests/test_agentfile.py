@@ -119,7 +119,9 @@ def test_a_file_named_beside_it_is_a_regular_file_of_at_most_4_mib(tmp_path: Pat
     (tmp_path / "huge.md").write_bytes(b"")
     os.truncate(tmp_path / "huge.md", (4 << 20) + 1)  # sparse: no disk used
     path = write(tmp_path, 'name = "a"\ninstructions_file = "huge.md"\n')
-    with pytest.raises(ConfigError, match=r"instructions_file: .*huge.md is larger than 4 MiB"):
+    with pytest.raises(
+        ConfigError, match=r"instructions_file: cannot read .*huge.md: it is larger than 4 MiB"
+    ):
         load_agent_file(path)
     os.mkfifo(tmp_path / "schema.json")  # reading it waited for a writer forever
     done = threading.Event()
@@ -140,6 +142,36 @@ def test_a_file_named_beside_it_is_a_regular_file_of_at_most_4_mib(tmp_path: Pat
     finally:
         done.set()
         writer.join()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_an_agent_or_policy_file_that_is_a_fifo_or_huge_is_refused_not_waited_on(
+    tmp_path: Path,
+) -> None:
+    # before: `tether run --agent fifo.toml` waited for a writer forever
+    from tether.policy import load_rules
+
+    os.mkfifo(tmp_path / "agent.toml")
+    result: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            load_agent_file(tmp_path / "agent.toml")
+        except ConfigError as exc:
+            result.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)
+    if reader.is_alive():  # let it go: a writer that opens and closes ends the read
+        os.close(os.open(tmp_path / "agent.toml", os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(30)
+        pytest.fail("reading a FIFO agent file waited for a writer")
+    assert "it is not a regular file" in str(result[0])
+    (tmp_path / "policy.toml").write_bytes(b"")
+    os.truncate(tmp_path / "policy.toml", (4 << 20) + 1)
+    with pytest.raises(ConfigError, match=r"policy.toml: it is larger than 4 MiB"):
+        load_rules(tmp_path / "policy.toml")
 
 
 def test_a_folder_of_files_is_several_agents(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from tether._internal.configfiles import import_ref, read_toml
+from tether._internal.configfiles import import_ref, read_regular, read_toml
 from tether.agent import Agent
 from tether.agentsections import knowledge_section, memory_section, thinking_section
 from tether.errors import ConfigError, TetherError
@@ -238,30 +238,12 @@ def _output(data: Mapping[str, Any], file: Path) -> JsonObject | None:
     return cast(JsonObject, schema)
 
 
-_MAX_READ = 4 << 20
-"""The largest ``instructions_file`` or ``output_file`` read (4 MiB)."""
-
-
 def _read_beside(path: Path, file: Path, key: str) -> bytes:
-    """The bytes of the regular file ``path`` that ``key`` names, at most ``_MAX_READ``.
-
-    A FIFO waited forever for a writer, and ``/dev/zero`` or a huge file was read until
-    memory ran out (a ``MemoryError`` and a traceback).
-    """
+    """The bytes of the regular file ``path`` that ``key`` names (``read_regular``)."""
     try:
-        if path.exists() and not path.is_file():
-            why = "it is a directory" if path.is_dir() else "it is not a regular file"
-            raise ConfigError(f"{file}: {key}: cannot read {path}: {why}")
-        with path.open("rb") as fh:
-            data = fh.read(_MAX_READ + 1)
-    except OSError as exc:
+        return read_regular(path)
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"{file}: {key}: cannot read {path}: {exc}") from None
-    if len(data) > _MAX_READ:
-        raise ConfigError(
-            f"{file}: {key}: {path} is larger than {_MAX_READ >> 20} MiB; an agent's "
-            "instructions and output schema are far smaller: is it the right file?"
-        )
-    return data
 
 
 def _string(data: Mapping[str, Any], key: str, file: Path) -> str | None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any, cast
 
 from tether.errors import ConfigError
 
-__all__ = ["import_ref", "read_toml"]
+__all__ = ["MAX_CONFIG_BYTES", "import_ref", "read_regular", "read_toml"]
 
 
 def _check_not_shadowed(module_name: str, folder: Path, ref: str, what: str) -> None:
@@ -32,6 +34,33 @@ def _check_not_shadowed(module_name: str, folder: Path, ref: str, what: str) -> 
         )
 
 
+MAX_CONFIG_BYTES = 4 << 20
+"""The largest configuration file read (4 MiB): agent and policy files, instructions."""
+
+
+def read_regular(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them.
+
+    A FIFO named there waited forever for a writer, and ``/dev/zero`` or a huge file was
+    read until memory ran out. Opened without blocking, then checked by what it is.
+
+    Raises:
+        OSError: it cannot be opened or read.
+        ValueError: it is not a regular file, or is larger than ``limit``; says which.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as file:
+        mode = os.fstat(file.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(
+                "it is a directory" if stat.S_ISDIR(mode) else "it is not a regular file"
+            )
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"it is larger than {limit >> 20} MiB")
+    return data
+
+
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
     """The TOML file at ``path`` (``what`` it is, for errors: "policy file", "agent file").
 
@@ -42,14 +71,14 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
 
     file = Path(path)
     try:
-        return tomllib.loads(file.read_text(encoding="utf-8"))
+        return tomllib.loads(read_regular(file).decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"no {what} at {file}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file} is not valid TOML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{file} nests arrays or tables too deeply to read") from None
-    except OSError as exc:  # a directory, no permission, ...
+    except (OSError, ValueError) as exc:  # a directory, a FIFO, too large, no permission
         raise ConfigError(f"cannot read the {what} {file}: {exc}") from None
 
 
