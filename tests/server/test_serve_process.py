@@ -161,3 +161,32 @@ def _serve_and_start(
     proc, url = serve(db.parent, db)
     run_id = httpx.post(f"{url}/v1/runs", json={"goal": "pause"}, headers=auth).json()["run_id"]
     return proc, url, auth, run_id
+
+
+def test_an_absolute_form_target_is_its_path_and_a_trailing_slash_is_no_redirect(
+    server: tuple[str, str, Path],
+) -> None:
+    # before: "GET http://host/v1/runs HTTP/1.1" was 404 (uvicorn gives the whole URL as the
+    # path), and GET /v1/runs/ answered 307 to the address in the client's own Host header
+    import socket
+    from urllib.parse import urlsplit
+
+    url, token, _ = server
+    where = urlsplit(url)
+    assert where.hostname is not None
+    assert where.port is not None
+    with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+        sock.sendall(
+            f"GET {url}/v1/runs HTTP/1.1\r\nHost: {where.netloc}\r\n"
+            f"Authorization: Bearer {token}\r\nConnection: close\r\n\r\n".encode()
+        )
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    slashed = httpx.get(
+        f"{url}/v1/runs/", headers={"Authorization": f"Bearer {token}", "Host": "evil.example"}
+    )
+    assert slashed.status_code == 404
+    assert "location" not in slashed.headers
+    assert "error" in slashed.json()

@@ -25,6 +25,7 @@ import re
 from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import anyio
 from fastapi import FastAPI, Header, Query, Request
@@ -108,7 +109,7 @@ def create_app(
             api.resuming.cancel()  # what it has not resumed yet stays for the next start
             with contextlib.suppress(asyncio.CancelledError):
                 await api.resuming
-        await runs.close()  # runs in flight end cancelled, logged; resume them later
+        await runs.close()  # runs in flight stop as a crash leaves them: resumed next start
 
     app = FastAPI(
         lifespan=lifespan,
@@ -120,6 +121,8 @@ def create_app(
         # page keeps a key: none here (the schema is /openapi.json)
         docs_url=None,
         redoc_url=None,
+        # /v1/runs/ redirected to the client's own Host header's address, bodiless: a 404
+        redirect_slashes=False,
     )
     api = Endpoints(dict(agents), store, ApiKeys(store), runs)
     app.state.api = api
@@ -295,6 +298,10 @@ class _Guard:
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             await _too_large()(scope, receive, send)
             return
+        path: str = scope["path"]
+        if path.startswith(("http://", "https://")):  # absolute-form (RFC 9112 3.2.2): its path
+            target = urlsplit(path)
+            scope = {**scope, "path": target.path or "/", "raw_path": (target.path or "/").encode()}
         if scope["method"] == "HEAD":
             await _head(self.app, scope, receive, send)
             return
