@@ -6,7 +6,8 @@ model sees next is folded from the same redacted events. Each redaction is recor
 ``redacted`` event naming the event, the fields and the kinds of data (never the data).
 
 The check is cheap when there is nothing to find: one regex search over the JSON the
-journal encodes anyway for the hash; only a hit walks the event's fields.
+journal encodes anyway for the hash; only a hit walks the event's fields. What the patterns
+are, and the probe, are in ``secretpatterns``.
 """
 
 from __future__ import annotations
@@ -17,124 +18,16 @@ from dataclasses import fields, is_dataclass, replace
 from typing import Any, cast
 
 from tether.errors import ConfigError
+from tether.policy.secretpatterns import (
+    PERSONAL_PATTERNS,
+    PERSONAL_PROBE,
+    SECRET_PATTERNS,
+    accept,
+    secret_probe,
+)
 
 __all__ = ["PERSONAL_PATTERNS", "SECRET_PATTERNS", "Redaction", "Redactor"]
 
-SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
-    (
-        "private_key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[\s\S]*)",
-    ),
-    ("anthropic_key", r"(?<![A-Za-z0-9])sk-ant-[A-Za-z0-9_-]{20,}"),
-    ("openai_key", r"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
-    ("aws_access_key", r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
-    (
-        "github_token",
-        r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
-    ),
-    ("slack_token", r"(?<![A-Za-z0-9])xox[abprs]-[A-Za-z0-9-]{10,}"),
-    ("google_api_key", r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}"),
-    ("stripe_key", r"(?<![A-Za-z0-9])[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"),
-    # a JWT's header is short: bounded, "eyJ-" * n no longer scans the rest from every "eyJ"
-    ("jwt", r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{8,1024}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    ("bearer_token", r"(?i)(?<=bearer )[A-Za-z0-9._~+/-]{16,}=*"),
-    (
-        "basic_auth",
-        r"(?i)authorization[\"']?\s*[=:]\s*[\"']?basic\s+(?!\[REDACTED)([A-Za-z0-9+/]{4,}=*)",
-    ),
-    # the password of [user]:password@host in any URL (the user and host stay readable); a
-    # password may hold "/" and "@": it ends at the first "@" that a host name follows
-    (
-        "url_password",
-        # a password never runs into the next "://": each start's scan ends there, so text
-        # built to make it backtrack ('://a:' * 24,000: 15 s, quadratic) takes linear time
-        r"(?i)(?<=://)(?:[^/\s:@\"]*):(?!\[REDACTED)((?:(?!://)[^\s\"])+?)"
-        r"(?=@[A-Za-z0-9.\[\]-]+(?::[0-9]+)?(?:[/?#\s\"'>),;]|$))",
-    ),
-    (
-        "password",
-        # the name may go on (SECRET_ACCESS_KEY=, password_hash: ...), then a ":" needs a
-        # space or a quote after it (my_secret_module:attr is a reference); PWD=/path is a
-        # directory, not a password
-        r"(?i)(?:password|passwd|pwd(?!\s*[=:]\s*[\"']?[/~])|secret|api[_-]?key|access[_-]?token"
-        r"|auth[_-]?token)(?:[\"']?\s*[=:]|[_-][A-Za-z0-9_-]{0,100}[\"']?\s*(?:=|:(?=[\s\"'])))\s*"
-        # a quoted value of any length (possessive: linear, never backtracks); an unclosed
-        # one is a prompt ("Enter password: "), and a text cut in one loses the cut word
-        r"(?:\"(?!\[REDACTED)([^\"\n]++)\"|'(?!\[REDACTED)([^'\n]++)'"
-        r"|(?!\[REDACTED)([^\s\"'&,;]{4,}))",
-    ),
-)
-"""Secrets redacted by default: ``(kind, regex)``; a regex with groups redacts only the group
-that matched (the value, not the name before it). A prefix must not follow an ASCII letter
-or digit ("task-..." is not an OpenAI key), but may follow anything else."""
-
-_SECRET_WORDS = tuple(
-    word.encode()
-    for word in (
-        "private key",
-        "sk-",
-        "akia",
-        "asia",
-        "ghp_",
-        "gho_",
-        "ghu_",
-        "ghs_",
-        "ghr_",
-        "github_pat_",
-        "xox",
-        "aiza",
-        "k_live_",
-        "k_test_",
-        "eyj",
-        "bearer ",
-        "://",
-        "\\\\/\\\\/",  # "\/\/" (PHP's json_encode), as an event's JSON holds it
-        "\\\\u00",  # "\u002d" and the like: an escape may hide any of these words
-        "password",
-        "passwd",
-        "pwd",
-        "secret",
-        "api_key",
-        "api-key",
-        "apikey",
-        "access_token",
-        "access-token",
-        "accesstoken",
-        "auth_token",
-        "auth-token",
-        "authtoken",
-        "authorization",
-    )
-)
-"""Lower-case literals one of which every match of ``SECRET_PATTERNS`` contains."""
-
-
-def _trie(words: Sequence[bytes]) -> bytes:
-    """One regex for a set of literals, shaped as a trie (several times faster than a|b|c)."""
-    root: dict[int, Any] = {}
-    for word in words:
-        node = root
-        for char in word:
-            node = node.setdefault(char, {})
-        node[-1] = {}
-
-    def emit(node: dict[int, Any]) -> bytes:
-        branches = [
-            re.escape(bytes([c])) + emit(child) for c, child in sorted(node.items()) if c >= 0
-        ]
-        if not branches:
-            return b""
-        body = (
-            branches[0]
-            if len(branches) == 1 and -1 not in node
-            else b"(?:" + b"|".join(branches) + b")"
-        )
-        return body + b"?" if -1 in node else body
-
-    return emit(root)
-
-
-_SECRET_WORD = re.compile(_trie(_SECRET_WORDS))
 ECHO_MIN = 6
 """Characters a secret needs to be redacted wherever it appears again in the run (it is
 found once by a pattern, then echoed where no pattern sees it); shorter ones ("admin",
@@ -151,37 +44,6 @@ _SECRET_KEY = re.compile(
     re.ASCII,
 )
 """An object key whose string value is a secret, whatever the value looks like."""
-_PERSONAL_PROBE = re.compile(rb"@|\d(?:\D{0,4}\d){8}")
-"""Every email has an "@"; every phone or card number nine digits at most four apart."""
-
-PERSONAL_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
-    ("card_number", r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])"),
-    ("phone", r"(?<![\w+])\+?(?:\d[\s.()-]{0,2}){8,14}\d(?!\w)"),
-)
-"""Personal data, redacted when ``Redactor(personal=True)``."""
-
-
-def _luhn(digits: str) -> bool:
-    total, parity = 0, len(digits) % 2
-    for index, char in enumerate(digits):
-        number = int(char)
-        if index % 2 == parity:
-            number *= 2
-            if number > 9:
-                number -= 9
-        total += number
-    return total % 10 == 0
-
-
-def _accept(kind: str, text: str) -> bool:
-    """Second checks a regex cannot do (so that 16 random digits are not a card)."""
-    if kind == "card_number":
-        digits = re.sub(r"\D", "", text)
-        return 13 <= len(digits) <= 19 and _luhn(digits)
-    if kind == "phone":
-        return 9 <= sum(c.isdigit() for c in text) <= 15
-    return True
 
 
 class Redaction:
@@ -242,7 +104,8 @@ class Redactor:
         # patterns and callables of the caller's own cannot be probed: they make every
         # event a walk.
         self._secrets = secrets
-        self._personal_probe = _PERSONAL_PROBE if personal else None
+        self._probe = secret_probe() if secrets else None
+        self._personal_probe = PERSONAL_PROBE if personal else None
         self._always = bool(patterns or callables)
         self.active = bool(chosen or callables)
 
@@ -257,10 +120,11 @@ class Redactor:
         """
         if self._always:
             return True
-        if self._secrets and _SECRET_WORD.search(encoded.lower()) is not None:
+        probe = self._probe
+        if probe is not None and probe.search(encoded.lower()) is not None:
             return True
-        probe = self._personal_probe
-        return probe is not None and probe.search(encoded) is not None
+        personal = self._personal_probe
+        return personal is not None and personal.search(encoded) is not None
 
     def redact_text(
         self, text: str, found: Redaction | None = None, known: Mapping[str, str] | None = None
@@ -315,7 +179,7 @@ class Redactor:
 
     def _replace(self, match: re.Match[str], kind: str, found: Redaction | None) -> str:
         whole = match.group(0)
-        if not _accept(kind, whole):
+        if not accept(kind, match):
             return whole
         if found is not None:
             found.kinds[kind] = None
