@@ -5,11 +5,68 @@ from __future__ import annotations
 
 import time
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tether import Agent, tool
+from tether.codec import encode_event
 from tether.policy.redaction import Redactor
+from tether.testing import ScriptedModel, call, finish
 
-_HOSTILE = ["x-", "-p", "%2", "a@"]
+PW = "S3cretPass"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # URL-encoded
+        (f"q=1&password%3D{PW}%26x%3D1", "q=1&password%3D[REDACTED:password]%26x%3D1"),
+        (
+            f"next=https%3A%2F%2Fadmin%3A{PW}%40db.example.com%2Fapp",
+            "next=https%3A%2F%2Fadmin%3A[REDACTED:url_password]%40db.example.com%2Fapp",
+        ),
+        # invisible characters inside a name or a key
+        (f"pass\u200bword={PW}", "pass\u200bword=[REDACTED:password]"),
+        (f"api\u2060_key: {PW}", "api\u2060_key: [REDACTED:password]"),
+        ("sk-ant-api03-abcdef\u200bghijklmnopqrstuvwxyz!", "[REDACTED:anthropic_key]!"),
+        ("ghp_abcdefghijklmnop\ufeffqrstuvwxyz0123456789", "[REDACTED:github_token]"),
+    ],
+)
+def test_forms_the_patterns_did_not_know_are_redacted(text: str, expected: str) -> None:
+    redactor = Redactor()
+    assert redactor.redact_text(text) == expected
+    assert redactor.might_match(orjson.dumps({"text": text}))  # the fast path looks
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://example.com/search?q=a%20b&page=2 costs 50%",
+        "in\u00adcredible caf\u00e9 \u200bzero width",
+    ],
+)
+def test_ordinary_text_around_the_new_forms_is_left_alone(text: str) -> None:
+    assert Redactor().redact_text(text) == text
+
+
+async def test_hidden_keys_in_structured_results_are_redacted() -> None:
+    @tool(read_only=True, open_world=False)
+    def fetch() -> dict[str, object]:
+        """Fetch."""
+        return {"pass\u200bword": "hunter2hunter2"}
+
+    outcome = await Agent(model=ScriptedModel([call("fetch"), finish("done")]), tools=[fetch]).run(
+        "fetch it"
+    )
+    everything = b"\n".join(encode_event(e) for e in outcome.events)
+    assert b"hunter2hunter2" not in everything
+
+
+_HOSTILE = [
+    *("x-", "-p", "%2", "a@", "%3A%2F%2Fa%3A", "\u200b", "\\u0041", "\\", '\\"', "://a:"),
+]
 
 
 @pytest.mark.parametrize("seed", _HOSTILE)
@@ -21,3 +78,22 @@ def test_text_built_to_make_the_new_patterns_backtrack_takes_linear_time(seed: s
         started = time.monotonic()
         redactor.redact_text(text, known={"hunter2hunter2": "password"})
         assert time.monotonic() - started < 2, (seed, text[:40])
+
+
+_PART = st.sampled_from(
+    [
+        *("password", "secret", "api_key", "Bearer", "://", "%3A", "%2F", "%3D", "%22", "%40"),
+        *("%20", "\u200b", "\u2060", "\ufeff", "\\u0041", "\\u200b", '\\"', "\\/", '"'),
+        *("'", ":", "=", ",", " ", "\t", "\n", "@", "ab12CD34ef56GH78ij", "hunter22"),
+        *("host.example.com", "sk-", "ghp_", "x", "1", "-", "_", "/"),
+    ]
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(parts=st.lists(_PART, max_size=14))
+def test_the_probe_is_never_stricter_than_what_a_reading_finds(parts: list[str]) -> None:
+    redactor = Redactor(personal=True)
+    text = "".join(parts)
+    if redactor.redact_text(text) != text:
+        assert redactor.might_match(orjson.dumps([text]))

@@ -7,17 +7,20 @@ model sees next is folded from the same redacted events. Each redaction is recor
 
 The check is cheap when there is nothing to find: one regex search over the JSON the
 journal encodes anyway for the hash; only a hit walks the event's fields. What the patterns
-are, and the probe, are in ``secretpatterns``.
+are, and the probe, are in ``secretpatterns``; a text's reading with its escapes undone, in
+``readings``.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass, replace
 from typing import Any, cast
 
 from tether.errors import ConfigError
+from tether.policy.readings import read, visible
 from tether.policy.secretpatterns import (
     PERSONAL_PATTERNS,
     PERSONAL_PROBE,
@@ -98,7 +101,8 @@ class Redactor:
         self._callables = tuple(callables)
         # Whether an event needs a look is decided on its JSON bytes, which the journal
         # encodes anyway. Every built-in secret contains one of a few literals that JSON
-        # never escapes, so one scan for them settles the common case; a hit walks the
+        # never escapes (or a character that shows nothing, or an escape that a reading
+        # undoes), so one scan for them settles the common case; a hit walks the
         # decoded strings, where the real patterns run. Personal data is probed loosely
         # (an "@", or nine digits close together, JSON escapes between them allowed);
         # patterns and callables of the caller's own cannot be probed: they make every
@@ -134,8 +138,8 @@ class Redactor:
         ``known`` maps secrets found earlier in the run to their kinds: once a value is known
         to be a secret, it is one wherever it appears (in words no pattern would match).
         """
-        if "\\" in text and self._secrets:  # escaped (JSON in a JSON string, "\/", "\u002d")
-            known = {**(known or {}), **self._escaped_secrets(text)}
+        if self._secrets:  # escaped, URL-encoded, or with invisible characters in it
+            text = self._redact_reading(text, found)
         for kind, regex in self._patterns:
             text = regex.sub(lambda m, k=kind: self._replace(m, k, found), text)
         if known:
@@ -154,49 +158,65 @@ class Redactor:
                 text = changed
         return text
 
-    def _escaped_secrets(self, text: str) -> dict[str, str]:
-        r"""The secrets of ``text`` read with its escapes undone, as they stand in ``text``.
+    def _redact_reading(self, text: str, found: Redaction | None) -> str:
+        r"""``text`` with the secrets its reading shows redacted where they stand.
 
-        A secret's value rarely holds an escape itself: found in the unescaped reading, it is
-        replaced where it stands (``{\"password\": \"hunter2\"}`` holds ``hunter2``).
+        Escapes undone (``{\"password\": \"...\"}``, ``\u002d``, ``password%3D...``) and
+        invisible characters dropped (``pass\u200bword=``), a secret is matched in the
+        reading and redacted in ``text``.
         """
-        plain = _ESCAPE.sub(_unescape, text)
-        if plain == text:
-            return {}
-        seen = Redaction()
+        reading = read(text)
+        if reading is None:
+            return text
+        spans = self._reading_spans(reading.plain, found)
+        if not spans:
+            return text
+        for *_, kind in spans:
+            if found is not None:
+                found.kinds[kind] = None
+                found.count += 1
+        spans = sorted((*reading.span(start, end), kind) for start, end, kind in spans)
+        if found is not None:  # as they stand too: echoed so, no reading changes them
+            for start, end, kind in spans:
+                _learn(found, text[start:end], kind)
+        return _splice(text, spans)
+
+    def _reading_spans(self, plain: str, found: Redaction | None) -> list[tuple[int, int, str]]:
+        """What to redact in ``plain``, as the patterns would one after the other."""
+        spans: list[tuple[int, int, str]] = []
+        taken = _Spans()
         for kind, regex in self._patterns:
             for match in regex.finditer(plain):
-                self._replace(match, kind, seen)
-        out: dict[str, str] = {}
-        for value, kind in list(seen.values.items())[:_MAX_ESCAPED]:  # each is a pass of text
-            if value in text:
-                out[value] = kind
-                continue  # else an escape sits inside it: its longest plain run goes
-            runs = sorted(_PLAIN_RUN.findall(value), key=len, reverse=True)
-            if runs and runs[0] in text:
-                out[runs[0]] = kind
-        return out
+                hit = self._hit(match, kind, None)
+                if hit is not None and taken.add(*hit):
+                    self._hit(match, kind, found)  # noted only if redacted
+                    spans.append((*hit, kind))
+        return spans
+
+    def _hit(
+        self, match: re.Match[str], kind: str, found: Redaction | None
+    ) -> tuple[int, int] | None:
+        """The span of ``match`` to redact (its group, if it has one), noting the secret."""
+        if not accept(kind, match):
+            return None
+        group = match.lastindex or 0  # a pattern with groups redacts only the one that matched
+        value = match.group(group)
+        if group and value.startswith("[REDACTED:"):
+            return None
+        if found is not None:
+            _learn(found, value, kind)
+        return match.span(group)
 
     def _replace(self, match: re.Match[str], kind: str, found: Redaction | None) -> str:
-        whole = match.group(0)
-        if not accept(kind, match):
-            return whole
+        hit = self._hit(match, kind, found)
+        if hit is None:
+            return match.group(0)
         if found is not None:
             found.kinds[kind] = None
             found.count += 1
-        marker = f"[REDACTED:{kind}]"
-        group = match.lastindex  # a pattern with groups redacts only the one that matched
-        if group is None:
-            if found is not None and len(whole) >= ECHO_MIN:
-                found.values[whole] = kind
-            return marker
-        if match.group(group).startswith("[REDACTED:"):
-            return whole
-        if found is not None and len(match.group(group)) >= ECHO_MIN:
-            found.values[match.group(group)] = kind
-        start, end = match.span(group)
-        offset = match.start(0)
-        return whole[: start - offset] + marker + whole[end - offset :]
+        offset = match.start()
+        whole = match.group(0)
+        return f"{whole[: hit[0] - offset]}[REDACTED:{kind}]{whole[hit[1] - offset :]}"
 
     def redact_event_fields(
         self, event: object, skip: frozenset[str], known: Mapping[str, str] | None = None
@@ -234,9 +254,12 @@ class Redactor:
         list of them or of strings (``{"api_keys": [...]}``), an object under a name that ends
         in the word (``{"secrets": {...}}``; ``{"secrets_backend": {...}}`` is walked) goes whole.
         """
+        if not self._secrets:
+            return False
+        if not name.isascii():
+            name = visible(name)  # "pass\u200bword" is "password"
         if (
-            not self._secrets
-            or item is None
+            item is None
             or isinstance(item, bool)
             or (isinstance(item, Mapping) and _SECRET_GROUP.search(name) is None)
             or item in ("", [], {})
@@ -248,8 +271,8 @@ class Redactor:
         found.kinds["password"] = None
         found.count += 1
         for text in _texts(cast(object, item)):
-            if len(text) >= ECHO_MIN and not text.startswith("[REDACTED:"):
-                found.values[text] = "password"
+            if not text.startswith("[REDACTED:"):
+                _learn(found, text, "password")
         found.fields.append(path)
         return True
 
@@ -297,20 +320,40 @@ class Redactor:
         return value
 
 
-_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|([\"'/\\]))")
-r"""A JSON (or shell) escape: ``\u002d``, ``\"``, ``\/``, ``\\``."""
+class _Spans:
+    """Stretches of a text taken so far (disjoint, in order)."""
+
+    __slots__ = ("_ends", "_starts")
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def add(self, start: int, end: int) -> bool:
+        """Take ``[start, end)`` unless it overlaps one taken; whether it was taken."""
+        i = bisect_right(self._starts, start)
+        if (i and self._ends[i - 1] > start) or (i < len(self._starts) and self._starts[i] < end):
+            return False
+        self._starts.insert(i, start)
+        self._ends.insert(i, end)
+        return True
 
 
-_MAX_ESCAPED = 256
-"""The most secrets one escaped text is searched for again (each replacement is a pass over it)."""
+def _splice(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
+    """``text`` with each ``(start, end, kind)`` (in order, disjoint) replaced by its marker."""
+    pieces: list[str] = []
+    done = 0
+    for start, end, kind in spans:
+        pieces += (text[done:start], f"[REDACTED:{kind}]")
+        done = end
+    pieces.append(text[done:])
+    return "".join(pieces)
 
-_PLAIN_RUN = re.compile(r"[A-Za-z0-9_]{8,}")
-"""A run of a secret that no escape can be inside of (the random part of a key)."""
 
-
-def _unescape(match: re.Match[str]) -> str:
-    code, char = match.group(1), match.group(2)
-    return chr(int(code, 16)) if code is not None else char
+def _learn(found: Redaction, value: str, kind: str) -> None:
+    """Note ``value`` as a secret the run redacts wherever it appears again."""
+    if len(value) >= ECHO_MIN:
+        found.values[value] = kind
 
 
 def _scrubbed(path: str, secrets: Sequence[tuple[str, str]]) -> str:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+from tether.policy.readings import INVISIBLE_RANGES
+
 __all__ = [
     "PERSONAL_PATTERNS",
     "PERSONAL_PROBE",
@@ -78,6 +80,7 @@ PERSONAL_PATTERNS: tuple[tuple[str, str], ...] = (
 
 _PROBE_WORDS = (
     "private key",
+    "private%",  # "private%20key": a reading undoes it
     "sk-",
     "akia",
     "asia",
@@ -93,9 +96,19 @@ _PROBE_WORDS = (
     "k_test_",
     "eyj",
     "bearer ",
+    "bearer%",
     "://",
+    "%3a%2f%2f",  # "://" URL-encoded, wholly or in part
+    "%3a/%2f",
+    "%3a%2f/",
+    "%3a//",
+    ":%2f%2f",
+    ":/%2f",
+    ":%2f/",
     "\\\\/\\\\/",  # "\/\/" (PHP's json_encode), as an event's JSON holds it
     "\\\\u00",  # "\u002d" and the like: an escape may hide any of these words
+    *(f"\\\\u{code}" for code in ("034f", "061c", "115f", "1160", "17b", "180", "200", "202")),
+    *(f"\\\\u{code}" for code in ("206", "fe0", "feff", "ffa0")),  # invisible, escaped
     "password",
     "passwd",
     "pwd",
@@ -112,7 +125,7 @@ _PROBE_WORDS = (
     "authorization",
 )
 """Lower-case literals one of which every match of ``SECRET_PATTERNS`` contains, as an
-event's JSON holds it."""
+event's JSON holds it (and as it holds what a ``Reading`` turns into one)."""
 
 # characters by how rarely they appear in an event's JSON: a word is searched for from its
 # rarest one (then the rest before it is checked behind), so that few places are tried
@@ -153,17 +166,32 @@ def _probe_regex(words: Sequence[bytes]) -> bytes:
     return emit(root, b"")
 
 
+def _invisible_words() -> list[bytes]:
+    """Each character that shows nothing, in UTF-8: it may split a word (a reading drops it).
+
+    Where all 64 characters under one lead are (the tags), the lead alone.
+    """
+    words = {chr(c).encode() for first, last in INVISIBLE_RANGES for c in range(first, last + 1)}
+    leads: dict[bytes, int] = {}
+    for word in words:
+        leads[word[:-1]] = leads.get(word[:-1], 0) + 1
+    full = {lead for lead, count in leads.items() if len(lead) > 1 and count == 64}
+    return sorted({word[:-1] if word[:-1] in full else word for word in words})
+
+
 @cache
 def secret_probe() -> re.Pattern[bytes]:
     """Searched in an event's lower-cased JSON: no match, no secret pattern can match.
 
     Compiled on first use (a few milliseconds).
     """
-    return re.compile(_probe_regex([word.encode() for word in _PROBE_WORDS]))
+    words = [*(word.encode() for word in _PROBE_WORDS), *_invisible_words()]
+    return re.compile(_probe_regex(words))
 
 
-PERSONAL_PROBE = re.compile(rb"@|\d(?:\D{0,4}\d){8}")
-"""Every email has an "@"; every phone or card number nine digits at most four apart."""
+PERSONAL_PROBE = re.compile(rb"@|%40|\d(?:\D{0,4}\d){8}")
+"""Every email has an "@" (or "%40"); every phone or card number nine digits at most four
+apart."""
 
 
 def accept(kind: str, match: re.Match[str]) -> bool:
