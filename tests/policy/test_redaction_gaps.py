@@ -3,7 +3,9 @@ known ones; and the ordinary text around them (token counts, ports) that must st
 
 from __future__ import annotations
 
+import base64
 import time
+from urllib.parse import quote
 
 import orjson
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 
 from tether import Agent, tool
 from tether.codec import encode_event
-from tether.policy.redaction import Redactor
+from tether.policy.redaction import Redaction, Redactor
 from tether.testing import ScriptedModel, call, finish
 
 PW = "S3cretPass"
@@ -62,6 +64,65 @@ async def test_hidden_keys_in_structured_results_are_redacted() -> None:
     )
     everything = b"\n".join(encode_event(e) for e in outcome.events)
     assert b"hunter2hunter2" not in everything
+
+
+def test_a_known_secret_is_redacted_encoded_and_with_invisible_characters() -> None:
+    redactor = Redactor()
+    found = Redaction()
+    secret = "hunter2-Zq9!x"
+    assert redactor.redact_text(f"password={secret}", found) == "password=[REDACTED:password]"
+    basic = base64.b64encode(f"admin:{secret}".encode()).decode()
+    urlsafe = base64.urlsafe_b64encode(f"xy{secret}".encode()).decode()
+    for text in (
+        f"auth {basic} ok",  # base64(user:password), no Basic header to name it
+        f"data={urlsafe}&x=1",
+        f"q={quote(secret, safe='')}",
+        "hun\u200bter2-Zq9!x",
+    ):
+        out = redactor.redact_text(text, known=found.values)
+        assert "[REDACTED:password]" in out, text
+        assert secret not in out
+        assert basic[4:-4] not in out  # the whole base64 text goes
+    assert redactor.redact_text(f"auth {basic} ok", known=found.values) == (
+        "auth [REDACTED:password] ok"
+    )
+
+
+async def test_a_secret_echoed_encoded_reaches_no_event() -> None:
+    secret = "hunter2-Zq9!x"
+
+    @tool(read_only=True, open_world=False)
+    def login(password: str) -> str:
+        """Logs in.
+
+        Args:
+            password: The password.
+        """
+        basic = base64.b64encode(f"admin:{password}".encode()).decode()
+        return f"sent {basic} to {quote(f'https://x/?p={password}', safe='')}"
+
+    model = ScriptedModel([call("login", password=secret), finish("done")])
+    outcome = await Agent(model=model, tools=[login]).run(f"log in, password={secret}")
+    assert outcome.status == "finished"
+    everything = b"\n".join(encode_event(e) for e in outcome.events)
+    assert secret.encode() not in everything
+    assert base64.b64encode(f"admin:{secret}".encode()) not in everything
+    assert quote(secret, safe="").encode() not in everything
+
+
+async def test_many_known_secrets_are_searched_in_one_pass() -> None:
+    # one str.replace per known secret: 50,000 of them over 450 kB took 39 s (now 0.5 s)
+    secrets = {f"Zq{i:06d}x": "password" for i in range(50_000)}
+    text = " ".join(secrets)
+    started = time.monotonic()
+    out = Redactor().redact_text(text, known=secrets)
+    assert time.monotonic() - started < 5
+    assert out == " ".join(["[REDACTED:password]"] * len(secrets))
+    # a tool's text built to make a search for them backtrack (each a near miss)
+    near = {"a" * n + "b": "password" for n in range(6, 400)}
+    started = time.monotonic()
+    assert Redactor().redact_text("a" * 100_000, known=near) == "a" * 100_000
+    assert time.monotonic() - started < 5
 
 
 _HOSTILE = [

@@ -8,7 +8,7 @@ model sees next is folded from the same redacted events. Each redaction is recor
 The check is cheap when there is nothing to find: one regex search over the JSON the
 journal encodes anyway for the hash; only a hit walks the event's fields. What the patterns
 are, and the probe, are in ``secretpatterns``; a text's reading with its escapes undone, in
-``readings``.
+``readings``; the search for the secrets a run already knows, in ``knownsecrets``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import fields, is_dataclass, replace
 from typing import Any, cast
 
 from tether.errors import ConfigError
+from tether.policy.knownsecrets import KnownSecrets, base_kind, encoded_forms
 from tether.policy.readings import read, visible
 from tether.policy.secretpatterns import (
     PERSONAL_PATTERNS,
@@ -53,7 +54,8 @@ class Redaction:
     """What one event's redaction found: the fields (paths) and the kinds, never the data.
 
     ``values`` holds the secrets themselves, by kind, for the run to redact wherever they
-    appear again (a tool echoing a password it was given); it is never written anywhere.
+    appear again (a tool echoing a password it was given), and the forms they take encoded
+    (URL-encoded; base64, whose kinds end in ``+base64``); it is never written anywhere.
     """
 
     __slots__ = ("count", "fields", "kinds", "values")
@@ -112,6 +114,8 @@ class Redactor:
         self._personal_probe = PERSONAL_PROBE if personal else None
         self._always = bool(patterns or callables)
         self.active = bool(chosen or callables)
+        self._known = KnownSecrets()
+        """The regexes of the known secrets met lately."""
 
     def __repr__(self) -> str:
         kinds = ", ".join(k for k, _ in self._patterns)
@@ -139,16 +143,11 @@ class Redactor:
         to be a secret, it is one wherever it appears (in words no pattern would match).
         """
         if self._secrets:  # escaped, URL-encoded, or with invisible characters in it
-            text = self._redact_reading(text, found)
+            text = self._redact_reading(text, found, known)
         for kind, regex in self._patterns:
             text = regex.sub(lambda m, k=kind: self._replace(m, k, found), text)
         if known:
-            for secret, kind in known.items():
-                if secret in text:
-                    text = text.replace(secret, f"[REDACTED:{kind}]")
-                    if found is not None:
-                        found.kinds[kind] = None
-                        found.count += 1
+            text = self._redact_known(text, found, known)
         for function in self._callables:
             changed = function(text)
             if changed != text:
@@ -158,7 +157,22 @@ class Redactor:
                 text = changed
         return text
 
-    def _redact_reading(self, text: str, found: Redaction | None) -> str:
+    def _redact_known(self, text: str, found: Redaction | None, known: Mapping[str, str]) -> str:
+        """``text`` with the ``known`` secrets in it redacted (one pass, longest first)."""
+        spans = self._known.spans(text, known)
+        if not spans:
+            return text
+        seen: set[str] = set()
+        for start, end, kind in spans:
+            if found is not None and text[start:end] not in seen:  # once per secret
+                seen.add(text[start:end])
+                found.kinds[base_kind(kind)] = None
+                found.count += 1
+        return _splice(text, [(start, end, base_kind(kind)) for start, end, kind in spans])
+
+    def _redact_reading(
+        self, text: str, found: Redaction | None, known: Mapping[str, str] | None
+    ) -> str:
         r"""``text`` with the secrets its reading shows redacted where they stand.
 
         Escapes undone (``{\"password\": \"...\"}``, ``\u002d``, ``password%3D...``) and
@@ -168,7 +182,7 @@ class Redactor:
         reading = read(text)
         if reading is None:
             return text
-        spans = self._reading_spans(reading.plain, found)
+        spans = self._reading_spans(reading.plain, found, known)
         if not spans:
             return text
         for *_, kind in spans:
@@ -181,7 +195,9 @@ class Redactor:
                 _learn(found, text[start:end], kind)
         return _splice(text, spans)
 
-    def _reading_spans(self, plain: str, found: Redaction | None) -> list[tuple[int, int, str]]:
+    def _reading_spans(
+        self, plain: str, found: Redaction | None, known: Mapping[str, str] | None
+    ) -> list[tuple[int, int, str]]:
         """What to redact in ``plain``, as the patterns would one after the other."""
         spans: list[tuple[int, int, str]] = []
         taken = _Spans()
@@ -191,6 +207,10 @@ class Redactor:
                 if hit is not None and taken.add(*hit):
                     self._hit(match, kind, found)  # noted only if redacted
                     spans.append((*hit, kind))
+        if known:
+            for start, end, kind in self._known.spans(plain, known):
+                if taken.add(start, end):
+                    spans.append((start, end, base_kind(kind)))
         return spans
 
     def _hit(
@@ -232,8 +252,10 @@ class Redactor:
             # a secret this event revealed may stand bare elsewhere in it: once more, with it
             self._redact_fields(event, skip, found, {**(known or {}), **found.values})
         if found.count and (known or found.values):  # a path may pass through a secret key
-            secrets = sorted({**(known or {}), **found.values}.items(), key=lambda kv: -len(kv[0]))
-            found.fields[:] = dict.fromkeys(_scrubbed(f, secrets) for f in found.fields)
+            secrets = {**(known or {}), **found.values}
+            found.fields[:] = dict.fromkeys(
+                self._redact_known(f, None, secrets) for f in found.fields
+            )
         return found if found.count else None
 
     def _redact_fields(
@@ -351,17 +373,11 @@ def _splice(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
 
 
 def _learn(found: Redaction, value: str, kind: str) -> None:
-    """Note ``value`` as a secret the run redacts wherever it appears again."""
+    """Note ``value`` as a secret the run redacts wherever it appears again, encoded too."""
     if len(value) >= ECHO_MIN:
         found.values[value] = kind
-
-
-def _scrubbed(path: str, secrets: Sequence[tuple[str, str]]) -> str:
-    """A field's path with the secrets it passes through (a key) redacted, longest first."""
-    for secret, kind in secrets:
-        if secret in path:
-            path = path.replace(secret, f"[REDACTED:{kind}]")
-    return path
+        for form, suffix in encoded_forms(value).items():
+            found.values.setdefault(form, kind + suffix)
 
 
 def _scalar(value: object) -> bool:
