@@ -25,9 +25,13 @@ from tether.policy.readings import read, visible
 from tether.policy.secretpatterns import (
     PERSONAL_PATTERNS,
     PERSONAL_PROBE,
+    SECRET_LIST,
     SECRET_PATTERNS,
     accept,
+    list_items,
+    looks_like_token,
     secret_probe,
+    token_name,
 )
 
 __all__ = ["PERSONAL_PATTERNS", "SECRET_PATTERNS", "Redaction", "Redactor"]
@@ -37,13 +41,14 @@ ECHO_MIN = 6
 found once by a pattern, then echoed where no pattern sees it); shorter ones ("admin",
 "test") would blank out ordinary words."""
 _SECRET_GROUP = re.compile(
-    r"(?i)(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)s?$",
+    r"(?i)(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token"
+    r"|passphrase)s?$",
     re.ASCII,
 )
 """A key whose object value holds secrets only (``secrets``, ``api_keys``): it goes whole."""
 
 _SECRET_KEY = re.compile(
-    r"(?i)password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token"
+    r"(?i)password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token|passphrase"
     r"|^authorization$",
     re.ASCII,
 )
@@ -224,6 +229,9 @@ class Redactor:
         if group and value.startswith("[REDACTED:"):
             return None
         if found is not None:
+            if group and match.re.pattern == SECRET_LIST:
+                for item in list_items(match):
+                    _learn(found, item, kind)
             _learn(found, value, kind)
         return match.span(group)
 
@@ -290,13 +298,50 @@ class Redactor:
             or _SECRET_KEY.search(name) is None
         ):
             return False
-        found.kinds["password"] = None
-        found.count += 1
-        for text in _texts(cast(object, item)):
-            if not text.startswith("[REDACTED:"):
-                _learn(found, text, "password")
-        found.fields.append(path)
+        self._note_by_name(cast(object, item), path, found, "password")
         return True
+
+    def _token_by_name(self, name: object, item: object, path: str, found: Redaction) -> bool:
+        """Whether ``item`` is a token by its key's name and its look; noted.
+
+        ``refresh_token`` names one, ``next_token`` does not; a word is none (a model's log
+        probabilities hold ``{"token": " world"}``).
+        """
+        if not (self._secrets and isinstance(name, str) and isinstance(item, str)):
+            return False
+        if not name.isascii():
+            name = visible(name)
+        if not (token_name(name) and looks_like_token(item)):
+            return False
+        self._note_by_name(item, path, found, "token")
+        return True
+
+    def _note_by_name(self, item: object, path: str, found: Redaction, kind: str) -> None:
+        found.kinds[kind] = None
+        found.count += 1
+        for text in _texts(item):
+            if not text.startswith("[REDACTED:"):
+                _learn(found, text, kind)
+        found.fields.append(path)
+
+    def _redact_mapping(
+        self, items: Mapping[Any, Any], path: str, found: Redaction, known: Mapping[str, str] | None
+    ) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        for key, item in items.items():
+            name = key
+            if isinstance(key, str):
+                before = found.count
+                name = self.redact_text(key, found, known)
+                if found.count != before:
+                    found.fields.append(f"{path}.{name}")  # the key itself held it
+                if self._secret_by_name(name, item, f"{path}.{name}", found):
+                    out[name] = "[REDACTED:password]"  # {"password": "..."}: apart
+                    continue
+            new = out[name] = self.redact_value(item, f"{path}.{name}", found, known)
+            if new == item and self._token_by_name(name, item, f"{path}.{name}", found):
+                out[name] = "[REDACTED:token]"  # {"refresh_token": "..."}, no pattern's
+        return out
 
     def redact_value(
         self, value: Any, path: str, found: Redaction, known: Mapping[str, str] | None = None
@@ -309,20 +354,7 @@ class Redactor:
                 found.fields.append(path)
             return text
         if isinstance(value, Mapping):
-            items = cast(Mapping[Any, Any], value)
-            out: dict[Any, Any] = {}
-            for key, item in items.items():
-                name = key
-                if isinstance(key, str):
-                    before = found.count
-                    name = self.redact_text(key, found, known)
-                    if found.count != before:
-                        found.fields.append(f"{path}.{name}")  # the key itself held it
-                    if self._secret_by_name(name, item, f"{path}.{name}", found):
-                        out[name] = "[REDACTED:password]"  # {"password": "..."}: apart
-                        continue
-                out[name] = self.redact_value(item, f"{path}.{name}", found, known)
-            return out
+            return self._redact_mapping(cast(Mapping[Any, Any], value), path, found, known)
         if isinstance(value, list | tuple):
             items = cast(Iterable[Any], value)
             redacted = [

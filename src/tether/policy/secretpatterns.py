@@ -1,7 +1,10 @@
 """What secrets look like: the patterns a ``Redactor`` runs, and the probe that skips them.
 
-The probe is one search of an event's JSON (lower-cased) for words one of which every match
-contains: it must never be stricter than the patterns, as a property test checks.
+Each pattern is linear in the text it searches (no nested quantifier over the same
+characters; a scan that may fail stops at its own start's characters, or is bounded), as a
+test checks against 100 kB built to make each one backtrack. The probe is one search of an
+event's JSON (lower-cased) for words one of which every match contains: it must never be
+stricter than the patterns, as a property test checks.
 """
 
 from __future__ import annotations
@@ -16,10 +19,34 @@ from tether.policy.readings import INVISIBLE_RANGES
 __all__ = [
     "PERSONAL_PATTERNS",
     "PERSONAL_PROBE",
+    "SECRET_LIST",
     "SECRET_PATTERNS",
     "accept",
+    "list_items",
+    "looks_like_token",
     "secret_probe",
+    "token_name",
 ]
+
+_GUARD = r"(?![\[{]?\[REDACTED)"  # a value that is a marker (in a list or not) is done
+_NAMES = (
+    r"password|passwd|pwd(?!\s*[=:]\s*[\"']?[/~])|secret|api[_-]?key|access[_-]?token"
+    r"|auth[_-]?token|passphrase"
+)
+# a command's argument, in a shell line or a JSON or Python list ("-p", "x")
+_ARG = rf"(?!-){_GUARD}(?:\"([^\"\n]++)\"|'([^'\n]++)'|([^\s\"'|;&,]+))"
+_SEP = r"(?:[ \t]+|[\"'],[ \t]*)"  # between a flag and its value
+_FILL = r"(?=[\s\"',])[^\n|;&]{0,200}?[\s\"',]"  # the same command's other arguments
+_PORTS = r"(?![\d.:]+(?:/[a-z]+)?(?:[\s\"',]|$))"  # "-p 8080:80" in a docker line naming mysql
+
+SECRET_LIST = (
+    # whole; a scan ends at the next bracket, so an unclosed one costs no more than the
+    # text up to it
+    rf"(?i)(?:{_NAMES})s?[\"']?\s*[=:]\s*"
+    rf"(?:(?!\[REDACTED)\[{_GUARD}([^\[\]]++)\]|\{{{_GUARD}([^{{}}]++)\}})"
+)
+"""A list or an object under a secret's name (``"api_keys": ["k1", "k2"]``): each item is a
+secret."""
 
 SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
     (
@@ -33,15 +60,34 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
         "github_token",
         r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
     ),
-    ("slack_token", r"(?<![A-Za-z0-9])xox[abprs]-[A-Za-z0-9-]{10,}"),
+    ("gitlab_token", r"(?<![A-Za-z0-9])gl(?:pat|dt|rt|ptt)-[A-Za-z0-9_-]{20,}"),
+    ("slack_token", r"(?<![A-Za-z0-9])xox[abprse]-[A-Za-z0-9-]{10,}"),
     ("google_api_key", r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}"),
     ("stripe_key", r"(?<![A-Za-z0-9])[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"),
+    ("huggingface_token", r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}"),
+    ("npm_token", r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
+    ("pypi_token", r"(?<![A-Za-z0-9])pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{40,}"),
+    ("digitalocean_token", r"(?<![A-Za-z0-9])do[opr]_v1_[a-f0-9]{64}"),
     # a JWT's header is short: bounded, "eyJ-" * n no longer scans the rest from every "eyJ"
     ("jwt", r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{8,1024}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     ("bearer_token", r"(?i)(?<=bearer )[A-Za-z0-9._~+/-]{16,}=*"),
     (
         "basic_auth",
         r"(?i)authorization[\"']?\s*[=:]\s*[\"']?basic\s+(?!\[REDACTED)([A-Za-z0-9+/]{4,}=*)",
+    ),
+    (
+        "authorization",
+        # any other scheme (Token, Bot, ApiKey...); with none, a value with a digit in it
+        r"(?i)(?<![A-Za-z0-9_-])(?:proxy-)?authorization[\"']?[ \t]*[=:][ \t]*[\"']?"
+        r"(?:(?:token|bot|bearer|digest|negotiate|ntlm|oauth|api-?key|key|ssws|geniekey"
+        r"|splunk|sso-key|jwt|dpop|mac|hawk|sharedkey|sharedaccesssignature|aws4-hmac-sha256"
+        rf"|aws)[ \t]+{_GUARD}([^\s\"',;]{{4,}})|{_GUARD}([^\s\"',;]{{8,}}))",
+    ),
+    # a Cookie or Set-Cookie header's value, whole (a cookie's name has no ":" in it)
+    (
+        "cookie",
+        rf"(?i)(?<![A-Za-z0-9_-])(?:set-)?cookie[\"']?[ \t]*:[ \t]*[\"']?{_GUARD}"
+        r"([^\s=;\"',:]+=[^\r\n\"']*)",
     ),
     # the password of [user]:password@host in any URL (the user and host stay readable); a
     # password may hold "/" and "@": it ends at the first "@" that a host name follows
@@ -52,22 +98,52 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
         r"(?i)(?<=://)(?:[^/\s:@\"]*):(?!\[REDACTED)((?:(?!://)[^\s\"])+?)"
         r"(?=@[A-Za-z0-9.\[\]-]+(?::[0-9]+)?(?:[/?#\s\"'>),;]|$))",
     ),
+    ("password", SECRET_LIST),
     (
         "password",
         # the name may go on (SECRET_ACCESS_KEY=, password_hash: ...), then a ":" needs a
         # space or a quote after it (my_secret_module:attr is a reference); PWD=/path is a
         # directory, not a password
-        r"(?i)(?:password|passwd|pwd(?!\s*[=:]\s*[\"']?[/~])|secret|api[_-]?key|access[_-]?token"
-        r"|auth[_-]?token)(?:[\"']?\s*[=:]|[_-][A-Za-z0-9_-]{0,100}[\"']?\s*(?:=|:(?=[\s\"'])))\s*"
+        rf"(?i)(?:{_NAMES})(?:s?[\"']?\s*[=:]|[_-][A-Za-z0-9_-]{{0,100}}[\"']?\s*(?:=|:(?=[\s\"'])))\s*"
         # a quoted value of any length (possessive: linear, never backtracks); an unclosed
         # one is a prompt ("Enter password: "), and a text cut in one loses the cut word
-        r"(?:\"(?!\[REDACTED)([^\"\n]++)\"|'(?!\[REDACTED)([^'\n]++)'"
-        r"|(?!\[REDACTED)([^\s\"'&,;]{4,}))",
+        rf"(?:\"(?!\[REDACTED)([^\"\n]++)\"|'(?!\[REDACTED)([^'\n]++)'"
+        rf"|{_GUARD}([^\s\"'&,;]{{4,}}))",
+    ),
+    (
+        "token",
+        # a name ending in "token" (refresh_token, GITLAB_TOKEN, accessToken, --auth-token);
+        # ``accept`` reads the name and the value: not a page token, not a word or a count
+        rf"(?i)token(?:[\"']?\s*[=:]\s*|{_SEP})(?:\"{_GUARD}([^\"\n]++)\"|'{_GUARD}([^'\n]++)'"
+        rf"|{_GUARD}([^\s\"'&,;)\]}}]+))",
+    ),
+    (
+        "password",
+        # a command-line flag and its value: --password S3cret, -storepass x, "--secret", "x"
+        r"(?i)(?<![A-Za-z0-9_-])--?(?:[a-z0-9]+-){0,4}(?:password|passwd|passphrase|secret"
+        r"|secret-?key|secret-access-key|api-?key|(?:src|dest)?(?:store|key)pass)"
+        rf"{_SEP}{_ARG}",
+    ),
+    (
+        "password",
+        # a password given to a client in its own flag (-pS3cret to mysql, -a to redis-cli,
+        # -w to ldapsearch, -P to sqlcmd, user:password to curl -u, pass: to openssl)
+        r"(?<![\w.-])(?:(?:mysql(?:dump|admin|import|show|check|slap|binlog|pump|sh)?"
+        rf"|mariadb(?:-(?:dump|admin|import|show|check))?)(?:\.exe)?{_FILL}-p{_PORTS}"
+        rf"|(?:mongo(?:sh|dump|restore|export|import|stat|top|files)?|(?:docker|podman"
+        rf"|nerdctl|buildah|skopeo|oras|helm[ \t]+registry)[ \t]+login){_FILL}-p{_SEP}?{_PORTS}"
+        r"|sshpass(?>(?:[\s\"',]+-(?:[fdP][\s\"',]*[^\s\"',-][^\s\"',]*|[ev])){0,6})[\s\"',]+-p"
+        rf"{_SEP}?|redis-cli(?:\.exe)?{_FILL}-a{_SEP}?|ldap(?:search|add|modify|delete|passwd"
+        rf"|whoami|compare|modrdn|exop|url){_FILL}-w{_SEP}?|(?:sqlcmd|bcp|osql)(?:\.exe)?"
+        rf"{_FILL}-P{_SEP}?|curl(?:\.exe)?{_FILL}(?:-u|--user|-U|--proxy-user)"
+        r"(?:[ \t=]+|[\"'],[ \t]*[\"']?)?[\"']?[^\s:\"',]*:(?=[^\s\"'])"
+        rf"|-pass(?:in|out)?{_SEP}[\"']?pass:){_ARG}",
     ),
 )
 """Secrets redacted by default: ``(kind, regex)``; a regex with groups redacts only the group
 that matched (the value, not the name before it). A prefix must not follow an ASCII letter
 or digit ("task-..." is not an OpenAI key), but may follow anything else."""
+
 
 PERSONAL_PATTERNS: tuple[tuple[str, str], ...] = (
     # a local part has at most 64 characters: a long run with no "@" is not scanned from
@@ -90,10 +166,18 @@ _PROBE_WORDS = (
     "ghs_",
     "ghr_",
     "github_pat_",
+    "glpat-",
+    "gldt-",
+    "glrt-",
+    "glptt-",
     "xox",
     "aiza",
     "k_live_",
     "k_test_",
+    "hf_",
+    "npm_",
+    "pypi-",
+    "_v1_",
     "eyj",
     "bearer ",
     "bearer%",
@@ -122,7 +206,24 @@ _PROBE_WORDS = (
     "auth_token",
     "auth-token",
     "authtoken",
+    "passphrase",
+    "storepass",
+    "keypass",
     "authorization",
+    "cookie",
+    # a name ending in "token", then what may follow it: a quote or a space as JSON escapes
+    # them ('"' and "\n" are '\\"' and '\\n'), or an escape a reading undoes
+    *(f"token{after}" for after in ("\\", "'", " ", "=", ":", "%")),
+    "sql",  # mysql, mysqldump, sqlcmd, osql
+    "mariadb",
+    "mongo",
+    "sshpass",
+    "login",
+    "redis-cli",
+    "ldap",
+    "bcp",
+    "curl",
+    "-pass",
 )
 """Lower-case literals one of which every match of ``SECRET_PATTERNS`` contains, as an
 event's JSON holds it (and as it holds what a ``Reading`` turns into one)."""
@@ -201,6 +302,10 @@ def accept(kind: str, match: re.Match[str]) -> bool:
         return 13 <= len(digits) <= 19 and _luhn(digits)
     if kind == "phone":
         return 9 <= sum(c.isdigit() for c in match.group()) <= 15
+    if kind == "token":
+        return _token(match)
+    if kind == "authorization" and match.lastindex == 2:  # no scheme: "Authorization: 1a2b..."
+        return any(c.isdigit() for c in match.group(2))
     return True
 
 
@@ -214,3 +319,81 @@ def _luhn(digits: str) -> bool:
                 number -= 9
         total += number
     return total % 10 == 0
+
+
+_NOT_SECRET = frozenset(
+    {
+        # pagination and resumption: an API hands them out to be passed back
+        *("next", "page", "continuation", "continue", "pagination", "cursor", "sync"),
+        *("start", "starting", "resume", "idempotency", "cancellation", "stop", "end"),
+        # a tokenizer's and a model's own
+        *("eos", "bos", "pad", "unk", "sep", "cls", "mask", "special", "max", "min", "num"),
+        *("total", "input", "output", "prompt", "completion", "cached", "reasoning"),
+        *("first", "last", "prev", "previous", "new"),
+    }
+)
+"""The last word of a name ending in "token" whose value is no secret (``nextPageToken``)."""
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def token_name(name: str) -> bool:
+    """Whether ``name`` (ending in "token", any case) names a secret.
+
+    ``token``, ``refresh_token``, ``GITLAB_TOKEN``, ``X-Vault-Token``, ``accessToken`` do;
+    ``next_token``, ``nextPageToken``, ``eos_token``, and a word that only ends in the
+    letters (``stoken``) do not.
+    """
+    if name[-5:].lower() != "token":
+        return False
+    head = name[:-5]
+    if (
+        head[-1:].isascii()
+        and head[-1:].isalnum()
+        and not (name[-5] == "T" and not head[-1].isupper())
+    ):
+        return False  # glued on, not camelCase: another word
+    words = _WORD.findall(head)
+    return not words or words[-1].lower() not in _NOT_SECRET
+
+
+def looks_like_token(value: str) -> bool:
+    """Whether a value under a token's name is a credential, not a word or a count.
+
+    At least 16 characters, no space, and letters mixed with digits or of both cases (a
+    model's log probabilities name each ``"token": " world"``).
+    """
+    if len(value) < 16 or any(c.isspace() for c in value):
+        return False
+    digit = any(c.isdigit() for c in value)
+    upper = any(c.isupper() for c in value)
+    lower = any(c.islower() for c in value)
+    return (digit and (upper or lower)) or (upper and lower)
+
+
+def _token(match: re.Match[str]) -> bool:
+    text, start = match.string, match.start()
+    at = start
+    while at > 0 and start - at < 100 and text[at - 1] in _NAME_CHARS:
+        at -= 1
+    head = text[at:start]
+    if not token_name(head.lstrip("-") + text[start : start + 5]):
+        return False
+    group = match.lastindex or 0
+    value = match.group(group)
+    if head.startswith("-"):  # a flag: --token VALUE, --auth-token=VALUE
+        return len(value) >= 3 and not value.startswith("-")
+    between = text[start + 5 : match.start(group)]
+    return ("=" in between or ":" in between) and looks_like_token(value)
+
+
+_LIST_ITEM = re.compile(r"\"([^\"\n]*)\"|'([^'\n]*)'|([^\s,\"']+)")
+_OBJECT_VALUE = re.compile(r":\s*(?:\"([^\"\n]*)\"|'([^'\n]*)'|([^\s,\"']+))")
+
+
+def list_items(match: re.Match[str]) -> list[str]:
+    """The items of a list, or the values of an object, that ``SECRET_LIST`` matched."""
+    group = match.lastindex or 0
+    inner = match.group(group)
+    regex = _OBJECT_VALUE if match.string[match.start(group) - 1] == "{" else _LIST_ITEM
+    return [next(g for g in m.groups() if g is not None) for m in regex.finditer(inner)]
