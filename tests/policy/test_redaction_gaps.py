@@ -4,6 +4,7 @@ known ones; and the ordinary text around them (token counts, ports) that must st
 from __future__ import annotations
 
 import base64
+import re
 import time
 from urllib.parse import quote
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from tether import Agent, tool
 from tether.codec import encode_event
 from tether.policy.redaction import Redaction, Redactor
+from tether.policy.secretpatterns import SECRET_PATTERNS, SECRET_WORD_BITS, secret_words_in
 from tether.testing import ScriptedModel, call, finish
 
 PW = "S3cretPass"
@@ -304,3 +306,14 @@ def test_the_probe_is_never_stricter_than_the_new_patterns(parts: list[str]) -> 
     text = "".join(parts)
     if redactor.redact_text(text) != text:
         assert redactor.might_match(orjson.dumps([text]))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(parts=st.lists(_NEW_PART, max_size=14))
+def test_a_pattern_is_skipped_only_where_it_cannot_match(parts: list[str]) -> None:
+    # a text is searched only with the patterns one of whose words it holds
+    text = "".join(parts)
+    present = secret_words_in(text)
+    for (kind, pattern), bits in zip(SECRET_PATTERNS, SECRET_WORD_BITS, strict=True):
+        if re.search(pattern, text, re.ASCII) is not None:
+            assert bits & present, (kind, text)

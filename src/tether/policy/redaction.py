@@ -27,10 +27,12 @@ from tether.policy.secretpatterns import (
     PERSONAL_PROBE,
     SECRET_LIST,
     SECRET_PATTERNS,
+    SECRET_WORD_BITS,
     accept,
     list_items,
     looks_like_token,
     secret_probe,
+    secret_words_in,
     token_name,
 )
 
@@ -93,13 +95,17 @@ class Redactor:
     ) -> None:
         builtin = [*(SECRET_PATTERNS if secrets else ()), *(PERSONAL_PATTERNS if personal else ())]
         chosen = [*builtin, *patterns]
-        compiled: list[tuple[str, re.Pattern[str]]] = []
+        bits = SECRET_WORD_BITS if secrets else ()
+        compiled: list[tuple[str, re.Pattern[str], int]] = []
         for index, (kind, pattern) in enumerate(chosen):
             # ASCII for the built-in ones: what the byte probe sees (no Unicode case folding,
             # no non-ASCII digits), so the probe is never stricter than they are
             flags = re.ASCII if index < len(builtin) else 0
             try:
-                compiled.append((kind, re.compile(pattern, flags)))
+                # the bits of the words each of its matches holds (0: none known, always run)
+                compiled.append(
+                    (kind, re.compile(pattern, flags), bits[index] if index < len(bits) else 0)
+                )
             except re.error as exc:
                 raise ConfigError(
                     f"redaction pattern {kind!r} is not a valid regex: {exc}"
@@ -123,7 +129,7 @@ class Redactor:
         """The regexes of the known secrets met lately."""
 
     def __repr__(self) -> str:
-        kinds = ", ".join(k for k, _ in self._patterns)
+        kinds = ", ".join(k for k, _, _ in self._patterns)
         return f"Redactor({kinds}; {len(self._callables)} callables)"
 
     def might_match(self, encoded: bytes) -> bool:
@@ -149,7 +155,10 @@ class Redactor:
         """
         if self._secrets:  # escaped, URL-encoded, or with invisible characters in it
             text = self._redact_reading(text, found, known)
-        for kind, regex in self._patterns:
+        present = secret_words_in(text) if self._secrets else 0
+        for kind, regex, bits in self._patterns:
+            if bits and not bits & present:
+                continue  # none of the words each of its matches holds: no match
             text = regex.sub(lambda m, k=kind: self._replace(m, k, found), text)
         if known:
             text = self._redact_known(text, found, known)
@@ -206,7 +215,10 @@ class Redactor:
         """What to redact in ``plain``, as the patterns would one after the other."""
         spans: list[tuple[int, int, str]] = []
         taken = _Spans()
-        for kind, regex in self._patterns:
+        present = secret_words_in(plain)
+        for kind, regex, bits in self._patterns:
+            if bits and not bits & present:
+                continue
             for match in regex.finditer(plain):
                 hit = self._hit(match, kind, None)
                 if hit is not None and taken.add(*hit):

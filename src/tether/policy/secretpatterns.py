@@ -9,6 +9,7 @@ stricter than the patterns, as a property test checks.
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Sequence
 from functools import cache
@@ -21,10 +22,13 @@ __all__ = [
     "PERSONAL_PROBE",
     "SECRET_LIST",
     "SECRET_PATTERNS",
+    "SECRET_WORDS",
+    "SECRET_WORD_BITS",
     "accept",
     "list_items",
     "looks_like_token",
     "secret_probe",
+    "secret_words_in",
     "token_name",
 ]
 
@@ -143,6 +147,73 @@ SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
 """Secrets redacted by default: ``(kind, regex)``; a regex with groups redacts only the group
 that matched (the value, not the name before it). A prefix must not follow an ASCII letter
 or digit ("task-..." is not an OpenAI key), but may follow anything else."""
+
+_NAME_WORDS = (
+    *("password", "passwd", "pwd", "secret", "api_key", "api-key", "apikey", "passphrase"),
+    *("access_token", "access-token", "accesstoken", "auth_token", "auth-token", "authtoken"),
+)
+SECRET_WORDS: tuple[tuple[str, ...], ...] = (
+    ("private key",),
+    ("sk-ant-",),
+    ("sk-",),
+    ("akia", "asia"),
+    ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ("glpat-", "gldt-", "glrt-", "glptt-"),
+    ("xox",),
+    ("aiza",),
+    ("k_live_", "k_test_"),
+    ("hf_",),
+    ("npm_",),
+    ("pypi-",),
+    ("_v1_",),
+    ("eyj",),
+    ("bearer ",),
+    ("authorization",),
+    ("authorization",),
+    ("cookie",),
+    ("://",),
+    _NAME_WORDS,
+    _NAME_WORDS,
+    ("token",),
+    ("password", "passwd", "passphrase", "secret", "api-key", "apikey", "storepass", "keypass"),
+    (
+        *("mysql", "mariadb", "mongo", "sshpass", "login", "redis-cli", "ldap", "sqlcmd"),
+        *("bcp", "osql", "curl", "-pass"),
+    ),
+)
+"""For each of ``SECRET_PATTERNS``, lower-case literals one of which each of its matches
+holds: a text without any of them (lower-cased) is not searched with it."""
+_WORDS = sorted({word for words in SECRET_WORDS for word in words})
+SECRET_WORD_BITS = tuple(sum(1 << _WORDS.index(w) for w in words) for words in SECRET_WORDS)
+"""For each of ``SECRET_PATTERNS``, a bit for each of its words (see ``secret_words_in``)."""
+
+
+@cache
+def _word_set() -> Any:
+    re2: Any = importlib.import_module("re2")  # a set of literals, all found in one pass
+    options = re2.Options()
+    options.log_errors = False
+    words = re2.Set.SearchSet(options)
+    for word in _WORDS:
+        words.Add(re2.escape(word))
+    words.Compile()
+    return words
+
+
+def secret_words_in(text: str) -> int:
+    """A bit for each of the patterns' words ``text`` holds, in any case; all, if unsure.
+
+    One pass of RE2 over the text for all of them, overlapping ones too (a match of
+    ``SECRET_PATTERNS[i]`` holds a word of ``SECRET_WORD_BITS[i]``).
+    """
+    try:
+        found: list[int] | None = _word_set().Match(text.lower())  # None: no word
+    except UnicodeEncodeError:  # a lone surrogate (RE2 reads UTF-8): every pattern runs
+        return -1
+    bits = 0
+    for index in found or ():
+        bits |= 1 << index
+    return bits
 
 
 PERSONAL_PATTERNS: tuple[tuple[str, str], ...] = (
