@@ -6,189 +6,63 @@ model sees next is folded from the same redacted events. Each redaction is recor
 ``redacted`` event naming the event, the fields and the kinds of data (never the data).
 
 The check is cheap when there is nothing to find: one regex search over the JSON the
-journal encodes anyway for the hash; only a hit walks the event's fields.
+journal encodes anyway for the hash; only a hit walks the event's fields. What the patterns
+are, and the probe, are in ``secretpatterns``; a text's reading with its escapes undone, in
+``readings``; the search for the secrets a run already knows, in ``knownsecrets``.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass, replace
 from typing import Any, cast
 
 from tether.errors import ConfigError
+from tether.policy.knownsecrets import KnownSecrets, base_kind, encoded_forms
+from tether.policy.readings import read, visible
+from tether.policy.secretpatterns import (
+    PERSONAL_PATTERNS,
+    PERSONAL_PROBE,
+    SECRET_LIST,
+    SECRET_PATTERNS,
+    SECRET_WORD_BITS,
+    accept,
+    list_items,
+    looks_like_token,
+    secret_probe,
+    secret_words_in,
+    token_name,
+)
 
 __all__ = ["PERSONAL_PATTERNS", "SECRET_PATTERNS", "Redaction", "Redactor"]
 
-SECRET_PATTERNS: tuple[tuple[str, str], ...] = (
-    (
-        "private_key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[\s\S]*)",
-    ),
-    ("anthropic_key", r"(?<![A-Za-z0-9])sk-ant-[A-Za-z0-9_-]{20,}"),
-    ("openai_key", r"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
-    ("aws_access_key", r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
-    (
-        "github_token",
-        r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
-    ),
-    ("slack_token", r"(?<![A-Za-z0-9])xox[abprs]-[A-Za-z0-9-]{10,}"),
-    ("google_api_key", r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}"),
-    ("stripe_key", r"(?<![A-Za-z0-9])[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"),
-    # a JWT's header is short: bounded, "eyJ-" * n no longer scans the rest from every "eyJ"
-    ("jwt", r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{8,1024}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    ("bearer_token", r"(?i)(?<=bearer )[A-Za-z0-9._~+/-]{16,}=*"),
-    (
-        "basic_auth",
-        r"(?i)authorization[\"']?\s*[=:]\s*[\"']?basic\s+(?!\[REDACTED)([A-Za-z0-9+/]{4,}=*)",
-    ),
-    # the password of [user]:password@host in any URL (the user and host stay readable); a
-    # password may hold "/" and "@": it ends at the first "@" that a host name follows
-    (
-        "url_password",
-        # a password never runs into the next "://": each start's scan ends there, so text
-        # built to make it backtrack ('://a:' * 24,000: 15 s, quadratic) takes linear time
-        r"(?i)(?<=://)(?:[^/\s:@\"]*):(?!\[REDACTED)((?:(?!://)[^\s\"])+?)"
-        r"(?=@[A-Za-z0-9.\[\]-]+(?::[0-9]+)?(?:[/?#\s\"'>),;]|$))",
-    ),
-    (
-        "password",
-        # the name may go on (SECRET_ACCESS_KEY=, password_hash: ...), then a ":" needs a
-        # space or a quote after it (my_secret_module:attr is a reference); PWD=/path is a
-        # directory, not a password
-        r"(?i)(?:password|passwd|pwd(?!\s*[=:]\s*[\"']?[/~])|secret|api[_-]?key|access[_-]?token"
-        r"|auth[_-]?token)(?:[\"']?\s*[=:]|[_-][A-Za-z0-9_-]{0,100}[\"']?\s*(?:=|:(?=[\s\"'])))\s*"
-        # a quoted value of any length (possessive: linear, never backtracks); an unclosed
-        # one is a prompt ("Enter password: "), and a text cut in one loses the cut word
-        r"(?:\"(?!\[REDACTED)([^\"\n]++)\"|'(?!\[REDACTED)([^'\n]++)'"
-        r"|(?!\[REDACTED)([^\s\"'&,;]{4,}))",
-    ),
-)
-"""Secrets redacted by default: ``(kind, regex)``; a regex with groups redacts only the group
-that matched (the value, not the name before it). A prefix must not follow an ASCII letter
-or digit ("task-..." is not an OpenAI key), but may follow anything else."""
-
-_SECRET_WORDS = tuple(
-    word.encode()
-    for word in (
-        "private key",
-        "sk-",
-        "akia",
-        "asia",
-        "ghp_",
-        "gho_",
-        "ghu_",
-        "ghs_",
-        "ghr_",
-        "github_pat_",
-        "xox",
-        "aiza",
-        "k_live_",
-        "k_test_",
-        "eyj",
-        "bearer ",
-        "://",
-        "\\\\/\\\\/",  # "\/\/" (PHP's json_encode), as an event's JSON holds it
-        "\\\\u00",  # "\u002d" and the like: an escape may hide any of these words
-        "password",
-        "passwd",
-        "pwd",
-        "secret",
-        "api_key",
-        "api-key",
-        "apikey",
-        "access_token",
-        "access-token",
-        "accesstoken",
-        "auth_token",
-        "auth-token",
-        "authtoken",
-        "authorization",
-    )
-)
-"""Lower-case literals one of which every match of ``SECRET_PATTERNS`` contains."""
-
-
-def _trie(words: Sequence[bytes]) -> bytes:
-    """One regex for a set of literals, shaped as a trie (several times faster than a|b|c)."""
-    root: dict[int, Any] = {}
-    for word in words:
-        node = root
-        for char in word:
-            node = node.setdefault(char, {})
-        node[-1] = {}
-
-    def emit(node: dict[int, Any]) -> bytes:
-        branches = [
-            re.escape(bytes([c])) + emit(child) for c, child in sorted(node.items()) if c >= 0
-        ]
-        if not branches:
-            return b""
-        body = (
-            branches[0]
-            if len(branches) == 1 and -1 not in node
-            else b"(?:" + b"|".join(branches) + b")"
-        )
-        return body + b"?" if -1 in node else body
-
-    return emit(root)
-
-
-_SECRET_WORD = re.compile(_trie(_SECRET_WORDS))
 ECHO_MIN = 6
 """Characters a secret needs to be redacted wherever it appears again in the run (it is
 found once by a pattern, then echoed where no pattern sees it); shorter ones ("admin",
 "test") would blank out ordinary words."""
 _SECRET_GROUP = re.compile(
-    r"(?i)(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token)s?$",
+    r"(?i)(?:password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token"
+    r"|passphrase)s?$",
     re.ASCII,
 )
 """A key whose object value holds secrets only (``secrets``, ``api_keys``): it goes whole."""
 
 _SECRET_KEY = re.compile(
-    r"(?i)password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token"
+    r"(?i)password|passwd|pwd|secret|api[_-]?key|access[_-]?token|auth[_-]?token|passphrase"
     r"|^authorization$",
     re.ASCII,
 )
 """An object key whose string value is a secret, whatever the value looks like."""
-_PERSONAL_PROBE = re.compile(rb"@|\d(?:\D{0,4}\d){8}")
-"""Every email has an "@"; every phone or card number nine digits at most four apart."""
-
-PERSONAL_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
-    ("card_number", r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])"),
-    ("phone", r"(?<![\w+])\+?(?:\d[\s.()-]{0,2}){8,14}\d(?!\w)"),
-)
-"""Personal data, redacted when ``Redactor(personal=True)``."""
-
-
-def _luhn(digits: str) -> bool:
-    total, parity = 0, len(digits) % 2
-    for index, char in enumerate(digits):
-        number = int(char)
-        if index % 2 == parity:
-            number *= 2
-            if number > 9:
-                number -= 9
-        total += number
-    return total % 10 == 0
-
-
-def _accept(kind: str, text: str) -> bool:
-    """Second checks a regex cannot do (so that 16 random digits are not a card)."""
-    if kind == "card_number":
-        digits = re.sub(r"\D", "", text)
-        return 13 <= len(digits) <= 19 and _luhn(digits)
-    if kind == "phone":
-        return 9 <= sum(c.isdigit() for c in text) <= 15
-    return True
 
 
 class Redaction:
     """What one event's redaction found: the fields (paths) and the kinds, never the data.
 
     ``values`` holds the secrets themselves, by kind, for the run to redact wherever they
-    appear again (a tool echoing a password it was given); it is never written anywhere.
+    appear again (a tool echoing a password it was given), and the forms they take encoded
+    (URL-encoded; base64, whose kinds end in ``+base64``); it is never written anywhere.
     """
 
     __slots__ = ("count", "fields", "kinds", "values")
@@ -221,13 +95,17 @@ class Redactor:
     ) -> None:
         builtin = [*(SECRET_PATTERNS if secrets else ()), *(PERSONAL_PATTERNS if personal else ())]
         chosen = [*builtin, *patterns]
-        compiled: list[tuple[str, re.Pattern[str]]] = []
+        bits = SECRET_WORD_BITS if secrets else ()
+        compiled: list[tuple[str, re.Pattern[str], int]] = []
         for index, (kind, pattern) in enumerate(chosen):
             # ASCII for the built-in ones: what the byte probe sees (no Unicode case folding,
             # no non-ASCII digits), so the probe is never stricter than they are
             flags = re.ASCII if index < len(builtin) else 0
             try:
-                compiled.append((kind, re.compile(pattern, flags)))
+                # the bits of the words each of its matches holds (0: none known, always run)
+                compiled.append(
+                    (kind, re.compile(pattern, flags), bits[index] if index < len(bits) else 0)
+                )
             except re.error as exc:
                 raise ConfigError(
                     f"redaction pattern {kind!r} is not a valid regex: {exc}"
@@ -236,18 +114,22 @@ class Redactor:
         self._callables = tuple(callables)
         # Whether an event needs a look is decided on its JSON bytes, which the journal
         # encodes anyway. Every built-in secret contains one of a few literals that JSON
-        # never escapes, so one scan for them settles the common case; a hit walks the
+        # never escapes (or a character that shows nothing, or an escape that a reading
+        # undoes), so one scan for them settles the common case; a hit walks the
         # decoded strings, where the real patterns run. Personal data is probed loosely
         # (an "@", or nine digits close together, JSON escapes between them allowed);
         # patterns and callables of the caller's own cannot be probed: they make every
         # event a walk.
         self._secrets = secrets
-        self._personal_probe = _PERSONAL_PROBE if personal else None
+        self._probe = secret_probe() if secrets else None
+        self._personal_probe = PERSONAL_PROBE if personal else None
         self._always = bool(patterns or callables)
         self.active = bool(chosen or callables)
+        self._known = KnownSecrets()
+        """The regexes of the known secrets met lately."""
 
     def __repr__(self) -> str:
-        kinds = ", ".join(k for k, _ in self._patterns)
+        kinds = ", ".join(k for k, _, _ in self._patterns)
         return f"Redactor({kinds}; {len(self._callables)} callables)"
 
     def might_match(self, encoded: bytes) -> bool:
@@ -257,10 +139,11 @@ class Redactor:
         """
         if self._always:
             return True
-        if self._secrets and _SECRET_WORD.search(encoded.lower()) is not None:
+        probe = self._probe
+        if probe is not None and probe.search(encoded.lower()) is not None:
             return True
-        probe = self._personal_probe
-        return probe is not None and probe.search(encoded) is not None
+        personal = self._personal_probe
+        return personal is not None and personal.search(encoded) is not None
 
     def redact_text(
         self, text: str, found: Redaction | None = None, known: Mapping[str, str] | None = None
@@ -270,17 +153,15 @@ class Redactor:
         ``known`` maps secrets found earlier in the run to their kinds: once a value is known
         to be a secret, it is one wherever it appears (in words no pattern would match).
         """
-        if "\\" in text and self._secrets:  # escaped (JSON in a JSON string, "\/", "\u002d")
-            known = {**(known or {}), **self._escaped_secrets(text)}
-        for kind, regex in self._patterns:
+        if self._secrets:  # escaped, URL-encoded, or with invisible characters in it
+            text = self._redact_reading(text, found, known)
+        present = secret_words_in(text) if self._secrets else 0
+        for kind, regex, bits in self._patterns:
+            if bits and not bits & present:
+                continue  # none of the words each of its matches holds: no match
             text = regex.sub(lambda m, k=kind: self._replace(m, k, found), text)
         if known:
-            for secret, kind in known.items():
-                if secret in text:
-                    text = text.replace(secret, f"[REDACTED:{kind}]")
-                    if found is not None:
-                        found.kinds[kind] = None
-                        found.count += 1
+            text = self._redact_known(text, found, known)
         for function in self._callables:
             changed = function(text)
             if changed != text:
@@ -290,49 +171,92 @@ class Redactor:
                 text = changed
         return text
 
-    def _escaped_secrets(self, text: str) -> dict[str, str]:
-        r"""The secrets of ``text`` read with its escapes undone, as they stand in ``text``.
+    def _redact_known(self, text: str, found: Redaction | None, known: Mapping[str, str]) -> str:
+        """``text`` with the ``known`` secrets in it redacted (one pass, longest first)."""
+        spans = self._known.spans(text, known)
+        if not spans:
+            return text
+        seen: set[str] = set()
+        for start, end, kind in spans:
+            if found is not None and text[start:end] not in seen:  # once per secret
+                seen.add(text[start:end])
+                found.kinds[base_kind(kind)] = None
+                found.count += 1
+        return _splice(text, [(start, end, base_kind(kind)) for start, end, kind in spans])
 
-        A secret's value rarely holds an escape itself: found in the unescaped reading, it is
-        replaced where it stands (``{\"password\": \"hunter2\"}`` holds ``hunter2``).
+    def _redact_reading(
+        self, text: str, found: Redaction | None, known: Mapping[str, str] | None
+    ) -> str:
+        r"""``text`` with the secrets its reading shows redacted where they stand.
+
+        Escapes undone (``{\"password\": \"...\"}``, ``\u002d``, ``password%3D...``) and
+        invisible characters dropped (``pass\u200bword=``), a secret is matched in the
+        reading and redacted in ``text``.
         """
-        plain = _ESCAPE.sub(_unescape, text)
-        if plain == text:
-            return {}
-        seen = Redaction()
-        for kind, regex in self._patterns:
+        reading = read(text)
+        if reading is None:
+            return text
+        spans = self._reading_spans(reading.plain, found, known)
+        if not spans:
+            return text
+        for *_, kind in spans:
+            if found is not None:
+                found.kinds[kind] = None
+                found.count += 1
+        spans = sorted((*reading.span(start, end), kind) for start, end, kind in spans)
+        if found is not None:  # as they stand too: echoed so, no reading changes them
+            for start, end, kind in spans:
+                _learn(found, text[start:end], kind)
+        return _splice(text, spans)
+
+    def _reading_spans(
+        self, plain: str, found: Redaction | None, known: Mapping[str, str] | None
+    ) -> list[tuple[int, int, str]]:
+        """What to redact in ``plain``, as the patterns would one after the other."""
+        spans: list[tuple[int, int, str]] = []
+        taken = _Spans()
+        present = secret_words_in(plain)
+        for kind, regex, bits in self._patterns:
+            if bits and not bits & present:
+                continue
             for match in regex.finditer(plain):
-                self._replace(match, kind, seen)
-        out: dict[str, str] = {}
-        for value, kind in list(seen.values.items())[:_MAX_ESCAPED]:  # each is a pass of text
-            if value in text:
-                out[value] = kind
-                continue  # else an escape sits inside it: its longest plain run goes
-            runs = sorted(_PLAIN_RUN.findall(value), key=len, reverse=True)
-            if runs and runs[0] in text:
-                out[runs[0]] = kind
-        return out
+                hit = self._hit(match, kind, None)
+                if hit is not None and taken.add(*hit):
+                    self._hit(match, kind, found)  # noted only if redacted
+                    spans.append((*hit, kind))
+        if known:
+            for start, end, kind in self._known.spans(plain, known):
+                if taken.add(start, end):
+                    spans.append((start, end, base_kind(kind)))
+        return spans
+
+    def _hit(
+        self, match: re.Match[str], kind: str, found: Redaction | None
+    ) -> tuple[int, int] | None:
+        """The span of ``match`` to redact (its group, if it has one), noting the secret."""
+        if not accept(kind, match):
+            return None
+        group = match.lastindex or 0  # a pattern with groups redacts only the one that matched
+        value = match.group(group)
+        if group and value.startswith("[REDACTED:"):
+            return None
+        if found is not None:
+            if group and match.re.pattern == SECRET_LIST:
+                for item in list_items(match):
+                    _learn(found, item, kind)
+            _learn(found, value, kind)
+        return match.span(group)
 
     def _replace(self, match: re.Match[str], kind: str, found: Redaction | None) -> str:
-        whole = match.group(0)
-        if not _accept(kind, whole):
-            return whole
+        hit = self._hit(match, kind, found)
+        if hit is None:
+            return match.group(0)
         if found is not None:
             found.kinds[kind] = None
             found.count += 1
-        marker = f"[REDACTED:{kind}]"
-        group = match.lastindex  # a pattern with groups redacts only the one that matched
-        if group is None:
-            if found is not None and len(whole) >= ECHO_MIN:
-                found.values[whole] = kind
-            return marker
-        if match.group(group).startswith("[REDACTED:"):
-            return whole
-        if found is not None and len(match.group(group)) >= ECHO_MIN:
-            found.values[match.group(group)] = kind
-        start, end = match.span(group)
-        offset = match.start(0)
-        return whole[: start - offset] + marker + whole[end - offset :]
+        offset = match.start()
+        whole = match.group(0)
+        return f"{whole[: hit[0] - offset]}[REDACTED:{kind}]{whole[hit[1] - offset :]}"
 
     def redact_event_fields(
         self, event: object, skip: frozenset[str], known: Mapping[str, str] | None = None
@@ -348,8 +272,10 @@ class Redactor:
             # a secret this event revealed may stand bare elsewhere in it: once more, with it
             self._redact_fields(event, skip, found, {**(known or {}), **found.values})
         if found.count and (known or found.values):  # a path may pass through a secret key
-            secrets = sorted({**(known or {}), **found.values}.items(), key=lambda kv: -len(kv[0]))
-            found.fields[:] = dict.fromkeys(_scrubbed(f, secrets) for f in found.fields)
+            secrets = {**(known or {}), **found.values}
+            found.fields[:] = dict.fromkeys(
+                self._redact_known(f, None, secrets) for f in found.fields
+            )
         return found if found.count else None
 
     def _redact_fields(
@@ -370,9 +296,12 @@ class Redactor:
         list of them or of strings (``{"api_keys": [...]}``), an object under a name that ends
         in the word (``{"secrets": {...}}``; ``{"secrets_backend": {...}}`` is walked) goes whole.
         """
+        if not self._secrets:
+            return False
+        if not name.isascii():
+            name = visible(name)  # "pass\u200bword" is "password"
         if (
-            not self._secrets
-            or item is None
+            item is None
             or isinstance(item, bool)
             or (isinstance(item, Mapping) and _SECRET_GROUP.search(name) is None)
             or item in ("", [], {})
@@ -381,13 +310,50 @@ class Redactor:
             or _SECRET_KEY.search(name) is None
         ):
             return False
-        found.kinds["password"] = None
-        found.count += 1
-        for text in _texts(cast(object, item)):
-            if len(text) >= ECHO_MIN and not text.startswith("[REDACTED:"):
-                found.values[text] = "password"
-        found.fields.append(path)
+        self._note_by_name(cast(object, item), path, found, "password")
         return True
+
+    def _token_by_name(self, name: object, item: object, path: str, found: Redaction) -> bool:
+        """Whether ``item`` is a token by its key's name and its look; noted.
+
+        ``refresh_token`` names one, ``next_token`` does not; a word is none (a model's log
+        probabilities hold ``{"token": " world"}``).
+        """
+        if not (self._secrets and isinstance(name, str) and isinstance(item, str)):
+            return False
+        if not name.isascii():
+            name = visible(name)
+        if not (token_name(name) and looks_like_token(item)):
+            return False
+        self._note_by_name(item, path, found, "token")
+        return True
+
+    def _note_by_name(self, item: object, path: str, found: Redaction, kind: str) -> None:
+        found.kinds[kind] = None
+        found.count += 1
+        for text in _texts(item):
+            if not text.startswith("[REDACTED:"):
+                _learn(found, text, kind)
+        found.fields.append(path)
+
+    def _redact_mapping(
+        self, items: Mapping[Any, Any], path: str, found: Redaction, known: Mapping[str, str] | None
+    ) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        for key, item in items.items():
+            name = key
+            if isinstance(key, str):
+                before = found.count
+                name = self.redact_text(key, found, known)
+                if found.count != before:
+                    found.fields.append(f"{path}.{name}")  # the key itself held it
+                if self._secret_by_name(name, item, f"{path}.{name}", found):
+                    out[name] = "[REDACTED:password]"  # {"password": "..."}: apart
+                    continue
+            new = out[name] = self.redact_value(item, f"{path}.{name}", found, known)
+            if new == item and self._token_by_name(name, item, f"{path}.{name}", found):
+                out[name] = "[REDACTED:token]"  # {"refresh_token": "..."}, no pattern's
+        return out
 
     def redact_value(
         self, value: Any, path: str, found: Redaction, known: Mapping[str, str] | None = None
@@ -400,20 +366,7 @@ class Redactor:
                 found.fields.append(path)
             return text
         if isinstance(value, Mapping):
-            items = cast(Mapping[Any, Any], value)
-            out: dict[Any, Any] = {}
-            for key, item in items.items():
-                name = key
-                if isinstance(key, str):
-                    before = found.count
-                    name = self.redact_text(key, found, known)
-                    if found.count != before:
-                        found.fields.append(f"{path}.{name}")  # the key itself held it
-                    if self._secret_by_name(name, item, f"{path}.{name}", found):
-                        out[name] = "[REDACTED:password]"  # {"password": "..."}: apart
-                        continue
-                out[name] = self.redact_value(item, f"{path}.{name}", found, known)
-            return out
+            return self._redact_mapping(cast(Mapping[Any, Any], value), path, found, known)
         if isinstance(value, list | tuple):
             items = cast(Iterable[Any], value)
             redacted = [
@@ -433,28 +386,42 @@ class Redactor:
         return value
 
 
-_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|([\"'/\\]))")
-r"""A JSON (or shell) escape: ``\u002d``, ``\"``, ``\/``, ``\\``."""
+class _Spans:
+    """Stretches of a text taken so far (disjoint, in order)."""
+
+    __slots__ = ("_ends", "_starts")
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def add(self, start: int, end: int) -> bool:
+        """Take ``[start, end)`` unless it overlaps one taken; whether it was taken."""
+        i = bisect_right(self._starts, start)
+        if (i and self._ends[i - 1] > start) or (i < len(self._starts) and self._starts[i] < end):
+            return False
+        self._starts.insert(i, start)
+        self._ends.insert(i, end)
+        return True
 
 
-_MAX_ESCAPED = 256
-"""The most secrets one escaped text is searched for again (each replacement is a pass over it)."""
+def _splice(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
+    """``text`` with each ``(start, end, kind)`` (in order, disjoint) replaced by its marker."""
+    pieces: list[str] = []
+    done = 0
+    for start, end, kind in spans:
+        pieces += (text[done:start], f"[REDACTED:{kind}]")
+        done = end
+    pieces.append(text[done:])
+    return "".join(pieces)
 
-_PLAIN_RUN = re.compile(r"[A-Za-z0-9_]{8,}")
-"""A run of a secret that no escape can be inside of (the random part of a key)."""
 
-
-def _unescape(match: re.Match[str]) -> str:
-    code, char = match.group(1), match.group(2)
-    return chr(int(code, 16)) if code is not None else char
-
-
-def _scrubbed(path: str, secrets: Sequence[tuple[str, str]]) -> str:
-    """A field's path with the secrets it passes through (a key) redacted, longest first."""
-    for secret, kind in secrets:
-        if secret in path:
-            path = path.replace(secret, f"[REDACTED:{kind}]")
-    return path
+def _learn(found: Redaction, value: str, kind: str) -> None:
+    """Note ``value`` as a secret the run redacts wherever it appears again, encoded too."""
+    if len(value) >= ECHO_MIN:
+        found.values[value] = kind
+        for form, suffix in encoded_forms(value).items():
+            found.values.setdefault(form, kind + suffix)
 
 
 def _scalar(value: object) -> bool:
