@@ -366,7 +366,10 @@ class Endings(Generic[OutputT]):
         elif (
             fin.status == "finished"
             and self._ctx.output is not None
-            and was_redacted(self._ctx.journal.events, fin.seq, "output")
+            # (its ``redacted`` event goes right before it: the log is not searched)
+            and was_redacted(
+                self._ctx.journal.events[max(0, fin.seq - 1) : fin.seq], fin.seq, "output"
+            )
         ):
             # the output held a secret: the caller gets what the log holds, never more
             try:

@@ -11,6 +11,7 @@ from dataclasses import fields as fields_of
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
+from weakref import WeakKeyDictionary
 
 import orjson
 
@@ -37,6 +38,10 @@ _BASE_FIELDS = frozenset({"kind", "run_id", "seq", "at", "prev_hash", "hash"})
 _dumps = orjson.dumps
 _set_hash: Callable[[Event, str], None] = vars(EventBase)["hash"].__set__  # the slot's own setter
 _sha256 = hashlib.sha256
+
+_PASSED: WeakKeyDictionary[Redactor, dict[tuple[str, ...], bool]] = WeakKeyDictionary()
+"""Per redactor: texts its patterns pass (``Journal.seen``), shared by the runs it redacts
+(a policy's stock reasons repeat from run to run, and each run's first look cost a pass)."""
 
 
 class StoreSink(EventSink):
@@ -197,6 +202,7 @@ class Journal:
         "_known",
         "_known_probe",
         "_now",
+        "_passed",
         "_pending",
         "_redactor",
         "_seen",
@@ -247,6 +253,9 @@ class Journal:
         self.last_redacted = False
         """Whether the redactor changed the last event added (or might have: a run's end)."""
         self._seen: dict[tuple[str, ...], bool] = {}
+        self._passed: dict[tuple[str, ...], bool] = (
+            {} if self._redactor is None else _PASSED.setdefault(self._redactor, {})
+        )
         self._known: dict[str, str] = {}
         """Secrets found in this run so far, by kind: redacted wherever they appear again."""
         self._known_probe: tuple[bytes, ...] = ()
@@ -346,7 +355,17 @@ class Journal:
         if known is None:
             if len(self._seen) > 256:
                 self._seen.clear()
-            known = self._seen[texts] = not self._might_hold(redactor, _dumps(mended(texts)))
+            passed = self._passed.get(texts)  # the patterns' verdict: the same in every run
+            if passed is None or self._known_probe:
+                encoded = _dumps(mended(texts))
+                if passed is None:
+                    if len(self._passed) > 1024:
+                        self._passed.clear()
+                    passed = self._passed[texts] = not redactor.might_match(encoded)
+                known = passed and not any(secret in encoded for secret in self._known_probe)
+            else:
+                known = passed
+            self._seen[texts] = known
         return known
 
     def redacted(self, value: Any) -> Any:

@@ -545,13 +545,15 @@ def _malformed(response: object) -> str | None:
         return f"{type(response).__name__}, not a ModelResponse"
     usage = response.usage
     text, reasoning = cast(object, response.text), cast(object, response.reasoning)
+    calls = cast(tuple[object, ...], response.tool_calls)
     if (
         isinstance(text, str)  # (a subclass too: the encoder writes it as text)
         and (reasoning is None or isinstance(reasoning, str))
-        and type(response.tool_calls) is tuple
-        and (
-            not response.tool_calls  # (no generator for the common cases: the loop's hot path)
-            or all(isinstance(c, ToolCall) for c in cast(tuple[object, ...], response.tool_calls))
+        and type(calls) is tuple
+        and (  # (no generator for the common cases: the loop's hot path)
+            not calls
+            or (len(calls) == 1 and isinstance(calls[0], ToolCall))
+            or all(isinstance(c, ToolCall) for c in calls)
         )
     ):
         if (
