@@ -77,19 +77,12 @@ def test_runs_in_flight_when_the_server_is_killed_finish_after_it_restarts(
     served: tuple[Path, str],
 ) -> None:
     db, token = served
-    proc, url, auth, run_id = _serve_and_start(db, token)
+    proc, _, auth, run_id = _serve_and_start(db, token)
     time.sleep(0.5)  # mid-run: a pause in flight
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     assert tether_cli("runs", "--db", str(db), cwd=db.parent).stdout.count("running") == 1
-    proc, url = serve(db.parent, db)  # resumes what the killed server left running
-    try:
-        assert _statuses_once_ended(url, auth, [run_id], seconds=60) == ["finished"]
-        audited = tether_cli("audit", run_id, "--db", str(db), cwd=db.parent)
-        assert audited.returncode == 0, audited.stdout + audited.stderr
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=30)
+    _restarted_and_finished(db, auth, run_id)  # resumes what the killed server left
 
 
 def test_more_runs_left_running_than_the_limit_all_finish_after_a_restart(
@@ -131,7 +124,12 @@ def test_sigterm_with_a_stream_open_stops_the_server_and_the_restart_finishes_th
     if "finished" not in listed:  # (it may have ended before the signal came)
         assert "running" in listed
         assert "cancelled" not in listed
-    proc, url = serve(db.parent, db)  # resumes what the stopped server left
+    _restarted_and_finished(db, auth, run_id)  # resumes what the stopped server left
+
+
+def _restarted_and_finished(db: Path, auth: dict[str, str], run_id: str) -> None:
+    """A server started again over ``db`` finishes ``run_id``, its log audited whole."""
+    proc, url = serve(db.parent, db)
     try:
         assert _statuses_once_ended(url, auth, [run_id], seconds=60) == ["finished"]
         audited = tether_cli("audit", run_id, "--db", str(db), cwd=db.parent)
