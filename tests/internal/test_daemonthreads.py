@@ -67,3 +67,35 @@ def test_an_idle_thread_is_reused_then_ends() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+_FULL = """
+import asyncio, threading
+from tether._internal import daemonthreads
+from tether._internal.daemonthreads import in_daemon_thread
+
+daemonthreads.MAX_BUSY = 2
+gate = threading.Event()
+
+async def main():
+    calls = [asyncio.ensure_future(in_daemon_thread(gate.wait, 30)) for _ in range(5)]
+    await asyncio.sleep(0.2)
+    assert daemonthreads._threads == 2, daemonthreads._threads  # the rest wait their turn
+    gate.set()
+    assert await asyncio.gather(*calls) == [True] * 5
+    await asyncio.sleep(0.2)
+    # every thread idle again, none counted twice: the next calls find them
+    assert (daemonthreads._idle, daemonthreads._waiting) == (2, 0)
+    assert await asyncio.gather(*(in_daemon_thread(lambda: 1) for _ in range(2))) == [1, 1]
+    print("ok")
+
+asyncio.run(main())
+"""
+
+
+def test_past_max_busy_calls_wait_their_turn_and_the_count_stays_true() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _FULL], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

@@ -38,10 +38,11 @@ _lock = threading.Lock()
 _work: queue.SimpleQueue[_Work] = queue.SimpleQueue()
 _idle = 0  # threads waiting for work, less the calls already handed to them
 _threads = 0  # threads alive
+_waiting = 0  # calls queued with no thread for them (``MAX_BUSY`` busy): the next free takes one
 
 
 def _worker() -> None:
-    global _idle, _threads
+    global _idle, _threads, _waiting
     while True:
         try:
             future, call = _work.get(timeout=IDLE_SECONDS)
@@ -61,11 +62,14 @@ def _worker() -> None:
                 future.set_result(result)
         del future, call  # (a result is not kept alive by an idle thread)
         with _lock:
-            _idle += 1
+            if _waiting > 0:  # a queued call has this thread's name on it: not idle
+                _waiting -= 1
+            else:
+                _idle += 1
 
 
 def _submit(call: Callable[[], Any]) -> Future[Any]:
-    global _idle, _threads
+    global _idle, _threads, _waiting
     future: Future[Any] = Future()
     with _lock:
         if _idle > 0:
@@ -75,6 +79,8 @@ def _submit(call: Callable[[], Any]) -> Future[Any]:
             start = _threads < MAX_BUSY
             if start:
                 _threads += 1
+            else:
+                _waiting += 1
     _work.put((future, call))
     if start:
         try:
