@@ -317,3 +317,23 @@ def test_a_pattern_is_skipped_only_where_it_cannot_match(parts: list[str]) -> No
     for (kind, pattern), bits in zip(SECRET_PATTERNS, SECRET_WORD_BITS, strict=True):
         if re.search(pattern, text, re.ASCII) is not None:
             assert bits & present, (kind, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        (
+            "GET /login?user=bob&password=correct%20horse%20battery%20staple",
+            "GET /login?user=bob&password=[REDACTED:password]",
+        ),
+        (
+            'curl "https://x/?api_key=abcdEF12%2Cxyz987"',
+            'curl "https://x/?api_key=[REDACTED:password]"',
+        ),
+        ("password=hunter2%26rest99&x=1", "password=[REDACTED:password]&x=1"),
+    ],
+)
+def test_a_percent_encoded_value_is_redacted_whole(text: str, redacted: str) -> None:
+    # the URL-decoded reading ended the value at its decoded "%20" (a space), and what
+    # followed was left in the log: "password=[REDACTED:password]%20horse%20battery%20staple"
+    assert Redactor().redact_text(text) == redacted

@@ -153,13 +153,15 @@ class Redactor:
         ``known`` maps secrets found earlier in the run to their kinds: once a value is known
         to be a secret, it is one wherever it appears (in words no pattern would match).
         """
-        if self._secrets:  # escaped, URL-encoded, or with invisible characters in it
-            text = self._redact_reading(text, found, known)
         present = secret_words_in(text) if self._secrets else 0
         for kind, regex, bits in self._patterns:
             if bits and not bits & present:
                 continue  # none of the words each of its matches holds: no match
             text = regex.sub(lambda m, k=kind: self._replace(m, k, found), text)
+        if self._secrets:  # then what only shows escaped, URL-encoded or with invisible
+            # characters in it (after the patterns: a value the reading would end early, at
+            # a decoded "%20", is taken whole as it stands first)
+            text = self._redact_reading(text, found, known)
         if known:
             text = self._redact_known(text, found, known)
         for function in self._callables:
