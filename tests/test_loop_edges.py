@@ -580,3 +580,23 @@ async def test_a_streamed_sub_agent_is_cancelled_with_its_caller_and_closed_when
     runs = await store.runs()
     assert len(runs) == 2
     assert {r.status for r in runs} == {"cancelled"}  # neither left "running"
+
+
+async def test_a_best_effort_answer_too_large_to_take_is_a_failed_request_too() -> None:
+    # before: the cap held for every step but the best-effort answer after a limit, which was
+    # recorded whole (20 MiB in one model_responded)
+    from tether.run.modelstep import MAX_ANSWER_BYTES
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        if request.tool_choice == "none":  # the tool-free answer after the limit
+            return ModelResponse(text="z" * (MAX_ANSWER_BYTES + 1))
+        return ModelResponse(tool_calls=(call("add", a=1, b=2),))
+
+    outcome = await Agent(model=FunctionModel(answer), tools=[add], limits=Limits(max_steps=1)).run(
+        "x"
+    )
+    assert outcome.status == "budget_exhausted"
+    failed = [e for e in outcome.events if isinstance(e, ModelFailed)]
+    assert len(failed) == 1
+    assert "tether takes at most 8 MiB in one answer" in failed[0].error.message
+    assert sum(len(encode_event(e)) for e in outcome.events) < 20_000

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Generic, cast
 
-from tether.errors import StaleLease, StoreError
+from tether.errors import ModelError, StaleLease, StoreError
 from tether.events import (
     ApprovalRequested,
     Event,
@@ -201,20 +201,28 @@ class Endings(Generic[OutputT]):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            failed: Exception | None = exc
+        else:
+            taken = self._step.record_capped(
+                request, response, self._ctx.state.steps, t0, final=True
+            )
+            failed = taken if isinstance(taken, ModelError) else None
+            if failed is None:
+                self.close_pending(
+                    "not executed: the run is over; answer without tools", "run_ended"
+                )
+        if failed is not None:
             self._ctx.add(
                 ModelFailed,
                 step=self._ctx.state.steps,
                 model=self._ctx.model.name,
-                error=error_info(exc, "the best-effort answer timed out"),
+                error=error_info(failed, "the best-effort answer timed out"),
                 transient=False,
                 attempt=1,
                 will_retry=False,
                 latency_s=self._ctx.monotonic() - t0,
                 final=True,
             )
-        else:
-            self._step.record_response(request, response, self._ctx.state.steps, t0, final=True)
-            self.close_pending("not executed: the run is over; answer without tools", "run_ended")
         if batch := await self._ctx.journal.commit():
             yield batch
 

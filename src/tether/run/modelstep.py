@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any, Generic, cast
+from typing import Any, Generic
 
 import orjson
 from typing_extensions import TypeVar
@@ -36,6 +35,7 @@ from tether.retry import MAX_SERVER_WAIT
 from tether.run.base import Cancelled, OutputT, Retry, Stop, error_info
 from tether.run.context import RunContext
 from tether.run.journal import EventTooLarge
+from tether.run.malformed import malformed
 from tether.run.window import RequestSize
 
 __all__ = ["MAX_ANSWER_BYTES", "ModelStep", "unique_ids"]
@@ -246,7 +246,7 @@ class ModelStep(Generic[OutputT]):
             response = await self.bounded(
                 model.request(request), self.timeout(request, now=t0, final=False)
             )
-            if (wrong := _malformed(response)) is not None:  # adapters are user code
+            if (wrong := malformed(response)) is not None:  # adapters are user code
                 raise TypeError(f"the model returned {wrong}")
         except (Cancelled, UserError):
             raise
@@ -392,7 +392,7 @@ class ModelStep(Generic[OutputT]):
             interrupts.end()
         if interrupts.owed():  # the caller cancelled the run (wait_for); the model swallowed it
             raise asyncio.CancelledError
-        if (wrong := _malformed(response)) is not None:  # before anything of it is recorded
+        if (wrong := malformed(response)) is not None:  # before anything of it is recorded
             return self._model_failed(TypeError(f"the model returned {wrong}"), step, t0)
         if size is not None:
             size.answered(response.usage, chars)
@@ -402,17 +402,32 @@ class ModelStep(Generic[OutputT]):
         self, request: ModelRequest, response: ModelResponse, step: int, t0: float
     ) -> ModelResponse | Stop | Retry:
         """Record the answer unless it is too large to take (a failed request then)."""
+        taken = self.record_capped(request, response, step, t0)
+        if isinstance(taken, ModelError):
+            return self._model_failed(taken, step, t0)
+        return taken
+
+    def record_capped(
+        self,
+        request: ModelRequest,
+        response: ModelResponse,
+        step: int,
+        t0: float,
+        *,
+        final: bool = False,
+    ) -> ModelResponse | ModelError:
+        """``record_response``, or the error (nothing recorded) for an answer over the cap."""
         journal = self._journal
         journal.cap = MAX_ANSWER_BYTES
         try:
-            return self.record_response(request, response, step, t0)
+            return self.record_response(request, response, step, t0, final=final)
         except EventTooLarge as exc:  # a broken or hostile server's (limits bound a model's)
             size, cap = f"{exc.size / 2**20:.1f}", MAX_ANSWER_BYTES // 2**20
-            error = (
+            return ModelError(
                 f"the model's answer is {size} MiB of JSON; tether takes at most {cap} MiB in one"
-                " answer (a model's output limit keeps a real one far smaller: check the server)"
+                " answer (a model's output limit keeps a real one far smaller: check the server)",
+                model=self._ctx.model.name,
             )
-            return self._model_failed(ModelError(error, model=self._ctx.model.name), step, t0)
         finally:
             journal.cap = None
 
@@ -532,53 +547,6 @@ MAX_ANSWER_BYTES = 8 * 2**20
 
 _CUT_OFF = frozenset({"length", "max_tokens"})
 """Stop reasons that mean the output limit ended the answer (OpenAI's, llama.cpp's; Anthropic's)."""
-
-
-def _malformed(response: object) -> str | None:
-    """What is wrong with what an adapter returned, that a log cannot hold (``None``: nothing).
-
-    Adapters are user code and servers send what they like (``"prompt_tokens": NaN``, a
-    number for the text): caught here, a bad answer is a failed request, never an event the
-    log cannot read back (or one recorded twice when the run's fold then fails).
-    """
-    if not isinstance(response, ModelResponse):
-        return f"{type(response).__name__}, not a ModelResponse"
-    usage = response.usage
-    text, reasoning = cast(object, response.text), cast(object, response.reasoning)
-    calls = cast(tuple[object, ...], response.tool_calls)
-    if (
-        isinstance(text, str)  # (a subclass too: the encoder writes it as text)
-        and (reasoning is None or isinstance(reasoning, str))
-        and type(calls) is tuple
-        and (  # (no generator for the common cases: the loop's hot path)
-            not calls
-            or (len(calls) == 1 and isinstance(calls[0], ToolCall))
-            or all(isinstance(c, ToolCall) for c in calls)
-        )
-    ):
-        if (
-            type(usage.input_tokens) is int  # not a bool, not NaN
-            and type(usage.output_tokens) is int
-            and type(usage.requests) is int
-            and usage.input_tokens >= 0
-            and usage.output_tokens >= 0
-            and usage.requests >= 0
-            and (
-                usage.cost is None
-                or (isinstance(usage.cost, float) and 0.0 <= usage.cost < math.inf)
-            )
-        ):
-            return None
-        return (
-            f"a response whose usage is not counts of zero or more ({usage.input_tokens!r} "
-            f"input, {usage.output_tokens!r} output, {usage.requests!r} requests) and a cost "
-            f"of zero or more or None ({usage.cost!r})"
-        )
-    if not isinstance(text, str):
-        return f"a response whose text is {type(text).__name__}, not str"
-    if reasoning is not None and not isinstance(reasoning, str):
-        return f"a response whose reasoning is {type(reasoning).__name__}, not str"
-    return "a response whose tool_calls is not a tuple of ToolCall"
 
 
 def _noted(
