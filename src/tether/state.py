@@ -62,6 +62,7 @@ from tether.usage import Usage
 
 __all__ = [
     "CORRECTABLE_ERRORS",
+    "MAY_PASS_LATER",
     "RunState",
     "StateBuilder",
     "failure_key",
@@ -74,6 +75,11 @@ CORRECTABLE_ERRORS = frozenset(
     {"invalid_arguments", "invalid_output", "unknown_tool", "model_retry", "repeated_failure"}
 )
 """``ToolCallFinished.error_type`` values that count against ``max_retries``."""
+
+
+MAY_PASS_LATER = frozenset({"rate_limit"})
+"""Policy rules whose denial of a call may not hold the next time it is asked for (the
+repeated-denial count leaves them out)."""
 
 
 def failure_key(tool: str, arguments: JsonObject) -> str:
@@ -265,9 +271,10 @@ class StateBuilder(EventHandler[None]):
             if event.rule.startswith("default:"):
                 self.default_denied.add(event.tool)
             call = self.pending.get(event.call_id)
-            if call is not None:
+            if call is not None and event.rule not in MAY_PASS_LATER:
                 key = failure_key(call.name, call.arguments)
-                self.denied[key] = self.denied.get(key, 0) + 1
+                if "[REDACTED:" not in key:  # another secret looks the same: not counted
+                    self.denied[key] = self.denied.get(key, 0) + 1
 
     def on_tool_call_finished(self, event: ToolCallFinished) -> None:
         """The result, as the model reads it next."""

@@ -6,7 +6,7 @@ Before, such a model looped to ``max_steps`` (25 paid turns by default), denied 
 from __future__ import annotations
 
 from tests.support import add, assert_protocol_valid
-from tether import Agent
+from tether import Agent, tool
 from tether.events import PolicyDecided
 from tether.policy.gate import RulePolicy
 from tether.policy.rules import RateLimit, Rules, deny
@@ -61,3 +61,50 @@ async def test_the_count_holds_across_a_resume() -> None:
     )
     outcome = await again.resume(waiting.run_id, answer="go on")
     assert outcome.status == "policy_denied"
+
+
+async def test_rate_limit_denials_do_not_count_towards_the_end() -> None:
+    # before: two rate-limit denials and then one by another rule ended the run, "asked for 3
+    # times ... denied each time"
+    from tether.messages import ToolCall
+    from tether.policy.base import Policy, PolicyContext, PolicyDecision
+    from tether.tools.base import ToolDefinition
+
+    class LimitedThenClosed(Policy):
+        asked = 0
+
+        def decide(
+            self, call: ToolCall, tool: ToolDefinition, run: PolicyContext
+        ) -> PolicyDecision:
+            if call.name != "add":
+                return PolicyDecision(decision="allow", rule="ok", reason="ok")
+            self.asked += 1
+            rule = "rate_limit" if self.asked <= 2 else "closed"
+            return PolicyDecision(decision="deny", rule=rule, reason="not now")
+
+    script = [call("add", a=1, b=2)] * 4 + [finish("done")]
+    agent = Agent(model=ScriptedModel(script), tools=[add], policy=LimitedThenClosed())
+    outcome = await agent.run("x")
+    assert outcome.status == "finished"  # the 2nd "closed" denial is its second, not its 4th
+
+
+@tool(open_world=False)
+def login(password: str) -> str:
+    """Log in.
+
+    Args:
+        password: The password.
+    """
+    return "in"
+
+
+async def test_denied_calls_whose_arguments_were_redacted_are_not_counted_alike() -> None:
+    # before: three different passwords, each logged as [REDACTED:password], were "the same
+    # arguments" and the third ended the run
+    script = [call("login", password=f"password=Sup3rS3cret{n}x") for n in range(4)]
+    no_login = RulePolicy(Rules(rules=(deny("login", reason="not here"),)))
+    outcome = await Agent(
+        model=ScriptedModel([*script, finish("done")]), tools=[login], policy=no_login
+    ).run("x")
+    assert outcome.status == "finished"
+    assert sum(isinstance(e, PolicyDecided) and e.tool == "login" for e in outcome.events) == 4

@@ -21,7 +21,7 @@ from tether.policy.base import Policy, PolicyContext, PolicyDecision
 from tether.run.context import RunContext
 from tether.run.journal import Journal
 from tether.run.toolexec import slot_for
-from tether.state import StateBuilder, failure_key
+from tether.state import MAY_PASS_LATER, StateBuilder, failure_key
 from tether.tools.base import Tool, ToolDefinition
 
 __all__ = ["REPEATED_DENIALS", "PolicyPoint"]
@@ -30,9 +30,6 @@ _PLAIN = (str, int, float, bool, type(None))
 
 REPEATED_DENIALS = 3
 """The time the same denied call (tool and arguments) is asked for that ends the run."""
-
-_MAY_PASS_LATER = frozenset({"rate_limit"})
-"""Rules whose denial of a call may not hold the next time it is asked for."""
 
 
 def _same_values(validated: Mapping[str, Any], raw: JsonObject) -> bool:
@@ -135,7 +132,7 @@ class PolicyPoint:
         A model that repeats a denied call word for word would otherwise loop to
         ``max_steps``, paying for every turn. Not for a rate limit (it may pass later).
         """
-        if decision.rule in _MAY_PASS_LATER or self._state is None:
+        if decision.rule in MAY_PASS_LATER or self._state is None:
             return decision
         recorded = self._state.pending.get(call.id)  # the call as the log holds it
         if recorded is None:
