@@ -219,3 +219,47 @@ async def test_a_blocking_call_with_effects_in_flight_at_cancel_is_unknown() -> 
 
 async def test_a_read_only_blocking_call_in_flight_at_cancel_is_answered() -> None:
     assert (await cancelled_during("reader"))[-2:] == ["tool_call_finished", "run_finished"]
+
+
+async def test_a_blocking_call_that_never_got_its_slot_is_a_timeout_not_unknown() -> None:
+    # before (a run's own call, not a parallel one): "may still be running, or have taken
+    # effect", though the tool never ran: it waited for the policy's concurrency slot
+    from tether.policy.rules import Concurrency, Rules
+
+    ran: list[int] = []
+    held, running = threading.Event(), threading.Event()
+
+    @tool(open_world=False, timeout=0.3)
+    def capped(n: int) -> str:
+        """Blocks while the test holds it.
+
+        Args:
+            n: Which call.
+        """
+        ran.append(n)
+        running.set()
+        held.wait(DEADLINE)
+        return "done"
+
+    policy = RulePolicy(
+        Rules(concurrency=(Concurrency(tools=("capped",), max=1),)),
+        allow(["*"], reason="the test's"),
+    )
+    holder = Agent(
+        model=ScriptedModel([call("capped", n=0), finish("x")]), tools=[capped], policy=policy
+    )
+    holding = asyncio.ensure_future(holder.run("hold"))
+    try:
+        assert await asyncio.to_thread(running.wait, DEADLINE)  # the holder's call runs
+        waiter = Agent(
+            model=ScriptedModel([call("capped", n=1), finish("x")]), tools=[capped], policy=policy
+        )
+        outcome = await asyncio.wait_for(waiter.run("wait"), DEADLINE)
+    finally:
+        held.set()
+        await holding
+    assert not [e for e in outcome.events if isinstance(e, ToolCallUnknown)]
+    (result,) = [e for e in outcome.events if isinstance(e, ToolCallFinished) and e.is_error]
+    assert result.error_type == "timeout"
+    assert "did not get a turn within 0.3s" in str(result.content)
+    assert ran == [0]

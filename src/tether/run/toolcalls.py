@@ -429,11 +429,11 @@ class ToolStage(Generic[OutputT]):
                 result, error_type = tool_error(tool, RuntimeError("raised CancelledError"), None)
                 return result, error_type, blocked
             case "timeout":
+                assert timeout is not None
+                if turn is not None and not turn.started:  # it never ran: nothing is unknown
+                    return no_turn(tool, timeout), "timeout", blocked
                 if error_type == ABANDONED or tool.runs_as == "thread":
                     return ToolResult.error(abandoned_text(tool, timeout)), ABANDONED, blocked
-                assert timeout is not None
-                if turn is not None and not turn.started:
-                    return no_turn(tool, timeout), "timeout", blocked
                 return timed_out(tool.name, timeout), "timeout", blocked
 
     async def _call(
