@@ -99,3 +99,45 @@ def test_past_max_busy_calls_wait_their_turn_and_the_count_stays_true() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+_NO_THREAD = """
+import asyncio, threading
+from tether._internal import daemonthreads
+from tether._internal.daemonthreads import in_daemon_thread
+
+ran = []
+start = threading.Thread.start
+failed = []
+
+def failing_once(self):
+    if not failed and self.name == "tether-blocking":
+        failed.append(True)
+        raise RuntimeError("can't start new thread")
+    return start(self)
+
+threading.Thread.start = failing_once
+
+async def main():
+    try:
+        await in_daemon_thread(ran.append, "told it failed")
+    except RuntimeError:
+        pass
+    assert await in_daemon_thread(ran.append, "second") is None
+    await asyncio.sleep(0.2)
+    assert ran == ["second"], ran  # the call whose thread did not start never ran
+    assert (daemonthreads._threads, daemonthreads._idle) == (1, 1)
+    print("ok")
+
+asyncio.run(main())
+"""
+
+
+def test_a_thread_that_fails_to_start_leaves_no_call_behind() -> None:
+    # before: the caller was told it failed, yet its call ran later, and the pool counted
+    # an idle thread too many (later calls waited behind a busy one)
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_THREAD], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

@@ -41,18 +41,10 @@ _threads = 0  # threads alive
 _waiting = 0  # calls queued with no thread for them (``MAX_BUSY`` busy): the next free takes one
 
 
-def _worker() -> None:
+def _worker(first: _Work) -> None:
     global _idle, _threads, _waiting
+    future, call = first  # the call this thread was started for
     while True:
-        try:
-            future, call = _work.get(timeout=IDLE_SECONDS)
-        except queue.Empty:
-            with _lock:
-                if _idle > 0:  # nobody counts on this thread: it ends
-                    _idle -= 1
-                    _threads -= 1
-                    return
-            continue  # a call was handed to the idle threads just now: take it
         if future.set_running_or_notify_cancel():
             try:
                 result = call()
@@ -66,6 +58,17 @@ def _worker() -> None:
                 _waiting -= 1
             else:
                 _idle += 1
+        while True:
+            try:
+                future, call = _work.get(timeout=IDLE_SECONDS)
+                break
+            except queue.Empty:
+                with _lock:
+                    if _idle > 0:  # nobody counts on this thread: it ends
+                        _idle -= 1
+                        _threads -= 1
+                        return
+                # a call was handed to the idle threads just now: take it
 
 
 def _submit(call: Callable[[], Any]) -> Future[Any]:
@@ -81,14 +84,18 @@ def _submit(call: Callable[[], Any]) -> Future[Any]:
                 _threads += 1
             else:
                 _waiting += 1
-    _work.put((future, call))
-    if start:
-        try:
-            threading.Thread(target=_worker, name="tether-blocking", daemon=True).start()
-        except BaseException:
-            with _lock:
-                _threads -= 1
-            raise
+    if not start:
+        _work.put((future, call))  # an idle thread's, or the next to free (``_waiting``)
+        return future
+    try:  # its first call goes with it: a thread that fails to start leaves nothing queued
+        thread = threading.Thread(
+            target=_worker, args=((future, call),), name="tether-blocking", daemon=True
+        )
+        thread.start()
+    except BaseException:
+        with _lock:
+            _threads -= 1
+        raise
     return future
 
 
