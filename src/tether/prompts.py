@@ -15,7 +15,10 @@
 
 A template is Jinja2 text, rendered in Jinja2's immutable sandbox (a template can neither
 reach Python internals nor change the values it is given; a render draws at most a million
-items from ``range()`` in all its loops, and ``*`` and ``**`` make nothing larger) with strict variables: every variable the template uses is
+items from ``range()`` in all its loops, and ``*`` and ``**`` make nothing larger: bounds
+on the common runaway loops, not on a template written to exhaust the machine; templates
+are the developer's code, untrusted text their variables) with strict variables: every
+variable the template uses is
 declared (found by parsing it), and rendering checks the values first. A missing one, or
 one the template does not use, is a ``ConfigError`` that names them. What ``render`` returns
 is the text (a ``str``) that knows where it came from: as an agent's instructions, each
