@@ -189,3 +189,24 @@ async def test_no_page_of_the_server_loads_script_from_elsewhere(api: Client) ->
         assert got.status_code == 404, path
         assert "<script" not in got.text
     assert (await api.client.get("/openapi.json")).status_code == 200  # the schema stays
+
+
+async def test_a_run_still_starting_when_the_server_stops_is_left_to_resume(
+    tmp_path: Path,
+) -> None:
+    # before: close() stopped only the runs that had committed an event: one still starting
+    # was cancelled with the event loop, and ended "cancelled" for good
+    from tether.stores.stale import stale_runs
+
+    store = SqliteStore(tmp_path / "runs.db")
+    runs = ServerRuns(store, max_active=4)
+    agent = Agent(name="quick", model=ScriptedModel([finish("done")]))
+    starting = asyncio.ensure_future(
+        runs.start(agent, "go", run_id=None, context=None, tags=("tenant:acme",))
+    )
+    await asyncio.sleep(0)  # its task is made; its first event is not committed yet
+    await runs.close()
+    run_id = await starting
+    (stale,) = await stale_runs(store)  # no ending, its lease given back: resumed next start
+    assert stale.info.run_id == run_id
+    await store.close()

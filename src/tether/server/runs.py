@@ -65,6 +65,8 @@ class ServerRuns:
         self._slots = 0  # runs executing or being started here
         self._active: dict[str, tuple[AgentRun[Any], asyncio.Task[None]]] = {}
         self._starting: dict[str, asyncio.Future[str]] = {}
+        self._driving: dict[AgentRun[Any], asyncio.Task[None]] = {}
+        """Every run driven here, from before its first event (``close`` stops them all)."""
         self._changed: weakref.WeakValueDictionary[str, asyncio.Event] = (
             weakref.WeakValueDictionary()
         )
@@ -232,6 +234,8 @@ class ServerRuns:
                     _settle(first, run)
 
         task = asyncio.get_running_loop().create_task(drive())
+        self._driving[run] = task
+        task.add_done_callback(lambda _: self._driving.pop(run, None))
         return await asyncio.shield(first)
 
     def _release(self, run_id: str | None, started: str, first: asyncio.Future[str]) -> None:
@@ -251,9 +255,9 @@ class ServerRuns:
         on this store resumes it (``resume_stale``), as after a crash. Cancelled, a rolling
         restart ended every run in flight for good.
         """
-        for run, _ in list(self._active.values()):
+        for run in list(self._driving):  # also those still starting (no event yet)
             run.detach("the server is shutting down")
-        tasks = [task for _, task in self._active.values()]
+        tasks = list(self._driving.values())
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
