@@ -200,6 +200,15 @@ def test_a_pack_that_exits_on_import_or_fails_to_make_an_agent_is_a_clear_error(
     done = CliRunner().invoke(app, ["packs"])
     assert done.exit_code == 0
     assert "pack exiting (billing-pack) did not load: SystemExit" in done.output
+    # a pack whose import fails with a secret in its message: listed, the secret redacted
+    (third_party / "leaky_pack.py").write_text(
+        "raise RuntimeError('cannot reach the API with api_key=Zq9xYw8vUt7sRq6pOn5m')\n"
+    )
+    info.write_text(info.read_text() + "leaky = leaky_pack:pack\n")
+    done = CliRunner().invoke(app, ["packs"])
+    assert "pack leaky (billing-pack) did not load: RuntimeError" in done.output
+    assert "Zq9xYw8vUt7sRq6pOn5m" not in done.output
+    assert "[REDACTED:" in done.output
 
 
 def test_a_packs_tool_set_in_an_agent_file_is_rooted_at_the_file(

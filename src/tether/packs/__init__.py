@@ -111,7 +111,10 @@ def _installed(point: EntryPoint, points: list[EntryPoint]) -> InstalledPack:
     try:
         pack = _load(point)
     except (Exception, SystemExit) as exc:  # a broken pack is reported, not fatal to others
-        return InstalledPack(point.name, name, version, None, f"{type(exc).__name__}: {exc}")
+        from tether.policy.redaction import Redactor  # its message may hold a secret
+
+        problem = Redactor().redact_text(f"{type(exc).__name__}: {exc}")
+        return InstalledPack(point.name, name, version, None, problem)
     return InstalledPack(point.name, name, version, pack)
 
 
