@@ -263,3 +263,20 @@ def test_arbitrary_payloads_round_trip(
     assert decoded == [requested, finished]
     verify_chain(decoded)
     assert orjson.loads(encode_event(finished))["kind"] == "tool_call_finished"
+
+
+def test_a_byte_order_mark_an_editor_added_is_not_part_of_the_first_event(
+    tmp_path: Path,
+) -> None:
+    # before: show and import refused the file ("BOM is not supported"), audit called it
+    # tampered, though every event was as written
+    events = list(Agent(model=ScriptedModel([finish("ok")])).run_sync("x").events)
+    path = tmp_path / "saved.jsonl"
+    write_jsonl(path, events)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert read_jsonl(path) == events
+    mid = tmp_path / "mid.jsonl"  # elsewhere it is not the editor's mark: the line is bad
+    lines = (tmp_path / "saved.jsonl").read_bytes()[3:].splitlines(keepends=True)
+    mid.write_bytes(lines[0] + b"\xef\xbb\xbf" + b"".join(lines[1:]))
+    with pytest.raises(LogError):
+        read_jsonl(mid)

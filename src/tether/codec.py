@@ -263,6 +263,10 @@ def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):g} MiB" if size >= 1024 * 1024 else f"{size} bytes"
 
 
+_BOM = b"\xef\xbb\xbf"
+"""UTF-8's byte order mark, which some editors put at the start of a file they save."""
+
+
 def iter_jsonl_lines(
     source: str | Path | BinaryIO,
     *,
@@ -270,6 +274,8 @@ def iter_jsonl_lines(
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[tuple[int, bytes]]:
     """The non-blank lines of a JSONL file or binary stream, with their numbers (from 1).
+
+    A byte order mark at the start of the file (an editor saved it so) is not part of line 1.
 
     A line is read with a bounded ``readline``, so memory stays within about twice
     ``max_line_bytes`` whatever the file holds.
@@ -292,6 +298,8 @@ def iter_jsonl_lines(
         number = 0
         while raw := fh.readline(max_line_bytes + 1):
             number += 1
+            if number == 1 and raw.startswith(_BOM):  # an editor's mark, not the log's: dropped
+                raw = raw[len(_BOM) :]
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
                 raise LogError(
                     f"{shown}: a line is longer than {_mib(max_line_bytes)}, the limit on one "
