@@ -35,6 +35,15 @@ async def test_calls_run_at_once_on_daemon_threads() -> None:
     assert await asyncio.gather(*(in_daemon_thread(meet) for _ in range(8))) == [True] * 8
 
 
+def says_ok(program: str) -> None:
+    """Run ``program`` in a fresh interpreter (the pool's state its own): it prints ok."""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
 _PROGRAM = """
 import asyncio, threading, time
 from tether._internal import daemonthreads
@@ -62,11 +71,7 @@ asyncio.run(main())
 
 
 def test_an_idle_thread_is_reused_then_ends() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _PROGRAM], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
+    says_ok(_PROGRAM)
 
 
 _FULL = """
@@ -94,11 +99,7 @@ asyncio.run(main())
 
 
 def test_past_max_busy_calls_wait_their_turn_and_the_count_stays_true() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _FULL], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
+    says_ok(_FULL)
 
 
 _NO_THREAD = """
@@ -136,8 +137,4 @@ asyncio.run(main())
 def test_a_thread_that_fails_to_start_leaves_no_call_behind() -> None:
     # before: the caller was told it failed, yet its call ran later, and the pool counted
     # an idle thread too many (later calls waited behind a busy one)
-    done = subprocess.run(
-        [sys.executable, "-c", _NO_THREAD], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
+    says_ok(_NO_THREAD)
