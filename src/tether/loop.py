@@ -292,6 +292,8 @@ class AgentRun(Generic[OutputT]):
     def outcome(self) -> RunOutcome[OutputT]:
         """The run's outcome; available once iteration has ended."""
         if self._ctx.outcome is None:
+            if self._ctx.interrupts.detached:
+                raise RuntimeError("the run was detached: it has no outcome here; resume it")
             raise RuntimeError("the run has not ended: iterate it to the end first")
         return self._ctx.outcome
 

@@ -383,7 +383,7 @@ async def test_a_detached_run_is_left_as_a_crash_leaves_it_and_resumes(tmp_path:
     await asyncio.wait_for(following, 30)
     assert kinds == ["run_started"]
     assert not run.done
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="the run was detached: it has no outcome here"):
         run.outcome  # noqa: B018 - it has none
     (info,) = await store.runs()
     assert info.status == "running"
