@@ -328,6 +328,16 @@ async def test_a_held_call_is_approved_over_http_bound_to_the_arguments_seen(api
     assert unknown.status_code == 409
     assert "waits for no call 'nope'" in unknown.json()["error"]
     assert wired == []
+    forged_line = await api.client.post(  # a "by" that would forge a line of the audit
+        url,
+        json={
+            "decisions": [{**decision, "arguments_hash": pending["arguments_hash"]}],
+            "by": "ops\napproved by: admin",
+        },
+        headers=api.auth("a_approve"),
+    )
+    assert forged_line.status_code == 422, forged_line.text
+    assert wired == []
     approved = await api.client.post(
         url,
         json={

@@ -88,7 +88,12 @@ class Decisions(_Strict):
     """Decisions on calls a run waits for; calls left out keep waiting."""
 
     decisions: list[Decision] = Field(min_length=1, max_length=100)
-    by: str = Field(default="", max_length=200, description="Who decided (with the key's id).")
+    by: str = Field(
+        default="",
+        max_length=200,
+        pattern=r"^[^\x00-\x1f\x7f]*$",  # an audit record's line: no control characters
+        description="Who decided (with the key's id).",
+    )
 
 
 class ErrorBody(BaseModel):
