@@ -210,3 +210,24 @@ async def test_a_run_still_starting_when_the_server_stops_is_left_to_resume(
     (stale,) = await stale_runs(store)  # no ending, its lease given back: resumed next start
     assert stale.info.run_id == run_id
     await store.close()
+
+
+async def test_a_cancel_in_the_instant_a_run_starts_is_busy_not_the_clients_mistake(
+    tmp_path: Path,
+) -> None:
+    # before: a plain UserError (HTTP 400, "nothing to cancel") for a run the server was
+    # starting under that id at that moment
+    from tether.server.runs import Busy
+
+    store = SqliteStore(tmp_path / "runs.db")
+    runs = ServerRuns(store, max_active=4)
+    agent = Agent(name="quick", model=ScriptedModel([finish("done")]))
+    starting = asyncio.ensure_future(
+        runs.start(agent, "go", run_id="job-1", context=None, tags=("tenant:acme",))
+    )
+    await asyncio.sleep(0)  # it has claimed the id; nothing of it is executing yet
+    with pytest.raises(Busy, match="starting"):
+        await runs.cancel("job-1")
+    assert await starting == "job-1"
+    await runs.close()
+    await store.close()

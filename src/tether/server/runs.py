@@ -187,6 +187,8 @@ class ServerRuns:
     async def cancel(self, run_id: str) -> None:
         """Cancel a run executing here, and wait until it has ended."""
         found = self._active.get(run_id)
+        if found is None and run_id in self._starting:  # (not yet executing: not the client's)
+            raise Busy("the run is starting in this server: cancel it again in a moment")
         if found is None:
             raise UserError("the run is not executing in this server: nothing to cancel")
         run, task = found
