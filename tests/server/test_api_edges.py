@@ -191,6 +191,20 @@ async def test_no_page_of_the_server_loads_script_from_elsewhere(api: Client) ->
     assert (await api.client.get("/openapi.json")).status_code == 200  # the schema stays
 
 
+async def starting_run(
+    tmp_path: Path, run_id: str | None
+) -> tuple[SqliteStore, ServerRuns, asyncio.Future[str]]:
+    """A server's runs over a fresh store, and a run it is starting (its task made, no event)."""
+    store = SqliteStore(tmp_path / "runs.db")
+    runs = ServerRuns(store, max_active=4)
+    agent = Agent(name="quick", model=ScriptedModel([finish("done")]))
+    starting = asyncio.ensure_future(
+        runs.start(agent, "go", run_id=run_id, context=None, tags=("tenant:acme",))
+    )
+    await asyncio.sleep(0)
+    return store, runs, starting
+
+
 async def test_a_run_still_starting_when_the_server_stops_is_left_to_resume(
     tmp_path: Path,
 ) -> None:
@@ -198,13 +212,7 @@ async def test_a_run_still_starting_when_the_server_stops_is_left_to_resume(
     # was cancelled with the event loop, and ended "cancelled" for good
     from tether.stores.stale import stale_runs
 
-    store = SqliteStore(tmp_path / "runs.db")
-    runs = ServerRuns(store, max_active=4)
-    agent = Agent(name="quick", model=ScriptedModel([finish("done")]))
-    starting = asyncio.ensure_future(
-        runs.start(agent, "go", run_id=None, context=None, tags=("tenant:acme",))
-    )
-    await asyncio.sleep(0)  # its task is made; its first event is not committed yet
+    store, runs, starting = await starting_run(tmp_path, None)  # no event committed yet
     await runs.close()
     run_id = await starting
     (stale,) = await stale_runs(store)  # no ending, its lease given back: resumed next start
@@ -219,13 +227,7 @@ async def test_a_cancel_in_the_instant_a_run_starts_is_busy_not_the_clients_mist
     # starting under that id at that moment
     from tether.server.runs import Busy
 
-    store = SqliteStore(tmp_path / "runs.db")
-    runs = ServerRuns(store, max_active=4)
-    agent = Agent(name="quick", model=ScriptedModel([finish("done")]))
-    starting = asyncio.ensure_future(
-        runs.start(agent, "go", run_id="job-1", context=None, tags=("tenant:acme",))
-    )
-    await asyncio.sleep(0)  # it has claimed the id; nothing of it is executing yet
+    store, runs, starting = await starting_run(tmp_path, "job-1")  # the id claimed, no more
     with pytest.raises(Busy, match="starting"):
         await runs.cancel("job-1")
     assert await starting == "job-1"
