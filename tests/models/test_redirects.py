@@ -122,6 +122,29 @@ async def test_a_redirect_to_another_origin_is_refused_and_names_the_base_url_to
     assert f"set base_url to {expected}" in message
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_redirect_is_named_without_its_query_fragment_or_password(
+    servers: tuple[Server, Server], kind: str
+) -> None:
+    first, other = servers
+    path = "/v1/chat/completions" if kind == "openai" else "/v1/messages"
+    signed = "X-Amz-Signature=c2lnbmVk&token=tok-Zq81"
+    first.status = 307
+    first.location = other.origin.replace("//", "//ann-Uq3:pw-Hk29@") + f"{path}?{signed}#key=k-Rr7"
+    with pytest.raises(ModelError) as info:
+        await ask(adapter(kind, first.origin), streaming=False)
+    assert other.seen == []
+    message = str(info.value)
+    for secret in ("c2lnbmVk", "tok-Zq81", "k-Rr7", "pw-Hk29", "ann-Uq3", "?", "#"):
+        assert secret not in message
+    assert (
+        f"redirect to {other.origin}{path} (another scheme or port; its user name and password, "
+        "query string and fragment left out)"
+    ) in message
+    expected = f"{other.origin}/v1" if kind == "openai" else other.origin
+    assert message.endswith(f"set base_url to {expected}")
+
+
 async def test_a_redirect_on_the_same_origin_is_not_followed_either(
     servers: tuple[Server, Server],
 ) -> None:

@@ -5,7 +5,10 @@ URL that answered with another host's address sent the prompt and the tools' res
 with Anthropic's ``x-api-key`` (the HTTP library strips only ``Authorization``). The
 adapters give the SDK a client that follows none, to another host or on the same one: an API
 that answers a request with a redirect is a ``base_url`` to correct, and the error says which
-address the server named. An ``http_client`` or a ``client`` the caller passes in keeps its
+address the server named. The address shown is scheme, host, port and path: a redirect's query
+string, fragment or ``user:password@`` can carry a key or a signature (``?key=...``, a signed
+URL) that the redaction patterns need not recognise, so the message leaves them out and says so.
+An ``http_client`` or a ``client`` the caller passes in keeps its
 own settings (``httpx2``'s default follows none; the SDKs' follows all).
 """
 
@@ -40,10 +43,13 @@ def refused_redirect(
         )
     target = urljoin(url, location)
     elsewhere = _elsewhere(target, url)
+    shown, hidden = _shown(target)
+    if hidden:
+        elsewhere += f"; its {_listed(hidden)} left out"
     fix = _base_url_for(target, url=url, base_url=base_url)
     advice = f"set base_url to {fix}" if fix else "set base_url to the API's own address"
     return ModelError(
-        f"{said} with a redirect to {target} ({elsewhere}); it was not followed (the request "
+        f"{said} with a redirect to {shown} ({elsewhere}); it was not followed (the request "
         f"carries the prompt and the API key, and goes only to base_url): if that is where the "
         f"API lives, {advice}",
         model=name,
@@ -61,9 +67,37 @@ def _elsewhere(target: str, url: str) -> str:
 
 
 def _origin(url: str) -> str:
-    """Scheme, host and port: where a URL's requests go."""
+    """Scheme, host and port: where a URL's requests go (without any ``user:password@``)."""
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}".lower()
+    return f"{parts.scheme}://{_host_port(parts.netloc)}".lower()
+
+
+def _host_port(netloc: str) -> str:
+    """``netloc`` without its userinfo: ``user:pass@host:8080`` is ``host:8080``."""
+    return netloc.rpartition("@")[2]
+
+
+def _shown(url: str) -> tuple[str, list[str]]:
+    """``url`` as an error may show it, and the names of the parts it leaves out.
+
+    Only scheme, host, port and path are shown: the query string, the fragment and the
+    userinfo are where a redirect carries a token or a signature.
+    """
+    parts = urlsplit(url)
+    host_port = _host_port(parts.netloc)
+    hidden: list[str] = []
+    if host_port != parts.netloc:
+        hidden.append("user name and password")
+    if parts.query:
+        hidden.append("query string")
+    if parts.fragment:
+        hidden.append("fragment")
+    return urlunsplit((parts.scheme, host_port, parts.path, "", "")), hidden
+
+
+def _listed(names: list[str]) -> str:
+    """``["a", "b", "c"]`` as ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _base_url_for(target: str, *, url: str, base_url: str) -> str | None:
@@ -77,4 +111,4 @@ def _base_url_for(target: str, *, url: str, base_url: str) -> str | None:
     if not endpoint or not where.path.endswith(endpoint):
         return None
     new_path = where.path[: len(where.path) - len(endpoint)]
-    return urlunsplit((where.scheme, where.netloc, new_path, "", ""))
+    return urlunsplit((where.scheme, _host_port(where.netloc), new_path, "", ""))
