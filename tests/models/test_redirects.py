@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tether._internal.redirects import refused_redirect
 from tether.errors import ModelError
 from tether.memory import OpenAIEmbedder
 from tether.messages import UserMessage
@@ -173,3 +174,18 @@ async def test_the_openai_embedder_follows_no_redirect_either(
     assert not info.value.transient
     assert str(info.value).startswith("the embedder openai:e: ")
     assert f"set base_url to {other.origin}/v1" in str(info.value)
+
+
+def test_a_redirect_to_an_address_that_is_not_a_url_is_still_a_model_error() -> None:
+    error = refused_redirect(
+        "m",
+        status=307,
+        url="http://127.0.0.1:9/v1/chat/completions",
+        location="http://[tok-Zq81/v1",
+        base_url="http://127.0.0.1:9/v1",
+    )
+    assert error.status_code == 307
+    assert str(error) == (
+        "m: http://127.0.0.1:9 answered HTTP 307 with a redirect to an address that is not a "
+        "URL; it was not followed; check base_url"
+    )

@@ -41,8 +41,16 @@ def refused_redirect(
             model=name,
             status_code=status,
         )
-    target = urljoin(url, location)
-    elsewhere = _elsewhere(target, url)
+    try:
+        target = urljoin(url, location)
+        elsewhere = _elsewhere(target, url)
+    except ValueError:  # "http://[bad": not an address; not echoed (it may hold a token)
+        return ModelError(
+            f"{said} with a redirect to an address that is not a URL; it was not followed; "
+            "check base_url",
+            model=name,
+            status_code=status,
+        )
     shown, hidden = _shown(target)
     if hidden:
         elsewhere += f"; its {_listed(hidden)} left out"
