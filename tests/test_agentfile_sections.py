@@ -73,10 +73,13 @@ def _doc(folder: Path) -> Path:
     ("text", "says"),
     [
         ('[memory]\nnamespace = "x"\n', "[memory]: database must be"),
-        ('[memory]\ndatabase = "m.db"\nembedder = "bert"\n', "embedder is 'minilm'"),
-        ('[memory]\ndatabase = "m.db"\nttl = -5\n', "ttl is a positive number"),
-        ('[memory]\ndatabase = "m.db"\nttl = inf\n', "ttl is a positive number"),
-        ('[memory]\ndatabase = "m.db"\nttl = nan\n', "ttl is a positive number"),
+        (
+            '[memory]\ndatabase = "m.db"\nembedder = "bert"\n',
+            'embedder must be "minilm", or left out, not "bert" (a string)',
+        ),
+        ('[memory]\ndatabase = "m.db"\nttl = -5\n', "ttl must be a positive number of seconds"),
+        ('[memory]\ndatabase = "m.db"\nttl = inf\n', "ttl must be a positive number of seconds"),
+        ('[memory]\ndatabase = "m.db"\nttl = nan\n', "ttl must be a positive number of seconds"),
         ('[memory]\ndatabase = "m.db"\nrecal_limit = 3\n', "recal_limit"),
         ('[knowledge]\ndatabase = "kb.db"\nlimt = 3\n', "limt"),
         ('[thinking]\nplan = "yes"\n', "plan must be true or false"),

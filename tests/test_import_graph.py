@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether._internal.daemonthreads",
             "tether._internal.textcut",
             "tether._internal.redirects",
+            "tether._internal.optionkinds",
             "tether.jsontypes",
             "tether.content",
             "tether.messages",

@@ -43,7 +43,9 @@ database = "memory.db"
 require_approval = [{ tools = ["write_file"] }]
 ```
 
-Every key is checked: a mistake is a ``ConfigError`` that names the file and the key. A
+Every key is checked: a mistake is a ``ConfigError`` that names the file and the key, and a
+value of the wrong kind says what was given and what the key takes (checked against the type
+of the option it sets: ``tether._internal.optionkinds``). A
 ``function`` entry imports and runs Python code, and an ``[[mcp]]`` command starts a
 program: an agent file is as trusted as code. An MCP server's tools are listed when the
 file is loaded; each call opens the session it needs (see ``McpServer.tools_now``).
@@ -62,6 +64,7 @@ from typing import TYPE_CHECKING, Any, cast
 import orjson
 
 from tether._internal.configfiles import import_ref, read_regular, read_toml
+from tether._internal.optionkinds import checked_options, wrong_kind
 from tether.agent import Agent
 from tether.agentsections import knowledge_section, memory_section, thinking_section
 from tether.errors import ConfigError, TetherError
@@ -84,6 +87,8 @@ _MCP_KEYS = frozenset(
 )  # fmt: skip
 _PHASES = ("plan", "think", "reflect", "respond")
 _PATHS = {"files": ("root",), "shell": ("workspace",), "sql": ("database",)}
+_PACK_PATHS = ("root", "workspace", "database")
+_MODEL = 'a model string such as "local" or "openai:gpt-4o", or a [model] table'
 
 
 def _calculator() -> list[Tool]:
@@ -120,6 +125,19 @@ def _sql(**options: Any) -> list[Tool]:
     from tether.tools.builtin import sql_tool
 
     return [sql_tool(**options)]
+
+
+def _builtin_options(name: str) -> Callable[..., Any]:
+    """The function whose parameters are the options of the built-in tool set ``name``."""
+    from tether.tools import builtin
+
+    factories: dict[str, Callable[..., Any]] = {
+        "files": builtin.file_tools,
+        "http": builtin.http_tools,
+        "shell": builtin.shell_tool,
+        "sql": builtin.sql_tool,
+    }
+    return factories.get(name, BUILTINS[name])
 
 
 BUILTINS: Mapping[str, Callable[..., list[Tool]]] = {
@@ -167,7 +185,9 @@ def _agent(data: Mapping[str, Any], file: Path) -> Agent[Any]:
         raise ConfigError(f"{file}: give instructions or instructions_file, not both")
     instructions = _string(data, "instructions", file) or ""
     if "instructions_file" in data:
-        text_file = file.parent / _required(data, "instructions_file", file)
+        text_file = file.parent / _required(
+            data, "instructions_file", file, 'a path string such as "./instructions.md"'
+        )
         raw = _read_beside(text_file, file, "instructions_file")
         try:
             instructions = raw.decode("utf-8")
@@ -177,7 +197,7 @@ def _agent(data: Mapping[str, Any], file: Path) -> Agent[Any]:
             ) from None
     can_ask = data.get("can_ask_user", False)
     if not isinstance(can_ask, bool):
-        raise ConfigError(f"{file}: can_ask_user must be true or false, not {can_ask!r}")
+        raise wrong_kind(str(file), "can_ask_user", can_ask, "true or false")
     options: dict[str, Any] = {}
     if "policy" in data:
         from tether.policy import RulePolicy
@@ -189,7 +209,7 @@ def _agent(data: Mapping[str, Any], file: Path) -> Agent[Any]:
     if isinstance(data.get("model"), dict):  # what the model must do: tether picks one
         model = _built(ModelNeeds, _table(data["model"], file, "[model]"), file, "[model]")
     else:
-        model = _string(data, "model", file)
+        model = _string(data, "model", file, _MODEL)
     sections = {
         "memory": memory_section,
         "knowledge": knowledge_section,
@@ -226,7 +246,9 @@ def _output(data: Mapping[str, Any], file: Path) -> JsonObject | None:
         return cast(JsonObject, _table(data["output"], file, "[output]"))
     if "output_file" not in data:
         return None
-    schema_file = file.parent / _required(data, "output_file", file)
+    schema_file = file.parent / _required(
+        data, "output_file", file, 'a path string such as "./schema.json"'
+    )
     try:
         schema = orjson.loads(_read_beside(schema_file, file, "output_file"))
     except orjson.JSONDecodeError as exc:
@@ -246,23 +268,27 @@ def _read_beside(path: Path, file: Path, key: str) -> bytes:
         raise ConfigError(f"{file}: {key}: cannot read {path}: {exc}") from None
 
 
-def _string(data: Mapping[str, Any], key: str, file: Path) -> str | None:
+def _string(
+    data: Mapping[str, Any], key: str, file: Path, expected: str = "a non-empty string"
+) -> str | None:
     value = data.get(key)
     if value is None:
         return None
-    return _required(data, key, file)
+    return _required(data, key, file, expected)
 
 
-def _required(data: Mapping[str, Any], key: str, file: Path) -> str:
+def _required(
+    data: Mapping[str, Any], key: str, file: Path, expected: str = "a non-empty string"
+) -> str:
     value = data.get(key)
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{file}: {key} must be a non-empty string, not {value!r}")
+        raise wrong_kind(str(file), key, value, expected)
     return value
 
 
 def _table(value: object, file: Path, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{file}: {where} must be a table, not {value!r}")
+        raise wrong_kind(str(file), where, value, "a table")
     return cast(dict[str, Any], value)
 
 
@@ -275,15 +301,20 @@ def _limits(value: object, file: Path) -> Limits:
     return _built(Limits, table, file, "[limits]")
 
 
-def _built(kind: Callable[..., Any], table: Mapping[str, Any], file: Path, where: str) -> Any:
-    parameters = inspect.signature(kind).parameters
-    known = set(parameters)
-    unknown = sorted(set(table) - known)
-    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    if unknown and not open_ended:  # a factory's own keywords: its TypeError names the key
-        raise ConfigError(
-            f"{file}: {where}: unknown keys {unknown} (known: {', '.join(sorted(known))})"
-        )
+def _built(
+    kind: Callable[..., Any],
+    table: Mapping[str, Any],
+    file: Path,
+    where: str,
+    *,
+    options_of: Callable[..., Any] | None = None,
+    paths: tuple[str, ...] = (),
+) -> Any:
+    """``kind`` called with a table's options, each checked against its parameters' types.
+
+    ``options_of`` is the function whose parameters the options are, when ``kind`` wraps it.
+    """
+    table = checked_options(kind, table, f"{file}: {where}", options_of=options_of, paths=paths)
     try:
         return kind(**table)
     except ConfigError as exc:
@@ -294,7 +325,7 @@ def _built(kind: Callable[..., Any], table: Mapping[str, Any], file: Path, where
 
 def _tools(value: object, file: Path) -> list[Tool]:
     if not isinstance(value, list):
-        raise ConfigError(f"{file}: tools must be an array of [[tools]] tables, not {value!r}")
+        raise wrong_kind(str(file), "tools", value, "an array of [[tools]] tables")
     tools: list[Tool] = []
     for index, entry in enumerate(cast(list[object], value), start=1):
         where = f"[[tools]] #{index}"
@@ -314,14 +345,23 @@ def _tools(value: object, file: Path) -> list[Tool]:
             tools.append(_function(ref, file, where))
             continue
         name = table.pop("builtin")
-        factory = BUILTINS.get(name) if isinstance(name, str) else None
+        if not isinstance(name, str):
+            raise wrong_kind(f"{file}: {where}", "builtin", name, _one_of(BUILTINS))
+        factory = BUILTINS.get(name)
         if factory is None:
-            raise ConfigError(
-                f"{file}: {where}: builtin {name!r} is not one of {', '.join(sorted(BUILTINS))}"
-            )
-        for key in _PATHS.get(cast(str, name), ()):
+            raise ConfigError(f"{file}: {where}: builtin {name!r} is not {_one_of(BUILTINS)}")
+        paths = _PATHS.get(name, ())
+        for key in paths:
             _relative(table, key, file)
-        tools.extend(_made_tools(_built(factory, table, file, f"{where} ({name})"), file, where))
+        made = _built(
+            factory,
+            table,
+            file,
+            f"{where} ({name})",
+            options_of=_builtin_options(name),
+            paths=paths,
+        )
+        tools.extend(_made_tools(made, file, where))
     return tools
 
 
@@ -347,17 +387,18 @@ def _from_pack(table: dict[str, Any], file: Path, where: str) -> list[Tool]:
 
     ref = table.pop("pack")
     if not isinstance(ref, str):
-        raise ConfigError(f"{file}: {where}: pack must be 'PACK/TOOLS', not {ref!r}")
+        raise wrong_kind(f"{file}: {where}", "pack", ref, 'a string such as "engineering/shell"')
     try:
         factory = pack_tools(ref)
     except ConfigError as exc:
         raise ConfigError(f"{file}: {where}: {exc}") from None
     accepts = inspect.signature(factory).parameters
-    for key in ("root", "workspace", "database"):  # paths relative to the file, as builtins'
+    for key in _PACK_PATHS:  # paths relative to the file, as builtins'
         if key in accepts and key != "database" and key not in table:
             table[key] = str(file.parent.resolve())  # not the directory a command runs in
         _relative(table, key, file)
-    return _made_tools(_built(factory, table, file, f"{where} ({ref})"), file, f"{where} ({ref})")
+    where = f"{where} ({ref})"
+    return _made_tools(_built(factory, table, file, where, paths=_PACK_PATHS), file, where)
 
 
 def _relative(table: dict[str, Any], key: str, file: Path) -> None:
@@ -374,7 +415,7 @@ def _relative(table: dict[str, Any], key: str, file: Path) -> None:
 
 def _mcp_servers(value: object, file: Path) -> list[Tool]:
     if not isinstance(value, list):
-        raise ConfigError(f"{file}: mcp must be an array of [[mcp]] tables, not {value!r}")
+        raise wrong_kind(str(file), "mcp", value, "an array of [[mcp]] tables")
     tools: list[Tool] = []
     for index, entry in enumerate(cast(list[object], value), start=1):
         table = _table(entry, file, f"[[mcp]] #{index}")
@@ -400,24 +441,24 @@ def _mcp_server(table: Mapping[str, Any], file: Path) -> list[Tool]:
         raise ConfigError("give command = [program, args...] (stdio) or url = '...' (HTTP)")
     name, timeout = table.get("name"), table.get("timeout", 60.0)
     if not isinstance(name, str):
-        raise ConfigError(f"name must be a string, not {name!r}")
+        raise wrong_kind("", "name", name, 'a string such as "time"')
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
         or not math.isfinite(timeout)
         or timeout <= 0
     ):
-        raise ConfigError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        raise wrong_kind("", "timeout", timeout, "a positive number of seconds such as 60")
     only = table.get("only")
     if only is not None and not _strings(only):
-        raise ConfigError(f"only must be an array of tool names, not {only!r}")
+        raise wrong_kind("", "only", only, 'an array of tool names such as ["get_time"]')
     prefix = table.get("prefix", "")
     if not isinstance(prefix, str):
-        raise ConfigError(f"prefix must be a string, not {prefix!r}")
+        raise wrong_kind("", "prefix", prefix, 'a string such as "time_"')
     if "url" in table:
         url = table["url"]
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigError(f"url must be an http(s) URL, not {url!r}")
+            raise wrong_kind("", "url", url, 'an http(s) URL such as "http://127.0.0.1:8000/mcp"')
         if {"env", "cwd"} & set(table):
             raise ConfigError("env and cwd are for a server started with command, not url")
         headers = _expanded(table.get("headers", {}), "headers")
@@ -434,13 +475,13 @@ def _stdio_server(name: str, table: Mapping[str, Any], file: Path, timeout: floa
 
     command = table["command"]
     if not _strings(command) or not command:
-        raise ConfigError(f"command must be an array of strings, not {command!r}")
+        raise wrong_kind("", "command", command, 'an array of strings such as ["python", "x.py"]')
     if "headers" in table:
         raise ConfigError("headers are for a server reached by url, not command")
     env = _expanded(table["env"], "env") if "env" in table else None
     cwd = table.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
-        raise ConfigError(f"cwd must be a string, not {cwd!r}")
+        raise wrong_kind("", "cwd", cwd, 'a path string such as "./server"')
     program, *args = cast(list[str], command)
     if "/" in program and not Path(program).is_absolute():  # ./server.py: beside the file
         program = str((file.parent / program).resolve())
@@ -454,6 +495,10 @@ def _stdio_server(name: str, table: Mapping[str, Any], file: Path, timeout: floa
     )
 
 
+def _one_of(names: Mapping[str, object]) -> str:
+    return f"one of {', '.join(sorted(names))}"
+
+
 def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in cast(list[object], value))
 
@@ -463,7 +508,10 @@ def _expanded(value: object, key: str) -> dict[str, str]:
     if not isinstance(value, dict) or not all(
         isinstance(v, str) for v in cast(dict[str, object], value).values()
     ):
-        raise ConfigError(f"{key} must be a table of strings")  # its values may be secrets
+        expected = 'a table of strings such as { NAME = "value" }'
+        raise wrong_kind(
+            "", key, cast(object, value), expected, show=False
+        )  # its values may be secrets
 
     def variable(match: re.Match[str]) -> str:
         found = os.environ.get(match.group(1))
@@ -480,6 +528,8 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 def _function(ref: object, file: Path, where: str) -> Tool:
     from tether.tools.function import function_tool
 
+    if not isinstance(ref, str):
+        raise wrong_kind(f"{file}: {where}", "function", ref, 'a string such as "tools:lookup"')
     try:
         value = import_ref(ref, "function", beside=file.parent)
     except ConfigError as exc:

@@ -27,7 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tether.errors import ConfigError
+from tether._internal.optionkinds import wrong_kind
 from tether.memory.base import Memory
 
 __all__ = ["knowledge_section", "memory_section", "thinking_section"]
@@ -40,16 +40,19 @@ def _store(table: dict[str, Any], file: Path, where: str) -> Memory:
     database = table.pop("database", None)
     embedder_name = table.pop("embedder", None)
     if not isinstance(database, str) or not database:
-        raise ConfigError(f"{file}: {where}: database must be a SQLite file or a postgresql:// URL")
+        raise wrong_kind(
+            f"{file}: {where}",
+            "database",
+            database,
+            'a SQLite file\'s path such as "memory.db", or a URL such as "postgresql://host/db"',
+        )
     embedder: Any = None
     if embedder_name == "minilm":
         from tether.memory import MiniLMEmbedder
 
         embedder = MiniLMEmbedder()
     elif embedder_name is not None:
-        raise ConfigError(
-            f"{file}: {where}: embedder is 'minilm' or left out, not {embedder_name!r}"
-        )
+        raise wrong_kind(f"{file}: {where}", "embedder", embedder_name, '"minilm", or left out')
     if database.startswith(("postgresql://", "postgres://")):
         from tether.memory import PostgresMemory
 
@@ -70,9 +73,8 @@ def memory_section(
     ttl = table.get("ttl")
     if ttl is not None:
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < 1e10:
-            raise ConfigError(
-                f"{file}: [memory]: ttl is a positive number of seconds (below 1e10), not {ttl!r}"
-            )
+            expected = "a positive number of seconds below 1e10, such as 2592000"
+            raise wrong_kind(f"{file}: [memory]", "ttl", ttl, expected)
         table["ttl"] = timedelta(seconds=ttl)
     return build(Remember, {"memory": memory, **table}, file, "[memory]")
 
@@ -96,10 +98,6 @@ def thinking_section(
     """``[thinking]``: a ``Thinking`` of the stages the table turns on (true/false each)."""
     from tether.thinking import Thinking
 
-    table = dict(table_of(value, file, "[thinking]"))
-    for stage in ("plan", "reflect", "route"):
-        if stage in table and not isinstance(table[stage], bool):
-            raise ConfigError(
-                f"{file}: [thinking]: {stage} must be true or false, not {table[stage]!r}"
-            )
-    return build(Thinking, table, file, "[thinking]")
+    # plan, reflect and route take true or false here (a Planner object only in Python):
+    # ``build`` checks each option against its type
+    return build(Thinking, dict(table_of(value, file, "[thinking]")), file, "[thinking]")

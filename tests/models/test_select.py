@@ -125,7 +125,7 @@ def test_an_agent_file_asks_for_capabilities(tmp_path: Path, scripted: str) -> N
     for table, says in [
         ("[model]\nlocal = true\n", "[model]: unknown keys ['local']"),
         ("[model]\nmin_context = 0\n", "min_context must be a positive int"),
-        ("[model]\nprefer = 'local'\n", "prefer is a list of model strings"),
+        ("[model]\nprefer = 'local'\n", "prefer must be an array of strings"),
     ]:
         path.write_text(f'name = "a"\n{table}')
         with pytest.raises(ConfigError) as raised:

@@ -56,6 +56,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from tether._internal.optionkinds import wrong_kind
 from tether.errors import ConfigError
 from tether.policy.rules import (
     ArgCondition,
@@ -300,14 +301,14 @@ def _known(table: Mapping[str, Any], keys: set[str] | Mapping[str, object], wher
 
 def _table(value: object, where: str) -> Mapping[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be a table")
+        raise wrong_kind("", where, value, "a table")
     return cast(Mapping[str, Any], value)
 
 
 def _tables(data: Mapping[str, Any], key: str, source: str) -> list[Mapping[str, Any]]:
     value = data.get(key, [])
     if not isinstance(value, list):
-        raise ConfigError(f"{source}: {key} must be an array of tables ([[{key}]])")
+        raise wrong_kind(source, key, value, f"an array of tables ([[{key}]])")
     return [_table(t, f"{source}: {key}[{i}]") for i, t in enumerate(cast(list[object], value))]
 
 
@@ -350,7 +351,8 @@ def _rules(data: Mapping[str, Any], key: str, make: Callable[..., Rule], source:
             raise ConfigError(f"{where}: tools {exc}") from None
         when_raw = table.get("when", [])
         if not isinstance(when_raw, list):
-            raise ConfigError(f"{where}: when must be an array of inline tables")
+            expected = 'an array of inline tables such as [{ arg = "path", op = "glob", value = "docs/*" }]'
+            raise wrong_kind(where, "when", when_raw, expected)
         conditions: list[ArgCondition] = []
         for j, raw in enumerate(cast(list[object], when_raw)):
             at = f"{where}: when[{j}]"
