@@ -8,6 +8,11 @@ the three offsets it can start at. ``KnownSecrets`` finds them all with one RE2 
 (longest first): linear in the text, whatever their number and whatever a tool built to
 make the search slow; a base64 form found inside a longer base64 text redacts that whole
 text.
+
+A ``KnownSecrets`` belongs to one run (its journal holds it), with the regexes built for its
+secrets: they live as long as the run and are dropped at its end (``forget``). They used to
+be kept by the ``Redactor``, which an agent's runs share: one run's secrets stayed in memory
+after it ended, for as long as the agent did.
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ from __future__ import annotations
 import base64
 import importlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol, cast
 from urllib.parse import quote, quote_plus
 
-__all__ = ["BASE64", "KnownSecrets", "base_kind", "encoded_forms"]
+__all__ = ["BASE64", "KnownSecrets", "base_kind", "encoded_forms", "run_scoped"]
 
 BASE64 = "+base64"
 """What a known secret's kind ends in when the value is the secret's base64 form."""
@@ -32,7 +37,7 @@ _TAIL = 32
 """Secrets fewer than this at the end of a run's are searched for with one regex (rebuilt as
 they change: a small one)."""
 _MAX_PARTS = 64
-"""Regexes kept for the parts of the runs' secrets."""
+"""Regexes kept for the parts of a run's secrets (the tails its earlier secrets left)."""
 _MAX_PART = 1024
 """Secrets in one regex at most."""
 
@@ -76,22 +81,67 @@ class _Alternation(Protocol):
     def finditer(self, text: str) -> Iterator[_Match]: ...
 
 
-class KnownSecrets:
-    """Finds the secrets of a mapping (secret -> kind) in a text, with one regex per part.
+class KnownSecrets(Mapping[str, str]):
+    """The secrets one run knows (secret -> kind), and the search for them in a text.
 
     A run's known secrets only grow, each new one after the others: a regex is built for
     each part of them, a power of two in size from the first (at most 1,024: RE2's memory
     for one stays small), and one for the last few together, so that a new secret rebuilds
-    only the last part (each rebuild would cost as much as all of them).
+    only the last part (each rebuild would cost as much as all of them). The regexes are
+    this run's own (and those of the ``joined`` views it makes), dropped by ``forget``.
+
+    Args:
+        kinds: The secrets known so far, by kind.
     """
 
-    __slots__ = ("_parts",)
+    __slots__ = ("_kinds", "_parts", "_secrets")
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: Mapping[str, str] | None = None) -> None:
+        self._kinds: dict[str, str] = {} if kinds is None else dict(kinds)
+        self._secrets: tuple[str, ...] | None = None  # the keys, in order (made when needed)
         self._parts: dict[tuple[str, ...], _Alternation] = {}
 
-    def _regexes(self, secrets: tuple[str, ...]) -> list[_Alternation]:
-        if len(self._parts) > _MAX_PARTS:  # runs at once, each with its own
+    def __getitem__(self, secret: str) -> str:
+        return self._kinds[secret]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kinds)
+
+    def __len__(self) -> int:
+        return len(self._kinds)
+
+    def __contains__(self, secret: object) -> bool:
+        return secret in self._kinds
+
+    def __repr__(self) -> str:
+        return f"KnownSecrets({len(self._kinds)} secrets)"  # never the secrets
+
+    def learn(self, values: Iterable[tuple[str, str]]) -> None:
+        """Add ``(secret, kind)`` pairs; a secret known already keeps its kind."""
+        kinds = self._kinds
+        before = len(kinds)
+        for secret, kind in values:
+            kinds.setdefault(secret, kind)
+        if len(kinds) != before:
+            self._secrets = None
+
+    def joined(self, values: Mapping[str, str]) -> KnownSecrets:
+        """These secrets and ``values`` (whose kinds win), sharing this run's regexes."""
+        joined = KnownSecrets({**self._kinds, **values})
+        joined._parts = self._parts  # the same run: its parts are these, and more
+        return joined
+
+    def forget(self) -> None:
+        """Drop the secrets and their regexes: the run is over."""
+        self._kinds.clear()
+        self._parts.clear()
+        self._secrets = None
+
+    def _regexes(self) -> list[_Alternation]:
+        secrets = self._secrets
+        if secrets is None:
+            secrets = self._secrets = tuple(self._kinds)
+        if len(self._parts) > _MAX_PARTS:  # stale tails: rebuilt as needed
             self._parts.clear()
         out: list[_Alternation] = []
         start = 0
@@ -106,15 +156,16 @@ class KnownSecrets:
             start += size
         return out
 
-    def spans(self, text: str, known: Mapping[str, str]) -> list[tuple[int, int, str]]:
+    def spans(self, text: str) -> list[tuple[int, int, str]]:
         """``(start, end, kind)`` of each known secret in ``text``, leftmost and longest first.
 
         A base64 form is widened to the base64 text around it (its neighbours hold bits of
         the secret); a secret inside a ``[REDACTED:...]`` marker is not one.
         """
+        known = self._kinds
         found: list[tuple[int, int]] = []
         try:
-            for regex in self._regexes(tuple(known)):
+            for regex in self._regexes():
                 found.extend(match.span() for match in regex.finditer(text))
         except UnicodeEncodeError:  # a lone surrogate (RE2 reads UTF-8): one search each
             found = [
@@ -145,6 +196,16 @@ class KnownSecrets:
                     continue
             out.append((start, end, kind))
         return out
+
+
+def run_scoped(known: Mapping[str, str] | None) -> KnownSecrets | None:
+    """``known`` as a ``KnownSecrets`` (itself if it is one; ``None`` if there are none).
+
+    A plain mapping gets regexes of its own, dropped with it when the call that made it ends.
+    """
+    if not known:
+        return None
+    return known if isinstance(known, KnownSecrets) else KnownSecrets(known)
 
 
 def _occurrences(text: str, secret: str) -> Iterator[int]:

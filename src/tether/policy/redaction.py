@@ -20,7 +20,7 @@ from dataclasses import fields, is_dataclass, replace
 from typing import Any, cast
 
 from tether.errors import ConfigError
-from tether.policy.knownsecrets import KnownSecrets, base_kind, encoded_forms
+from tether.policy.knownsecrets import KnownSecrets, base_kind, encoded_forms, run_scoped
 from tether.policy.readings import read, visible
 from tether.policy.secretpatterns import (
     PERSONAL_PATTERNS,
@@ -125,8 +125,8 @@ class Redactor:
         self._personal_probe = PERSONAL_PROBE if personal else None
         self._always = bool(patterns or callables)
         self.active = bool(chosen or callables)
-        self._known = KnownSecrets()
-        """The regexes of the known secrets met lately."""
+        # No state of a run's: a redactor is shared by an agent's runs, and the secrets one
+        # run learns (and the regexes that find them) are that run's (``KnownSecrets``)
 
     def __repr__(self) -> str:
         kinds = ", ".join(k for k, _, _ in self._patterns)
@@ -151,8 +151,11 @@ class Redactor:
         """``text`` with every match, and every ``known`` secret, replaced by ``[REDACTED:kind]``.
 
         ``known`` maps secrets found earlier in the run to their kinds: once a value is known
-        to be a secret, it is one wherever it appears (in words no pattern would match).
+        to be a secret, it is one wherever it appears (in words no pattern would match). A
+        run passes its ``KnownSecrets``, whose regexes it keeps; for another mapping they are
+        built for this call.
         """
+        known = run_scoped(known)
         present = secret_words_in(text) if self._secrets else 0
         for kind, regex, bits in self._patterns:
             if bits and not bits & present:
@@ -173,9 +176,9 @@ class Redactor:
                 text = changed
         return text
 
-    def _redact_known(self, text: str, found: Redaction | None, known: Mapping[str, str]) -> str:
+    def _redact_known(self, text: str, found: Redaction | None, known: KnownSecrets) -> str:
         """``text`` with the ``known`` secrets in it redacted (one pass, longest first)."""
-        spans = self._known.spans(text, known)
+        spans = known.spans(text)
         if not spans:
             return text
         seen: set[str] = set()
@@ -187,7 +190,7 @@ class Redactor:
         return _splice(text, [(start, end, base_kind(kind)) for start, end, kind in spans])
 
     def _redact_reading(
-        self, text: str, found: Redaction | None, known: Mapping[str, str] | None
+        self, text: str, found: Redaction | None, known: KnownSecrets | None
     ) -> str:
         r"""``text`` with the secrets its reading shows redacted where they stand.
 
@@ -212,7 +215,7 @@ class Redactor:
         return _splice(text, spans)
 
     def _reading_spans(
-        self, plain: str, found: Redaction | None, known: Mapping[str, str] | None
+        self, plain: str, found: Redaction | None, known: KnownSecrets | None
     ) -> list[tuple[int, int, str]]:
         """What to redact in ``plain``, as the patterns would one after the other."""
         spans: list[tuple[int, int, str]] = []
@@ -227,7 +230,7 @@ class Redactor:
                     self._hit(match, kind, found)  # noted only if redacted
                     spans.append((*hit, kind))
         if known:
-            for start, end, kind in self._known.spans(plain, known):
+            for start, end, kind in known.spans(plain):
                 if taken.add(start, end):
                     spans.append((start, end, base_kind(kind)))
         return spans
@@ -268,13 +271,16 @@ class Redactor:
         ``skip`` names fields that hold only tether's own identifiers and hashes; ``known``
         maps the secrets found earlier in the run to their kinds (see ``redact_text``).
         """
+        known = run_scoped(known)
         found = Redaction()
         self._redact_fields(event, skip, found, known)
-        if any(known is None or v not in known for v in found.values):
-            # a secret this event revealed may stand bare elsewhere in it: once more, with it
-            self._redact_fields(event, skip, found, {**(known or {}), **found.values})
-        if found.count and (known or found.values):  # a path may pass through a secret key
-            secrets = {**(known or {}), **found.values}
+        secrets = known
+        if found.values:
+            secrets = _joined(known, found.values)
+            if any(known is None or v not in known for v in found.values):
+                # a secret this event revealed may stand bare elsewhere in it: once more
+                self._redact_fields(event, skip, found, secrets)
+        if found.count and secrets:  # a path may pass through a secret key
             found.fields[:] = dict.fromkeys(
                 self._redact_known(f, None, secrets) for f in found.fields
             )
@@ -361,6 +367,7 @@ class Redactor:
         self, value: Any, path: str, found: Redaction, known: Mapping[str, str] | None = None
     ) -> Any:
         """``value`` with its strings redacted (dataclasses, dicts, lists and tuples walked)."""
+        known = run_scoped(known)
         if isinstance(value, str):
             before = found.count
             text = self.redact_text(value, found, known)
@@ -416,6 +423,11 @@ def _splice(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
         done = end
     pieces.append(text[done:])
     return "".join(pieces)
+
+
+def _joined(known: KnownSecrets | None, values: Mapping[str, str]) -> KnownSecrets:
+    """``known`` and ``values`` (a run's secrets and those an event just revealed)."""
+    return KnownSecrets(values) if known is None else known.joined(values)
 
 
 def _learn(found: Redaction, value: str, kind: str) -> None:

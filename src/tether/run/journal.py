@@ -23,6 +23,7 @@ from tether.auditkey import AuditKeySetting, resolve_audit_key
 from tether.codec import MAX_LINE_BYTES, decode_line, encode_line, hashed_fields, kept
 from tether.errors import ConfigError, LogError, StoreError, StoreWriteError
 from tether.events import GENESIS_HASH, Event, EventBase, Redacted, RunFinished
+from tether.policy.knownsecrets import KnownSecrets
 from tether.policy.redaction import Redaction, Redactor
 from tether.sinks import EventSink
 
@@ -256,8 +257,9 @@ class Journal:
         self._passed: dict[tuple[str, ...], bool] = (
             {} if self._redactor is None else _PASSED.setdefault(self._redactor, {})
         )
-        self._known: dict[str, str] = {}
-        """Secrets found in this run so far, by kind: redacted wherever they appear again."""
+        self._known = KnownSecrets()
+        """Secrets found in this run so far, by kind: redacted wherever they appear again.
+        This run's alone, with the regexes that find them: ``close`` drops them."""
         self._known_probe: tuple[bytes, ...] = ()
         """``_known``'s secrets as they appear in JSON (what the probe searches)."""
         self._unseen = True  # the next event gets the redaction probe (``add_seen``: not)
@@ -341,8 +343,7 @@ class Journal:
 
     def _learn(self, values: Mapping[str, str]) -> None:
         """Remember the secrets an event held: the rest of the run redacts them anywhere."""
-        for secret, kind in values.items():
-            self._known.setdefault(secret, kind)
+        self._known.learn(values.items())
         self._known_probe = tuple(_dumps(secret)[1:-1] for secret in self._known)
         self._seen.clear()  # a text that passed before may hold one of them now
 
@@ -378,7 +379,7 @@ class Journal:
         out = redactor.redact_value(value, "value", found, self._known)
         if any(v not in self._known for v in found.values):  # as ``redact_event_fields``
             out = redactor.redact_value(
-                value, "value", Redaction(), {**self._known, **found.values}
+                value, "value", Redaction(), self._known.joined(found.values)
             )
         return out
 
@@ -491,6 +492,24 @@ class Journal:
         self._started.append(sink)
 
     async def close(self) -> None:
-        """Close every sink."""
+        """Close every sink, and forget the secrets the run learnt: it is over."""
+        self.forget_secrets()
         for sink in self.sinks:
             await sink.close()
+
+    def forget_secrets(self) -> None:
+        """Drop the secrets this run learnt, and the regexes that find them.
+
+        Redaction of the events still to come rests on the patterns alone: call it once the
+        run has ended (``close`` does). The verdicts the agent's runs share (``_PASSED``)
+        lose every text that holds one of them (a goal that named a password the run learnt
+        later): none of this run's secrets outlives it there either.
+        """
+        known = self._known
+        if known and self._passed:
+            for texts in list(self._passed):  # at most 1,024: one search each
+                if any(known.spans(text) for text in texts):
+                    self._passed.pop(texts, None)
+        known.forget()
+        self._known_probe = ()
+        self._seen.clear()  # verdicts that counted them
