@@ -86,7 +86,7 @@ def test_what_a_file_cannot_hold_is_said_so_and_what_cannot_be_judged_is_let_thr
     with pytest.raises(ConfigError) as raised:
         checked_options(_configured, {"hook": "x"}, "f.toml: [t]")
     assert str(raised.value) == (
-        'f.toml: [t]: hook cannot be set in a file (it takes a Python object), not "x" (a string)'
+        'f.toml: [t]: hook must be left out (it takes a Python object), not "x" (a string)'
     )
     # a Protocol isinstance cannot check, and Any: the function itself judges them
     assert checked_options(_configured, {"reader": "x", "extra": 1}, "f.toml") == {

@@ -23,6 +23,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, Literal, cast
 
@@ -130,31 +131,31 @@ def checked_options(
     return checked
 
 
-class _Misfit(Exception):
-    """A value that is not what its option takes (raised and caught inside this module)."""
+@dataclass(frozen=True, kw_only=True)
+class _Misfit:
+    """A value that is not what its option takes (what ``_fitted`` returns then)."""
 
-    def __init__(self, key: str, given: object, expected: str | None) -> None:
-        super().__init__(key)
-        self.key = key
-        self.given = given
-        self.expected = expected
+    key: str
+    """The option, dotted down to the part at fault: ``limits.cpu_seconds``, ``allow[1]``."""
+    given: object
+    """The value there."""
+    expected: str | None
+    """What it takes, in words (``None``: nothing a file can write)."""
 
 
 def _converted(annotation: object, value: object, key: str, where: str, *, path: bool) -> object:
     try:
-        return _fitted(annotation, value, key, path=path)
+        fitted = _fitted(annotation, value, key, path=path)
     except ConfigError as exc:  # a table made into a dataclass refused it
         raise ConfigError(f"{where}: {exc}") from None
-    except _Misfit as misfit:
-        if misfit.expected is None:
-            raise ConfigError(
-                f"{where}: {misfit.key} cannot be set in a file (it takes a Python object), "
-                f"not {shown(misfit.given)}"
-            ) from None
-        secret = any(part in _SECRET_KEYS for part in re.split(r"[.\[]", misfit.key.lower()))
+    if not isinstance(fitted, _Misfit):
+        return fitted
+    secret = any(part in _SECRET_KEYS for part in re.split(r"[.\[]", fitted.key.lower()))
+    if fitted.expected is None:
         raise wrong_kind(
-            where, misfit.key, misfit.given, misfit.expected, show=not secret
-        ) from None
+            where, fitted.key, fitted.given, "left out (it takes a Python object)", show=not secret
+        )
+    raise wrong_kind(where, fitted.key, fitted.given, fitted.expected, show=not secret)
 
 
 def _fitted(annotation: object, value: object, key: str, *, path: bool) -> object:
@@ -163,14 +164,16 @@ def _fitted(annotation: object, value: object, key: str, *, path: bool) -> objec
     path = path or any(_is_path_type(m) for m in options)
     inner: _Misfit | None = None
     for member in options:
-        try:
-            return _fitted_one(member, value, key, path=path)
-        except _Misfit as misfit:
-            if misfit.key != key and inner is None:  # the value's shape fits; a part does not
-                inner = misfit
-    if inner is not None:
-        raise inner
-    raise _Misfit(key, value, described(annotation, path=path))
+        fitted = _fitted_one(member, value, key, path=path)
+        if not isinstance(fitted, _Misfit):
+            return fitted
+        if fitted.key != key and inner is None:  # the value's shape fits; a part does not
+            inner = fitted
+    return inner or _Misfit(key=key, given=value, expected=described(annotation, path=path))
+
+
+def _first_misfit(values: Iterable[object]) -> _Misfit | None:
+    return next((v for v in values if isinstance(v, _Misfit)), None)
 
 
 def _fitted_one(annotation: object, value: object, key: str, *, path: bool) -> object:  # noqa: C901 - one case per kind of type
@@ -204,13 +207,14 @@ def _fitted_one(annotation: object, value: object, key: str, *, path: bool) -> o
         if isinstance(value, Mapping):
             item = args[1] if len(args) == 2 else Any
             table = cast(Mapping[object, object], value)
-            return {k: _fitted(item, v, f"{key}.{k}", path=path) for k, v in table.items()}
+            fitted = {k: _fitted(item, v, f"{key}.{k}", path=path) for k, v in table.items()}
+            return _first_misfit(fitted.values()) or fitted
     elif origin in _ARRAYS:
         if isinstance(value, list | tuple):
             item = Any if not args or (origin is tuple and args[-1] is not Ellipsis) else args[0]
             items = cast(Sequence[object], value)
             fitted = [_fitted(item, v, f"{key}[{i}]", path=path) for i, v in enumerate(items)]
-            return tuple(fitted) if isinstance(value, tuple) else fitted
+            return _first_misfit(fitted) or (tuple(fitted) if isinstance(value, tuple) else fitted)
     elif isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
         if isinstance(value, annotation):
             return value
@@ -227,7 +231,7 @@ def _fitted_one(annotation: object, value: object, key: str, *, path: bool) -> o
             return value
     else:  # a forward reference, a NewType, a type alias the checks do not know
         return value
-    raise _Misfit(key, value, described(declared, path=path))
+    return _Misfit(key=key, given=value, expected=described(declared, path=path))
 
 
 def _made(kind: type, table: Mapping[str, Any], key: str) -> object:
@@ -240,6 +244,9 @@ def _made(kind: type, table: Mapping[str, Any], key: str) -> object:
             f"{key}: unknown keys {unknown} for {kind.__name__} (known: {', '.join(sorted(names))})"
         )
     options = {k: _fitted(hints.get(k, Any), v, f"{key}.{k}", path=False) for k, v in table.items()}
+    wrong = _first_misfit(options.values())
+    if wrong is not None:
+        return wrong
     try:
         return kind(**options)
     except ConfigError as exc:
