@@ -27,6 +27,7 @@ from tether.server.sse import event_stream
 from tether.stores.base import RunIndexStatus, RunQuery, RunStore
 from tether.stores.sqlite import SqliteStore
 from tether.stores.stale import stale_runs
+from tether.stores.waiting import cancel_waiting_run
 
 __all__ = [
     "TENANT_TAG",
@@ -203,8 +204,24 @@ class Endpoints:
         return await self.owned(run_id, key)
 
     async def cancel_run(self, run_id: str, key: Runner) -> JsonObject:
-        """Cancel a run executing in this server (it ends ``cancelled``)."""
-        await self.owned(run_id, key)
+        """Cancel a run executing in this server, or waiting for a human (it ends ``cancelled``).
+
+        A waiting run is ended through its log under its lease (``cancel_waiting_run``),
+        recorded ``by`` the key's id.
+        """
+        info = await self.owned(run_id, key)
+        waiting = info["status"] in ("waiting_for_user", "waiting_for_approval")
+        if not self.runs.is_active(run_id) and waiting:
+            async with self._raced(run_id, key, str(info["status"])):
+                done = await cancel_waiting_run(
+                    self.store,
+                    run_id,
+                    reason="cancelled through the API",
+                    by=f"API key {key.key_id}",
+                )
+            for warning in done.warnings:
+                _log.warning("run %s: %s", run_id, warning)
+            return await self.owned(run_id, key)
         if not self.runs.is_active(run_id):
             raise Conflict("the run is not executing in this server: nothing to cancel")
         await self.runs.cancel(run_id)
