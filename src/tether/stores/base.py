@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from datetime import datetime
 from typing import Literal, TypeAlias
 
@@ -29,6 +29,7 @@ from tether.errors import (
 )
 from tether.events import Event
 from tether.outcome import RunStatus
+from tether.stores._pages import check_limit
 from tether.usage import Usage
 
 __all__ = [
@@ -234,6 +235,20 @@ class RunStore(ABC):
     async def delete(self, run_ids: Sequence[str]) -> int:
         """Delete runs and their logs; returns how many existed."""
 
+    async def read_page(self, run_id: str, *, after_seq: int = -1, limit: int) -> list[Event]:
+        """At most ``limit`` of a run's events with ``seq > after_seq``, in order.
+
+        A long run read page by page (each page's last seq the next ``after_seq``) is never
+        held whole. The backends read only the page; this default, for a store that cannot,
+        reads what follows ``after_seq`` and keeps the page.
+
+        Raises:
+            RunNotFound: no such run.
+            UserError: ``limit`` is not positive.
+        """
+        check_limit(limit)
+        return (await self.read(run_id, after_seq=after_seq))[:limit]
+
     async def read_encoded(self, run_id: str) -> list[bytes]:
         """A run's events as stored (their JSON), unchecked: what an audit verifies.
 
@@ -243,6 +258,28 @@ class RunStore(ABC):
         from tether.codec import encode_event
 
         return [encode_event(e) for e in await self.read(run_id)]
+
+    async def read_encoded_pages(self, run_id: str, *, limit: int) -> AsyncGenerator[list[bytes]]:
+        """``read_encoded`` in pages of at most ``limit`` events, read as they are asked for.
+
+        The pages end with the first that is short: together they are what ``read_encoded``
+        returns (a run that goes on meanwhile: what it had by the last page), never held
+        whole. This default encodes ``read_page``'s events.
+
+        Raises:
+            RunNotFound: no such run (at the first page).
+            UserError: ``limit`` is not positive.
+        """
+        from tether.codec import encode_event
+
+        after = -1
+        while True:
+            page = await self.read_page(run_id, after_seq=after, limit=limit)
+            if page:
+                yield [encode_event(e) for e in page]
+                after = page[-1].seq
+            if len(page) < limit:
+                return
 
     async def read_macs(self, run_id: str) -> dict[int, str]:
         """The MACs kept beside a run's events (``tether.auditkey``), by seq; unchecked.
