@@ -23,7 +23,7 @@ from tether.policy.audit import audit_encoded
 from tether.server.bodies import Answer, Decisions, StartRun
 from tether.server.keys import ApiKey, ApiKeys, KeyRefused, Scope
 from tether.server.runs import ServerRuns, TooBusy, run_json
-from tether.server.sse import event_stream
+from tether.server.sse import PAGE, event_stream
 from tether.stores.base import RunIndexStatus, RunQuery, RunStore
 from tether.stores.sqlite import SqliteStore
 from tether.stores.stale import stale_runs
@@ -191,10 +191,27 @@ class Endpoints:
         )
 
     async def run_log(self, run_id: str, key: Reader) -> Response:
-        """The run's log as stored, one event per line (what ``tether audit`` verifies)."""
+        """The run's log as stored, one event per line (what ``tether audit`` verifies).
+
+        Sent a page at a time as it is read (``sse.PAGE`` events), never held whole; the
+        first page is read before the answer begins, so a run gone meanwhile is a 404.
+        """
         await self.owned(run_id, key)
-        lines = await self.store.read_encoded(run_id)
-        return Response(b"".join(line + b"\n" for line in lines), media_type="application/jsonl")
+        pages = self.store.read_encoded_pages(run_id, limit=PAGE)
+        try:
+            first = await anext(pages)
+        except StopAsyncIteration:  # a store's run with no event: an empty log
+            first = []
+
+        async def lines() -> AsyncGenerator[bytes]:
+            try:
+                yield b"".join(line + b"\n" for line in first)
+                async for page in pages:
+                    yield b"".join(line + b"\n" for line in page)
+            finally:
+                await pages.aclose()
+
+        return StreamingResponse(lines(), media_type="application/jsonl")
 
     async def answer_run(self, run_id: str, body: Answer, key: Runner) -> JsonObject:
         """Answer the question a waiting run asked; it goes on here."""
