@@ -38,6 +38,7 @@ __all__ = [
     "RunIndexStatus",
     "RunInfo",
     "RunNotFound",
+    "RunPosition",
     "RunQuery",
     "RunStore",
     "StaleLease",
@@ -94,6 +95,25 @@ class RunInfo:
 
 
 @frozen
+class RunPosition:
+    """Where a run stands in the runs index's order, newest first: when it began, then its id.
+
+    A run's position never changes, so a listing resumed after one (``RunQuery.after``)
+    neither repeats nor skips a run, however many begin meanwhile: those come before it.
+    """
+
+    created_at: datetime
+    """When the run started (timezone-aware)."""
+    run_id: str
+    """Its id: among runs started at the same instant, the greater id comes first."""
+
+    @classmethod
+    def of(cls, info: RunInfo) -> RunPosition:
+        """The position of an index row (the last of a page: where the next page begins)."""
+        return cls(created_at=info.created_at, run_id=info.run_id)
+
+
+@frozen
 class RunQuery:
     """Which runs to list; newest first."""
 
@@ -109,6 +129,8 @@ class RunQuery:
     """At most this many."""
     tag: str | None = None
     """Only runs with this tag."""
+    after: RunPosition | None = None
+    """Only runs after this position, newest first (the next page after a page's last run)."""
 
 
 def default_owner() -> str:

@@ -199,4 +199,8 @@ def _matches(row: RunInfo, query: RunQuery) -> bool:
         and (query.since is None or row.created_at >= query.since)
         and (query.until is None or row.created_at < query.until)
         and (query.tag is None or query.tag in row.tags)
+        and (
+            query.after is None
+            or (row.created_at, row.run_id) < (query.after.created_at, query.after.run_id)
+        )
     )

@@ -366,6 +366,10 @@ class SqliteStore(RunStore, KeyValueStore):
         if query.tag is not None:
             where.append("EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value = ?)")
             params.append(query.tag)
+        if query.after is not None:
+            where.append("(created_at < ? OR (created_at = ? AND run_id < ?))")
+            moment = utc_text(query.after.created_at)
+            params.extend((moment, moment, query.after.run_id))
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
