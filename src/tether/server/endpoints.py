@@ -21,10 +21,11 @@ from tether.jsontypes import JsonObject, JsonValue
 from tether.policy.approvals import Approval
 from tether.policy.audit import audit_encoded
 from tether.server.bodies import Answer, Decisions, StartRun
+from tether.server.cursors import decode_cursor, encode_cursor
 from tether.server.keys import ApiKey, ApiKeys, KeyRefused, Scope
 from tether.server.runs import ServerRuns, TooBusy, run_json
 from tether.server.sse import PAGE, event_stream
-from tether.stores.base import RunIndexStatus, RunQuery, RunStore
+from tether.stores.base import RunIndexStatus, RunPosition, RunQuery, RunStore
 from tether.stores.sqlite import SqliteStore
 from tether.stores.stale import stale_runs
 from tether.stores.waiting import cancel_waiting_run
@@ -157,13 +158,28 @@ class Endpoints:
         return await self.owned(started, key)
 
     async def list_runs(
-        self, key: ApiKey, status: RunIndexStatus | None, agent: str | None, limit: int
+        self,
+        key: ApiKey,
+        status: RunIndexStatus | None,
+        agent: str | None,
+        limit: int,
+        cursor: str | None = None,
     ) -> JsonObject:
-        """The tenant's runs, newest first."""
+        """The tenant's runs, newest first, ``limit`` a page; ``next_cursor`` opens the next.
+
+        ``next_cursor`` is ``None`` on the last page.
+        """
         tag = f"{TENANT_TAG}{key.tenant}"
-        found = await self.store.runs(RunQuery(status=status, agent=agent, limit=limit, tag=tag))
-        mine: list[JsonValue] = [run_json(r, TENANT_TAG) for r in found]
-        return {"runs": mine}
+        after = None if cursor is None else decode_cursor(cursor)
+        query = RunQuery(status=status, agent=agent, limit=limit + 1, tag=tag, after=after)
+        found = await self.store.runs(query)  # one more than the page: is there a next?
+        page = found[:limit]
+        mine: list[JsonValue] = [run_json(r, TENANT_TAG) for r in page]
+        more = len(found) > limit
+        return {
+            "runs": mine,
+            "next_cursor": encode_cursor(RunPosition.of(page[-1])) if more else None,
+        }
 
     async def get_run(self, run_id: str, key: Reader) -> JsonObject:
         """One run: status, usage, steps, and the calls it waits for a human to decide."""
