@@ -72,6 +72,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tether.models.base",
             "tether.models.tokens",
             "tether.stores.base",
+            "tether.stores._pages",
             "tether.stores.kv",
             "tether.policy.base",
             "tether.memory.base",

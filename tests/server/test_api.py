@@ -206,7 +206,10 @@ async def test_no_key_sees_or_touches_another_tenants_runs(api: Api) -> None:
         got = await api.client.request(method, path, json=body, headers=other)
         assert got.status_code == 404, (path, got.text)
         assert got.json() == {"error": "no such run"}
-    assert (await api.client.get("/v1/runs", headers=other)).json() == {"runs": []}
+    assert (await api.client.get("/v1/runs", headers=other)).json() == {
+        "runs": [],
+        "next_cursor": None,
+    }
     # and the run is untouched: its own tenant answers it
     answered = await api.client.post(
         f"/v1/runs/{run_id}/answer", json={"text": "Paris"}, headers=api.auth("a")
@@ -406,7 +409,8 @@ async def test_a_chunked_body_past_the_limit_is_refused(api: Api) -> None:
     )
     assert got.status_code == 413
     assert "over 1000000 bytes" in got.json()["error"]
-    assert (await api.client.get("/v1/runs", headers=api.auth("a"))).json() == {"runs": []}
+    listed = (await api.client.get("/v1/runs", headers=api.auth("a"))).json()
+    assert listed == {"runs": [], "next_cursor": None}
 
 
 async def test_two_different_keys_in_one_request_are_refused(api: Api) -> None:

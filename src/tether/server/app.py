@@ -7,9 +7,10 @@ out as Server-Sent Events read from the store, so a client that reconnects with
 tenant's runs: another tenant's run is ``404``, as if it did not exist.
 
 Endpoints (``/v1``): ``POST /runs`` (``Idempotency-Key``: the same key returns the same
-run), ``GET /runs``, ``GET /runs/{id}``, ``GET /runs/{id}/events`` (SSE), ``GET
-/runs/{id}/log`` (JSONL), ``GET /runs/{id}/audit``, ``POST /runs/{id}/answer``, ``POST
-/runs/{id}/approvals``, ``POST /runs/{id}/resume``, ``POST /runs/{id}/cancel``. Errors are
+run), ``GET /runs`` (a page; its ``next_cursor`` as ``cursor``: the next), ``GET
+/runs/{id}``, ``GET /runs/{id}/events`` (SSE), ``GET /runs/{id}/log`` (JSONL), ``GET
+/runs/{id}/audit``, ``POST /runs/{id}/answer``, ``POST /runs/{id}/approvals``, ``POST
+/runs/{id}/resume``, ``POST /runs/{id}/cancel``. Errors are
 JSON ``{"error": "..."}`` with no stack trace; every status the API answers is in its
 OpenAPI schema (``/openapi.json``).
 """
@@ -39,6 +40,7 @@ from tether.agent import Agent
 from tether.errors import LeaseHeld, RunExists, RunNotFound, TetherError, UserError
 from tether.jsontypes import JsonObject
 from tether.server.bodies import ERRORS, StartRun, start_run_body
+from tether.server.cursors import CURSOR_PATTERN, BadCursor
 from tether.server.endpoints import Conflict, Endpoints, Forbidden, Reader, Runner
 from tether.server.keys import ApiKeys, KeyRefused
 from tether.server.runs import Busy, ServerRuns, TooBusy
@@ -145,9 +147,16 @@ def _routes(app: FastAPI, api: Endpoints, body: type[StartRun]) -> None:
         status: RunIndexStatus | None = None,
         agent: Annotated[str | None, Query(max_length=200)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        cursor: Annotated[
+            str | None,
+            Query(
+                pattern=CURSOR_PATTERN,
+                description="The next_cursor of the page before (none: the first page).",
+            ),
+        ] = None,
     ) -> JsonObject:
-        """The tenant's runs, newest first."""
-        return await api.list_runs(key, status, agent, limit)
+        """The tenant's runs, newest first, a page at a time (``next_cursor``: the next)."""
+        return await api.list_runs(key, status, agent, limit, cursor)
 
     async def run_events(
         request: Request,
@@ -388,6 +397,7 @@ class Invalid(UserError):
 
 _STATUS: dict[type[Exception], tuple[int, dict[str, str]]] = {
     Invalid: (422, {}),
+    BadCursor: (422, {}),
     KeyRefused: (401, {"WWW-Authenticate": "Bearer"}),
     Forbidden: (403, {}),
     RunNotFound: (404, {}),

@@ -21,12 +21,14 @@ from tether.jsontypes import JsonObject, JsonValue
 from tether.policy.approvals import Approval
 from tether.policy.audit import audit_encoded
 from tether.server.bodies import Answer, Decisions, StartRun
+from tether.server.cursors import decode_cursor, encode_cursor
 from tether.server.keys import ApiKey, ApiKeys, KeyRefused, Scope
 from tether.server.runs import ServerRuns, TooBusy, run_json
-from tether.server.sse import event_stream
-from tether.stores.base import RunIndexStatus, RunQuery, RunStore
+from tether.server.sse import PAGE, event_stream
+from tether.stores.base import RunIndexStatus, RunPosition, RunQuery, RunStore
 from tether.stores.sqlite import SqliteStore
 from tether.stores.stale import stale_runs
+from tether.stores.waiting import cancel_waiting_run
 
 __all__ = [
     "TENANT_TAG",
@@ -156,13 +158,28 @@ class Endpoints:
         return await self.owned(started, key)
 
     async def list_runs(
-        self, key: ApiKey, status: RunIndexStatus | None, agent: str | None, limit: int
+        self,
+        key: ApiKey,
+        status: RunIndexStatus | None,
+        agent: str | None,
+        limit: int,
+        cursor: str | None = None,
     ) -> JsonObject:
-        """The tenant's runs, newest first."""
+        """The tenant's runs, newest first, ``limit`` a page; ``next_cursor`` opens the next.
+
+        ``next_cursor`` is ``None`` on the last page.
+        """
         tag = f"{TENANT_TAG}{key.tenant}"
-        found = await self.store.runs(RunQuery(status=status, agent=agent, limit=limit, tag=tag))
-        mine: list[JsonValue] = [run_json(r, TENANT_TAG) for r in found]
-        return {"runs": mine}
+        after = None if cursor is None else decode_cursor(cursor)
+        query = RunQuery(status=status, agent=agent, limit=limit + 1, tag=tag, after=after)
+        found = await self.store.runs(query)  # one more than the page: is there a next?
+        page = found[:limit]
+        mine: list[JsonValue] = [run_json(r, TENANT_TAG) for r in page]
+        more = len(found) > limit
+        return {
+            "runs": mine,
+            "next_cursor": encode_cursor(RunPosition.of(page[-1])) if more else None,
+        }
 
     async def get_run(self, run_id: str, key: Reader) -> JsonObject:
         """One run: status, usage, steps, and the calls it waits for a human to decide."""
@@ -190,10 +207,27 @@ class Endpoints:
         )
 
     async def run_log(self, run_id: str, key: Reader) -> Response:
-        """The run's log as stored, one event per line (what ``tether audit`` verifies)."""
+        """The run's log as stored, one event per line (what ``tether audit`` verifies).
+
+        Sent a page at a time as it is read (``sse.PAGE`` events), never held whole; the
+        first page is read before the answer begins, so a run gone meanwhile is a 404.
+        """
         await self.owned(run_id, key)
-        lines = await self.store.read_encoded(run_id)
-        return Response(b"".join(line + b"\n" for line in lines), media_type="application/jsonl")
+        pages = self.store.read_encoded_pages(run_id, limit=PAGE)
+        try:
+            first = await anext(pages)
+        except StopAsyncIteration:  # a store's run with no event: an empty log
+            first = []
+
+        async def lines() -> AsyncGenerator[bytes]:
+            try:
+                yield b"".join(line + b"\n" for line in first)
+                async for page in pages:
+                    yield b"".join(line + b"\n" for line in page)
+            finally:
+                await pages.aclose()
+
+        return StreamingResponse(lines(), media_type="application/jsonl")
 
     async def answer_run(self, run_id: str, body: Answer, key: Runner) -> JsonObject:
         """Answer the question a waiting run asked; it goes on here."""
@@ -203,8 +237,24 @@ class Endpoints:
         return await self.owned(run_id, key)
 
     async def cancel_run(self, run_id: str, key: Runner) -> JsonObject:
-        """Cancel a run executing in this server (it ends ``cancelled``)."""
-        await self.owned(run_id, key)
+        """Cancel a run executing in this server, or waiting for a human (it ends ``cancelled``).
+
+        A waiting run is ended through its log under its lease (``cancel_waiting_run``),
+        recorded ``by`` the key's id.
+        """
+        info = await self.owned(run_id, key)
+        waiting = info["status"] in ("waiting_for_user", "waiting_for_approval")
+        if not self.runs.is_active(run_id) and waiting:
+            async with self._raced(run_id, key, str(info["status"])):
+                done = await cancel_waiting_run(
+                    self.store,
+                    run_id,
+                    reason="cancelled through the API",
+                    by=f"API key {key.key_id}",
+                )
+            for warning in done.warnings:
+                _log.warning("run %s: %s", run_id, warning)
+            return await self.owned(run_id, key)
         if not self.runs.is_active(run_id):
             raise Conflict("the run is not executing in this server: nothing to cancel")
         await self.runs.cancel(run_id)

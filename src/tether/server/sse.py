@@ -19,7 +19,10 @@ from tether.events import Event
 from tether.server.runs import ServerRuns
 from tether.stores.base import RunStore
 
-__all__ = ["Allowed", "event_stream"]
+__all__ = ["PAGE", "Allowed", "event_stream"]
+
+PAGE = 100
+"""Events read from the store at a time (a stream, or a log, holds at most one page)."""
 
 _KEEPALIVE_S = 15.0
 _KEY_CHECK_S = 15.0  # how often a stream asks whether its key is still live (events or not)
@@ -93,13 +96,29 @@ async def _live(queue: asyncio.Queue[Event | None], at: _Cursor) -> AsyncIterato
             return  # it stopped executing here (or this reader fell behind): read the store
 
 
+async def _stored(store: RunStore, run_id: str, at: _Cursor) -> AsyncIterator[bytes]:
+    """The stored events after ``at.last``, a page at a time (one chunk each), to the last.
+
+    A long run is never held whole: the next page is read once this one has gone out.
+    """
+    while True:
+        events = await store.read_page(run_id, after_seq=at.last, limit=PAGE)
+        if not events or not await at.allowed():
+            return
+        yield b"".join(_sse(event) for event in events)
+        at.last = events[-1].seq
+        if len(events) < PAGE:
+            return
+
+
 async def event_stream(
     store: RunStore, runs: ServerRuns, run_id: str, after: int, allowed: Allowed
 ) -> AsyncIterator[bytes]:
     """The SSE bytes of ``run_id``'s events after seq ``after``, live until it stops.
 
     A run executing here is followed from memory (each event as its commit returns); what
-    came before the stream, and a run executing elsewhere, is read from the store.
+    came before the stream, and a run executing elsewhere, is read from the store, ``PAGE``
+    events at a time, each page sent as one chunk before the next is read.
     """
     at = _Cursor(after, allowed)
     quiet_since: float | None = None  # since when a run executing elsewhere sent nothing
@@ -107,12 +126,12 @@ async def event_stream(
         changed = runs.changed(run_id)  # taken before reading: no commit slips between
         queue = runs.subscribe(run_id)  # likewise: what commits from now on is queued
         try:
-            events = await store.read(run_id, after_seq=at.last)
-            if events and not await at.allowed():
+            before = at.last
+            async for chunk in _stored(store, run_id, at):
+                yield chunk
+            if at.refused:
                 return
-            for event in events:
-                yield _sse(event)
-                at.last = event.seq
+            read = at.last != before  # whether the store had anything new
             if queue is not None:
                 async for chunk in _live(queue, at):
                     yield chunk
@@ -122,7 +141,7 @@ async def event_stream(
         finally:
             if queue is not None:
                 runs.unsubscribe(run_id, queue)
-        if events:
+        if read:
             quiet_since = None
             continue
         if (await store.info(run_id)).status != "running":

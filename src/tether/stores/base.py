@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from datetime import datetime
 from typing import Literal, TypeAlias
 
@@ -29,6 +29,7 @@ from tether.errors import (
 )
 from tether.events import Event
 from tether.outcome import RunStatus
+from tether.stores._pages import check_limit
 from tether.usage import Usage
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "RunIndexStatus",
     "RunInfo",
     "RunNotFound",
+    "RunPosition",
     "RunQuery",
     "RunStore",
     "StaleLease",
@@ -93,6 +95,25 @@ class RunInfo:
 
 
 @frozen
+class RunPosition:
+    """Where a run stands in the runs index's order, newest first: when it began, then its id.
+
+    A run's position never changes, so a listing resumed after one (``RunQuery.after``)
+    neither repeats nor skips a run, however many begin meanwhile: those come before it.
+    """
+
+    created_at: datetime
+    """When the run started (timezone-aware)."""
+    run_id: str
+    """Its id: among runs started at the same instant, the greater id comes first."""
+
+    @classmethod
+    def of(cls, info: RunInfo) -> RunPosition:
+        """The position of an index row (the last of a page: where the next page begins)."""
+        return cls(created_at=info.created_at, run_id=info.run_id)
+
+
+@frozen
 class RunQuery:
     """Which runs to list; newest first."""
 
@@ -108,6 +129,8 @@ class RunQuery:
     """At most this many."""
     tag: str | None = None
     """Only runs with this tag."""
+    after: RunPosition | None = None
+    """Only runs after this position, newest first (the next page after a page's last run)."""
 
 
 def default_owner() -> str:
@@ -234,6 +257,20 @@ class RunStore(ABC):
     async def delete(self, run_ids: Sequence[str]) -> int:
         """Delete runs and their logs; returns how many existed."""
 
+    async def read_page(self, run_id: str, *, after_seq: int = -1, limit: int) -> list[Event]:
+        """At most ``limit`` of a run's events with ``seq > after_seq``, in order.
+
+        A long run read page by page (each page's last seq the next ``after_seq``) is never
+        held whole. The backends read only the page; this default, for a store that cannot,
+        reads what follows ``after_seq`` and keeps the page.
+
+        Raises:
+            RunNotFound: no such run.
+            UserError: ``limit`` is not positive.
+        """
+        check_limit(limit)
+        return (await self.read(run_id, after_seq=after_seq))[:limit]
+
     async def read_encoded(self, run_id: str) -> list[bytes]:
         """A run's events as stored (their JSON), unchecked: what an audit verifies.
 
@@ -243,6 +280,28 @@ class RunStore(ABC):
         from tether.codec import encode_event
 
         return [encode_event(e) for e in await self.read(run_id)]
+
+    async def read_encoded_pages(self, run_id: str, *, limit: int) -> AsyncGenerator[list[bytes]]:
+        """``read_encoded`` in pages of at most ``limit`` events, read as they are asked for.
+
+        The pages end with the first that is short: together they are what ``read_encoded``
+        returns (a run that goes on meanwhile: what it had by the last page), never held
+        whole. This default encodes ``read_page``'s events.
+
+        Raises:
+            RunNotFound: no such run (at the first page).
+            UserError: ``limit`` is not positive.
+        """
+        from tether.codec import encode_event
+
+        after = -1
+        while True:
+            page = await self.read_page(run_id, after_seq=after, limit=limit)
+            if page:
+                yield [encode_event(e) for e in page]
+                after = page[-1].seq
+            if len(page) < limit:
+                return
 
     async def read_macs(self, run_id: str) -> dict[int, str]:
         """The MACs kept beside a run's events (``tether.auditkey``), by seq; unchecked.

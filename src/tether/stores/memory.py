@@ -16,6 +16,7 @@ from tether.auditkey import AuditKey
 from tether.events import Event
 from tether.jsontypes import JsonValue
 from tether.stores._appendcheck import new_events
+from tether.stores._pages import check_limit
 from tether.stores._runindex import index_row
 from tether.stores.base import (
     Lease,
@@ -108,6 +109,15 @@ class MemoryStore(RunStore, KeyValueStore):
             raise RunNotFound(run_id)
         return log[max(after_seq, -1) + 1 :]
 
+    async def read_page(self, run_id: str, *, after_seq: int = -1, limit: int) -> list[Event]:
+        """At most ``limit`` of the run's events after ``after_seq``."""
+        check_limit(limit)
+        log = self._events.get(run_id)
+        if log is None:
+            raise RunNotFound(run_id)
+        first = max(after_seq, -1) + 1
+        return log[first : first + limit]
+
     async def runs(self, query: RunQuery = RunQuery()) -> list[RunInfo]:
         """Index rows, newest first."""
         rows = [r for r in self._index.values() if _matches(r, query)]
@@ -189,4 +199,8 @@ def _matches(row: RunInfo, query: RunQuery) -> bool:
         and (query.since is None or row.created_at >= query.since)
         and (query.until is None or row.created_at < query.until)
         and (query.tag is None or query.tag in row.tags)
+        and (
+            query.after is None
+            or (row.created_at, row.run_id) < (query.after.created_at, query.after.run_id)
+        )
     )

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +40,7 @@ from tether.events import Event
 from tether.jsontypes import JsonValue
 from tether.stores import _sqlitekv
 from tether.stores._appendcheck import new_events
+from tether.stores._pages import check_limit
 from tether.stores._pendinglog import Record, record_line
 from tether.stores._sqlitedb import Database
 from tether.stores._sqliteleases import Held, Leases
@@ -266,6 +267,33 @@ class SqliteStore(RunStore, KeyValueStore):
             verify_chain(events, run_id=run_id)
         return events
 
+    async def read_page(self, run_id: str, *, after_seq: int = -1, limit: int) -> list[Event]:
+        """At most ``limit`` events after ``after_seq``, decoded and chain-checked.
+
+        The event at ``after_seq`` is read too, so that the page's link to it (the last of
+        the page before) is checked: pages read one after another check the whole chain.
+        """
+        check_limit(limit)
+        start = max(after_seq, -1)
+
+        def job(db: sqlite3.Connection) -> list[bytes] | None:
+            self._db.sync(db)
+            rows = _query(
+                db,
+                "SELECT body FROM events WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                (run_id, max(start, 0), limit + 1 if start >= 0 else limit),
+            )
+            if not rows and (start < 0 or not self._exists(db, run_id)):
+                return None
+            return [_bytes(body) for (body,) in rows]
+
+        bodies = await self._db.call(job)
+        if bodies is None:
+            raise RunNotFound(run_id)
+        events = [decode_event(body) for body in bodies]
+        verify_chain(events, run_id=run_id, start_seq=max(start, 0))
+        return events[1:] if start >= 0 else events
+
     async def read_encoded(self, run_id: str) -> list[bytes]:
         """The run's stored event bodies in ``seq`` order, neither decoded nor checked."""
 
@@ -278,6 +306,30 @@ class SqliteStore(RunStore, KeyValueStore):
         if not bodies:
             raise RunNotFound(run_id)
         return bodies
+
+    async def read_encoded_pages(self, run_id: str, *, limit: int) -> AsyncGenerator[list[bytes]]:
+        """The run's stored event bodies in ``seq`` order, a page at a time, unchecked."""
+        check_limit(limit)
+        after = -1
+        while True:
+
+            def job(db: sqlite3.Connection, after: int = after) -> list[Any]:
+                self._db.sync(db)
+                return _query(
+                    db,
+                    "SELECT seq, body FROM events WHERE run_id = ? AND seq > ? "
+                    "ORDER BY seq LIMIT ?",
+                    (run_id, after, limit),
+                )
+
+            rows = await self._db.call(job)
+            if not rows and after < 0:
+                raise RunNotFound(run_id)
+            if rows:
+                yield [_bytes(body) for (_, body) in rows]
+                after = int(rows[-1][0])
+            if len(rows) < limit:
+                return
 
     async def read_macs(self, run_id: str) -> dict[int, str]:
         """The MACs stored beside the run's events, by seq (none in an older store)."""
@@ -314,6 +366,10 @@ class SqliteStore(RunStore, KeyValueStore):
         if query.tag is not None:
             where.append("EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value = ?)")
             params.append(query.tag)
+        if query.after is not None:
+            where.append("(created_at < ? OR (created_at = ? AND run_id < ?))")
+            moment = utc_text(query.after.created_at)
+            params.extend((moment, moment, query.after.run_id))
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)

@@ -21,7 +21,7 @@ from typing import Literal, TypeAlias
 
 from tether._internal.clock import Clock
 from tether._internal.frozen import frozen
-from tether.errors import StoreError, UserError
+from tether.errors import UserError
 from tether.events import (
     ApprovalGiven,
     Event,
@@ -31,11 +31,11 @@ from tether.events import (
 )
 from tether.messages import CONTROL_TOOLS
 from tether.outcome import ErrorInfo
-from tether.policy.redaction import Redactor
 from tether.run.journal import Journal
 from tether.run.unfinished import refuse, verdict
 from tether.state import StateBuilder
-from tether.stores.base import RunInfo, RunQuery, RunStore, alive, default_owner
+from tether.stores._ending import end_under_lease
+from tether.stores.base import RunInfo, RunQuery, RunStore, alive
 from tether.stores.sqlite import SqliteStore
 
 __all__ = ["ABANDONED", "Abandoned", "StaleReason", "StaleRun", "abandon_run", "stale_runs"]
@@ -148,16 +148,10 @@ async def abandon_run(
         UserError: the run has ended already, or waits for an answer or approvals.
         RunNotFound: no such run. StoreError: the store failed; nothing was appended.
     """
-    _check_abandonable(run_id, await store.read(run_id))
-    lease = await store.acquire(run_id, owner or default_owner())
-    try:
-        stored = await store.read(run_id)  # the whole log: the last owner's too
-        _check_abandonable(run_id, stored)
-        state = StateBuilder()
-        journal = Journal(run_id, clock=clock or Clock(), on_event=state.apply, redactor=Redactor())
-        journal.load(stored)
+
+    def ending(journal: Journal, state: StateBuilder, stored: Sequence[Event], held: str) -> int:
         closed = _close_calls(journal, state, stored)
-        who = f"{by} ({lease.owner})" if by else lease.owner
+        who = f"{by} ({held})" if by else held
         why = reason or "no reason given"
         journal.add(
             RunFinished,
@@ -175,20 +169,12 @@ async def abandon_run(
             steps=state.steps,
             tool_calls=state.tool_calls,
         )
-        new = journal.events[len(stored) :]
-        await store.append(run_id, new, lease=lease)
-    except BaseException as exc:
-        try:
-            await store.release(lease)
-        except StoreError as also:  # the first failure is the one to report; the lease
-            exc.add_note(f"the lease could not be released either: {also}")  # lapses anyway
-        raise
-    warnings: tuple[str, ...] = ()
-    try:
-        await store.release(lease)
-    except StoreError as exc:  # the ending is stored; the lease lapses once this process ends
-        warnings = (f"the run's lease could not be released ({exc})",)
-    return Abandoned(run_id=run_id, events=tuple(new), closed_calls=closed, warnings=warnings)
+        return closed
+
+    new, closed, warnings = await end_under_lease(
+        store, run_id, check=_check_abandonable, ending=ending, owner=owner, clock=clock
+    )
+    return Abandoned(run_id=run_id, events=new, closed_calls=closed, warnings=warnings)
 
 
 def _check_abandonable(run_id: str, events: Sequence[Event]) -> None:
