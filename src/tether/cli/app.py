@@ -41,7 +41,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-app.add_typer(store_app)  # runs, show, export, import, prune, abandon (cli.store_commands)
+app.add_typer(store_app)  # runs, show, export, import, prune, abandon, cancel (cli.store_commands)
 app.add_typer(model_app)  # models (tether.cli.model_commands)
 app.add_typer(safety_app)  # approve, audit (tether.cli.safety_commands)
 app.add_typer(server_app)  # serve (tether.cli.server_commands)

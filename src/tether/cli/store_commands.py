@@ -1,4 +1,4 @@
-"""``tether runs / show / export / import / prune / abandon``: the runs kept in a run store.
+"""``tether runs / show / export / import / prune / abandon / cancel``: the runs kept in a run store.
 
 The store is the SQLite file given by ``--db``, else ``$TETHER_DB``, else
 ``./.tether/tether.db``. A run is named by its id or by any prefix of it that only one
@@ -33,6 +33,7 @@ from tether.stores.retention import parse_age, prune
 from tether.stores.sqlite import SqliteStore, default_store_path
 from tether.stores.stale import Abandoned, StaleRun, abandon_run, stale_runs
 from tether.stores.transfer import decode_jsonl_log, export_run, import_events
+from tether.stores.waiting import CancelledWaiting, cancel_waiting_run
 
 __all__ = [
     "BusyTimeoutOption",
@@ -504,6 +505,39 @@ def _abandon_command(
     err.print(
         f"abandoned {done.run_id}: it ended failed (Abandoned){closed}. See its log with "
         f"`tether show {done.run_id}`",
+        soft_wrap=True,
+    )
+    for warning in done.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+
+
+async def _cancel(store: RunStore, ref: str, reason: str, by: str) -> CancelledWaiting:
+    return await cancel_waiting_run(store, await resolve_run_id(store, ref), reason=reason, by=by)
+
+
+@store_app.command("cancel")
+def _cancel_command(
+    run: Annotated[str, typer.Argument(help="A run id, or a unique prefix of one.")],
+    reason: Annotated[str, typer.Option(help="Why it is cancelled (recorded in its log).")] = "",
+    by: Annotated[
+        str | None, typer.Option(help="Who cancels it (recorded; default: this user's name).")
+    ] = None,
+    db: DbOption = None,
+    busy_timeout: BusyTimeoutOption = None,
+) -> None:
+    """End, for good, a run that waits for the user's answer or for approvals: cancelled.
+
+    Each call waiting for a decision gets a result saying it was not executed, then the run
+    ends "cancelled", naming who cancelled it and why. Refused for a run that does not wait
+    (a running one is cancelled by its own process: Ctrl-C; one left by a dead process is
+    ended with `tether abandon`).
+    """
+    who = _user() if by is None else by
+    done = with_store(db, lambda store: _cancel(store, run, reason, who), busy_timeout=busy_timeout)
+    calls = done.closed_calls
+    closed = f"; {calls} waiting call{'' if calls == 1 else 's'} not executed" if calls else ""
+    err.print(
+        f"cancelled {done.run_id}{closed}. See its log with `tether show {done.run_id}`",
         soft_wrap=True,
     )
     for warning in done.warnings:
