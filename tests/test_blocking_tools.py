@@ -229,9 +229,10 @@ async def test_a_blocking_call_that_never_got_its_slot_is_a_timeout_not_unknown(
     ran: list[int] = []
     held, running = threading.Event(), threading.Event()
 
-    @tool(open_world=False, timeout=0.3)
-    def capped(n: int) -> str:
-        """Blocks while the test holds it.
+    @tool(name="capped", open_world=False, timeout=DEADLINE)
+    def holding(n: int) -> str:
+        """Blocks while the test holds it: the same tool for the policy (its name), with a
+        timeout that outlasts the test, so the slot stays held however slow the machine.
 
         Args:
             n: Which call.
@@ -241,12 +242,24 @@ async def test_a_blocking_call_that_never_got_its_slot_is_a_timeout_not_unknown(
         held.wait(DEADLINE)
         return "done"
 
+    @tool(open_world=False, timeout=0.3)
+    def capped(n: int) -> str:
+        """Never runs: it waits for the slot the other tool holds.
+
+        Args:
+            n: Which call.
+        """
+        ran.append(n)
+        return "done"
+
     policy = RulePolicy(
         Rules(concurrency=(Concurrency(tools=("capped",), max=1),)),
         allow(["*"], reason="the test's"),
     )
     holder = Agent(
-        model=ScriptedModel([call("capped", n=0), finish("x")]), tools=[capped], policy=policy
+        model=ScriptedModel([call("capped", n=0), finish("x")]),
+        tools=[holding],
+        policy=policy,
     )
     holding = asyncio.ensure_future(holder.run("hold"))
     try:
