@@ -1,14 +1,15 @@
-"""PostgresMemory where PostgreSQL itself refuses: a lock held elsewhere."""
+"""PostgresMemory where PostgreSQL itself refuses: a lock held elsewhere, values past its limits."""
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
 from tests.memory.servers import PG_URL, drop, postgres_answers
-from tether.errors import ConfigError, StoreBusy
+from tether.errors import ConfigError, InvalidEntry, StoreBusy
 from tether.memory import MemoryQuery, MemoryRecord
 from tether.memory.postgres import PostgresMemory
 
@@ -54,3 +55,18 @@ async def test_a_table_locked_by_another_session_fails_in_time_and_says_why(tabl
 def test_a_statement_timeout_that_is_not_a_time_is_refused(seconds: float) -> None:
     with pytest.raises(ConfigError, match="statement_timeout"):
         PostgresMemory(PG_URL, statement_timeout=seconds)
+
+
+async def test_a_record_past_postgresqls_limits_is_refused_with_what_to_do(table: str) -> None:
+    # a raw StoreError ("string is too long for tsvector"); SQLite and Redis keep these
+    memory = PostgresMemory(PG_URL, table=table)
+    try:
+        many_words = " ".join(f"w{i}" for i in range(300_000))
+        with pytest.raises(InvalidEntry, match="split a text"):
+            await memory.put(MemoryRecord(namespace="ns", text=many_words))
+        with pytest.raises(InvalidEntry, match="id under 1,000 characters"):
+            await memory.put(MemoryRecord(namespace="ns", text="x", id=secrets.token_hex(6000)))
+        await memory.put(MemoryRecord(namespace="ns", text="still writable", id="ok"))
+        assert [r.id for r in await memory.get("ns", ["ok"])] == ["ok"]
+    finally:
+        await memory.close()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, LiteralString, cast
 
 from tether.errors import (
     ConfigError,
+    InvalidEntry,
     MissingExtraError,
     StoreBusy,
     StoreError,
@@ -165,6 +166,13 @@ class PostgresMemory(Memory):
                 return await work(conn)
             except psycopg.errors.QueryCanceled:
                 raise self._busy(doing) from None
+            except psycopg.errors.ProgramLimitExceeded as exc:  # what SQLite and Redis keep
+                raise InvalidEntry(
+                    f"the memory's PostgreSQL cannot hold what was given while {doing} "
+                    f"({_first_line(exc)}): keep a record's id under 1,000 characters and "
+                    "split a text of megabytes into several records (KnowledgeBase chunks a "
+                    "document); nothing of this write was stored"
+                ) from None
             except psycopg.Error as exc:
                 raise StoreError(
                     f"the memory's PostgreSQL failed while {doing}: {_first_line(exc)}"
