@@ -9,18 +9,21 @@ every smaller one that fitted out of the recall.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from tests.memory.servers import Make
 from tether import Agent, Remember, tool
 from tether.errors import InvalidEntry, ModelRetry
 from tether.events import MemoryRecalled
 from tether.memory import InProcessMemory, MemoryQuery, MemoryRecord, SqliteMemory
 from tether.run.sessions import namespace_of
-from tether.testing import ScriptedModel, call, finish
+from tether.testing import HashEmbedder, ScriptedModel, call, finish
 
 SECRET = "Zq8vLm3pTx"
+NOW = datetime.now(UTC)
 
 
 @tool(open_world=False)
@@ -206,3 +209,33 @@ async def test_without_numpy_search_falls_back_to_keywords_and_says_so(
     assert found.warning is not None
     assert "tether[memory]" in found.warning
     assert [r.text for r in found.records] == ["the deploy runs on fridays"]
+
+
+async def test_a_vector_float32_cannot_hold_is_refused_before_it_is_stored(make: Make) -> None:
+    # stored as float32 it was inf: every later search or get of the namespace that met
+    # the record raised InvalidEntry, on each backend but the in-process one
+    memory = await make()
+    with pytest.raises(InvalidEntry, match="float32"):
+        await memory.put(MemoryRecord(namespace="ns", text="huge vector", embedding=(1e39, 1.0)))
+    await memory.put(MemoryRecord(namespace="ns", text="a plain vector", embedding=(3e38, 1.0)))
+    found = await memory.search(MemoryQuery(namespace="ns", text="vector", mode="keyword"))
+    assert [r.text for r in found.records] == ["a plain vector"]
+
+
+async def test_a_vector_stored_as_inf_before_is_read_without_it(tmp_path: Path) -> None:
+    import sqlite3
+    from array import array
+
+    memory = SqliteMemory(tmp_path / "m.db")
+    try:
+        await memory.put(MemoryRecord(namespace="n", text="an old fact", embedding=(1.0, 2.0)))
+    finally:
+        await memory.close()
+    with sqlite3.connect(tmp_path / "m.db") as db:  # as an earlier version could write it
+        db.execute("UPDATE memory_records SET embedding = ?", (array("f", [1e39, 1]).tobytes(),))
+    memory = SqliteMemory(tmp_path / "m.db", embedder=HashEmbedder(2))
+    try:
+        found = await memory.search(MemoryQuery(namespace="n", text="fact"))
+        assert [(r.text, r.embedding) for r in found.records] == [("an old fact", None)]
+    finally:
+        await memory.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
     from tether.memory.embedder import Embedder
 
 __all__ = [
+    "FLOAT32_MAX",
     "KINDS",
     "Memory",
     "MemoryHit",
@@ -38,6 +38,9 @@ MemoryKind = Literal["semantic", "episodic", "procedural"]
 KINDS: tuple[MemoryKind, ...] = ("semantic", "episodic", "procedural")
 
 SearchMode = Literal["hybrid", "keyword", "vector"]
+
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32: vectors are stored as float32, where anything larger is inf."""
 
 _SPACE = re.compile(r"\s+")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
@@ -102,9 +105,13 @@ class MemoryRecord:
             )
         object.__setattr__(self, "metadata", nul_free(self.metadata))
         if self.embedding is not None and (
-            not self.embedding or not all(math.isfinite(x) for x in self.embedding)
+            not self.embedding or not all(_float32(x) for x in self.embedding)
         ):
-            raise InvalidEntry("a record's embedding must be a non-empty list of finite numbers")
+            # stored as float32, a larger number is inf, and the record could not be read
+            raise InvalidEntry(
+                "a record's embedding must be a non-empty list of finite numbers within "
+                f"float32's range (±{FLOAT32_MAX:.4g}): scale the vector, or check the embedder"
+            )
         try:
             json.dumps(self.metadata, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -219,6 +226,11 @@ class MemoryQuery:
 
 
 _MISSING = object()
+
+
+def _float32(x: object) -> bool:
+    """Whether ``x`` is a number float32 holds (finite, within its range)."""
+    return isinstance(x, int | float) and abs(x) <= FLOAT32_MAX
 
 
 @frozen

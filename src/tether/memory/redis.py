@@ -42,6 +42,7 @@ from tether.memory.ranking import (
     words,
 )
 from tether.memory.ranking import probe as probe_of
+from tether.memory.rows import stored_vector
 from tether.memory.vectors import VectorMatrix, nearest_rows
 
 __all__ = ["RedisMemory"]
@@ -172,7 +173,7 @@ class _Row(NamedTuple):
             id=self.id,
             kind=self.kind,
             metadata=self.metadata,
-            embedding=tuple(array("f", self.blob)) if self.blob else None,
+            embedding=stored_vector(self.blob),
             embedding_model=self.model,
             created=self.created,
             expires=self.expires,
