@@ -239,3 +239,21 @@ async def test_a_vector_stored_as_inf_before_is_read_without_it(tmp_path: Path) 
         assert [(r.text, r.embedding) for r in found.records] == [("an old fact", None)]
     finally:
         await memory.close()
+
+
+async def test_a_nul_or_lone_surrogate_in_run_id_or_model_reads_back_alike(make: Make) -> None:
+    # UnicodeEncodeError from SQLite and PostgreSQL; PostgreSQL also refused the NUL
+    memory = await make()
+    record = MemoryRecord(
+        namespace="ns",
+        text="from a run",
+        id="r",
+        run_id="run\0caf\udce9",
+        embedding=(1.0, 0.5),
+        embedding_model="model\0\udce9",
+        created=NOW.replace(microsecond=0),
+    )
+    assert record.run_id == "run\\u0000caf\\udce9"
+    assert record.embedding_model == "model\\u0000\\udce9"
+    await memory.put(record)
+    assert await memory.get("ns", ["r"]) == [record]

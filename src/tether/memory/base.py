@@ -95,6 +95,8 @@ class MemoryRecord:
         # a lone surrogate or a NUL: its escape (no UTF-8 encoder, or PostgreSQL, holds it)
         object.__setattr__(self, "text", nul_free(self.text))
         object.__setattr__(self, "id", nul_free(self.id))
+        for name in ("run_id", "embedding_model"):  # text columns too, as the text is
+            object.__setattr__(self, name, nul_free(getattr(self, name)))
         if self.kind not in KINDS:
             raise InvalidEntry(f"memory kind {self.kind!r} is not one of {', '.join(KINDS)}")
         self._check_numbers()
