@@ -16,6 +16,7 @@ import pytest
 
 from tests.memory.servers import Make
 from tether import Agent, Remember, tool
+from tether.content import JsonObject
 from tether.errors import InvalidEntry, ModelRetry
 from tether.events import MemoryRecalled
 from tether.memory import InProcessMemory, MemoryQuery, MemoryRecord, SqliteMemory
@@ -211,6 +212,13 @@ async def test_without_numpy_search_falls_back_to_keywords_and_says_so(
     assert [r.text for r in found.records] == ["the deploy runs on fridays"]
 
 
+def _nested(depth: int) -> JsonObject:
+    value: JsonObject = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
 async def test_a_vector_float32_cannot_hold_is_refused_before_it_is_stored(make: Make) -> None:
     # stored as float32 it was inf: every later search or get of the namespace that met
     # the record raised InvalidEntry, on each backend but the in-process one
@@ -257,3 +265,18 @@ async def test_a_nul_or_lone_surrogate_in_run_id_or_model_reads_back_alike(make:
     assert record.embedding_model == "model\\u0000\\udce9"
     await memory.put(record)
     assert await memory.get("ns", ["r"]) == [record]
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"metadata": _nested(65)}, "nested deeper than 64"),
+        ({"metadata": _nested(2000)}, "nested deeper than 64"),  # RecursionError
+    ],
+)
+def test_metadata_nested_too_deeply_is_refused(fields: dict[str, object], says: str) -> None:
+    MemoryRecord(namespace="n", text="t", metadata=_nested(64))
+    with pytest.raises(InvalidEntry, match=says):
+        MemoryRecord(namespace="n", text="t", **fields)  # pyright: ignore[reportArgumentType]
+    with pytest.raises(InvalidEntry, match=says):
+        MemoryQuery(namespace="n", text="t", **fields)  # pyright: ignore[reportArgumentType]

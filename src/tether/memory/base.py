@@ -100,12 +100,7 @@ class MemoryRecord:
         if self.kind not in KINDS:
             raise InvalidEntry(f"memory kind {self.kind!r} is not one of {', '.join(KINDS)}")
         self._check_numbers()
-        if not isinstance(self.metadata, dict):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
-            raise InvalidEntry(
-                f"a memory record's metadata must be a JSON object ({{...}}), not "
-                f"{type(self.metadata).__name__}"
-            )
-        object.__setattr__(self, "metadata", nul_free(self.metadata))
+        object.__setattr__(self, "metadata", _metadata(self.metadata, "a memory record's"))
         if self.embedding is not None and (
             not self.embedding or not all(_float32(x) for x in self.embedding)
         ):
@@ -114,10 +109,6 @@ class MemoryRecord:
                 "a record's embedding must be a non-empty list of finite numbers within "
                 f"float32's range (±{FLOAT32_MAX:.4g}): scale the vector, or check the embedder"
             )
-        try:
-            json.dumps(self.metadata, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidEntry(f"a memory record's metadata must be JSON: {exc}") from None
         for name in ("created", "expires"):
             when = getattr(self, name)
             if when is not None and when.tzinfo is None:
@@ -195,7 +186,7 @@ class MemoryQuery:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", nul_free(self.text))  # as the records hold theirs
-        object.__setattr__(self, "metadata", nul_free(self.metadata))
+        object.__setattr__(self, "metadata", _metadata(self.metadata, "a memory search's"))
         if not 1 <= self.limit <= 1000:
             raise InvalidEntry(f"a memory search's limit must be 1 to 1000, not {self.limit}")
         if self.mode not in ("hybrid", "keyword", "vector"):
@@ -228,6 +219,38 @@ class MemoryQuery:
 
 
 _MISSING = object()
+
+
+_DEPTH = 64
+"""How deeply metadata may nest (as the run store's key-value entries)."""
+
+
+def _metadata(metadata: object, whose: str) -> JsonObject:
+    """``metadata`` checked (a JSON object, at most ``_DEPTH`` deep) and mended (``nul_free``).
+
+    The depth is checked before anything walks the value: a deeper one raised RecursionError.
+    """
+    if not isinstance(metadata, dict):
+        raise InvalidEntry(
+            f"{whose} metadata must be a JSON object ({{...}}), not {type(metadata).__name__}"
+        )
+    stack: list[tuple[object, int]] = [(metadata, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > _DEPTH and isinstance(item, dict | list | tuple):
+            raise InvalidEntry(
+                f"{whose} metadata is nested deeper than {_DEPTH} levels: flatten it"
+            )
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in cast(dict[object, object], item).values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in cast(Sequence[object], item))
+    mended = nul_free(cast(JsonObject, metadata))
+    try:
+        json.dumps(mended, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidEntry(f"{whose} metadata must be JSON: {exc}") from None
+    return mended
 
 
 def _float32(x: object) -> bool:
