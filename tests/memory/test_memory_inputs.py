@@ -280,3 +280,31 @@ def test_metadata_nested_too_deeply_is_refused(fields: dict[str, object], says: 
         MemoryRecord(namespace="n", text="t", **fields)  # pyright: ignore[reportArgumentType]
     with pytest.raises(InvalidEntry, match=says):
         MemoryQuery(namespace="n", text="t", **fields)  # pyright: ignore[reportArgumentType]
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"namespace": "agent:My Bot"}, "namespace"),  # found nothing, without a word
+        ({"kinds": "episodic"}, "tuple of kinds"),  # a string: backends disagreed
+        ({"kinds": ("fact",)}, "not one of"),
+        ({"min_similarity": float("nan")}, "cosine"),  # no vector matched
+        ({"limit": 2.5}, "limit"),  # TypeError
+        ({"limit": True}, "limit"),
+        ({"after": datetime(2026, 1, 1)}, "timezone"),  # TypeError in every backend
+        ({"before": datetime(2026, 1, 1)}, "timezone"),
+    ],
+)
+def test_a_query_that_could_only_fail_or_find_nothing_is_refused(
+    fields: dict[str, object], says: str
+) -> None:
+    values: dict[str, object] = {"namespace": "ns", "text": "x", **fields}
+    with pytest.raises(InvalidEntry, match=says):
+        MemoryQuery(**values)  # pyright: ignore[reportArgumentType]
+
+
+def test_a_cap_on_a_namespace_no_record_can_have_is_refused() -> None:
+    # agent "My Bot" writes to agent:My_Bot: a cap on "agent:My Bot" never held
+    with pytest.raises(InvalidEntry, match="agent:My Bot"):
+        InProcessMemory(caps={"agent:My Bot": 100})
+    assert InProcessMemory(caps={"agent:My_Bot": 100}).caps == {"agent:My_Bot": 100}

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FLOAT32_MAX",
     "KINDS",
+    "NAMESPACE",
     "Memory",
     "MemoryHit",
     "MemoryKind",
@@ -43,7 +44,8 @@ FLOAT32_MAX = 3.4028234663852886e38
 """The largest float32: vectors are stored as float32, where anything larger is inf."""
 
 _SPACE = re.compile(r"\s+")
-_NAMESPACE = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
+NAMESPACE = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
+"""What a memory namespace may be."""
 
 
 def record_id(namespace: str, text: str) -> str:
@@ -85,7 +87,7 @@ class MemoryRecord:
     """The event of that run it came from, if any."""
 
     def __post_init__(self) -> None:
-        if not _NAMESPACE.fullmatch(self.namespace):
+        if not NAMESPACE.fullmatch(self.namespace):
             raise InvalidEntry(
                 f"memory namespace {self.namespace!r} is not valid: use 1-200 letters, digits "
                 "and _ . : @ / -"
@@ -185,12 +187,39 @@ class MemoryQuery:
     """Vector matches below this cosine are not matches (keyword matches are kept)."""
 
     def __post_init__(self) -> None:
+        # a query of another namespace than a record can have would find nothing, silently
+        if not isinstance(self.namespace, str) or not NAMESPACE.fullmatch(self.namespace):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+            raise InvalidEntry(
+                f"memory namespace {self.namespace!r} is not valid: use 1-200 letters, digits "
+                "and _ . : @ / -"
+            )
         object.__setattr__(self, "text", nul_free(self.text))  # as the records hold theirs
         object.__setattr__(self, "metadata", _metadata(self.metadata, "a memory search's"))
-        if not 1 <= self.limit <= 1000:
-            raise InvalidEntry(f"a memory search's limit must be 1 to 1000, not {self.limit}")
+        limit = cast(object, self.limit)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidEntry(f"a memory search's limit must be 1 to 1000, not {limit!r}")
         if self.mode not in ("hybrid", "keyword", "vector"):
             raise InvalidEntry(f"search mode {self.mode!r} is not hybrid, keyword or vector")
+        kinds = cast(object, self.kinds)
+        if isinstance(kinds, str) or not isinstance(kinds, tuple | list | frozenset | set):
+            raise InvalidEntry(
+                f"a memory search's kinds is a tuple of kinds, such as ('episodic',), not {kinds!r}"
+            )
+        object.__setattr__(self, "kinds", tuple(cast(Sequence[MemoryKind], kinds)))
+        if unknown := [k for k in self.kinds if k not in KINDS]:
+            raise InvalidEntry(
+                f"memory kind {unknown[0]!r} is not one of {', '.join(KINDS)} (a search for "
+                "it would find nothing)"
+            )
+        similarity = cast(object, self.min_similarity)
+        if not isinstance(similarity, int | float) or not -1.0 <= similarity <= 1.0:
+            raise InvalidEntry(
+                f"min_similarity is a cosine, -1 to 1 (0: any vector match), not {similarity!r}"
+            )
+        for name in ("after", "before"):
+            when = getattr(self, name)
+            if when is not None and when.tzinfo is None:
+                raise InvalidEntry(f"{name} must be timezone-aware (datetime.now(UTC))")
 
     def admits(self, record: MemoryRecord, now: datetime) -> bool:
         """Whether ``record`` passes this query's filters (and has not expired)."""
