@@ -9,7 +9,7 @@ every smaller one that fitted out of the recall.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -308,3 +308,12 @@ def test_a_cap_on_a_namespace_no_record_can_have_is_refused() -> None:
     with pytest.raises(InvalidEntry, match="agent:My Bot"):
         InProcessMemory(caps={"agent:My Bot": 100})
     assert InProcessMemory(caps={"agent:My_Bot": 100}).caps == {"agent:My_Bot": 100}
+
+
+async def test_forget_at_a_naive_time_is_refused_and_forgets_nothing(make: Make) -> None:
+    # in-process raised a bare TypeError; the others read it as local time
+    memory = await make()
+    await memory.put(MemoryRecord(namespace="ns", text="x", id="x", expires=NOW + timedelta(1)))
+    with pytest.raises(InvalidEntry, match="timezone-aware"):
+        await memory.forget(now=datetime(2999, 1, 1))
+    assert [r.id for r in await memory.get("ns", ["x"])] == ["x"]

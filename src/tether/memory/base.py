@@ -30,6 +30,7 @@ __all__ = [
     "MemoryRecord",
     "MemorySearch",
     "SearchMode",
+    "moment",
     "record_id",
     "replaced",
 ]
@@ -46,6 +47,19 @@ FLOAT32_MAX = 3.4028234663852886e38
 _SPACE = re.compile(r"\s+")
 NAMESPACE = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
 """What a memory namespace may be."""
+
+
+def moment(now: datetime | None) -> datetime:
+    """``now`` (default: the current time), which must be timezone-aware.
+
+    A naive time was compared with the records' aware ones (a bare TypeError in one backend)
+    or read as local time (in the others), so each backend forgot something else.
+    """
+    if now is None:
+        return datetime.now(UTC)
+    if now.tzinfo is None:
+        raise InvalidEntry("now must be timezone-aware (datetime.now(UTC))")
+    return now
 
 
 def record_id(namespace: str, text: str) -> str:
@@ -136,7 +150,7 @@ class MemoryRecord:
 
     def with_ttl(self, ttl: timedelta, *, now: datetime | None = None) -> MemoryRecord:
         """This record, expiring ``ttl`` from ``now`` (default: the current time)."""
-        start = now or datetime.now(UTC)
+        start = moment(now)
         return replaced(self, expires=start + ttl)
 
 

@@ -25,7 +25,7 @@ from tether.errors import (
     StoreError,
     StoreUnavailable,
 )
-from tether.memory.base import Memory, MemoryQuery, MemoryRecord, MemorySearch
+from tether.memory.base import Memory, MemoryQuery, MemoryRecord, MemorySearch, moment
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import (
     MATCH_BUDGET,
@@ -281,7 +281,7 @@ class PostgresMemory(Memory):
 
     async def forget(self, *, now: datetime | None = None) -> int:
         """Delete expired records and enforce caps (see ``Memory.forget``)."""
-        at = (now or datetime.now(UTC)).timestamp()
+        at = moment(now).timestamp()
 
         async def sweep(conn: psycopg.AsyncConnection[Any]) -> int:
             async with conn.transaction():

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from tether.content import JsonObject
 from tether.errors import ConfigError, MissingExtraError, StoreError, StoreUnavailable
-from tether.memory.base import Memory, MemoryKind, MemoryQuery, MemoryRecord, MemorySearch
+from tether.memory.base import Memory, MemoryKind, MemoryQuery, MemoryRecord, MemorySearch, moment
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import (
     KeywordIndex,
@@ -473,7 +473,7 @@ class RedisMemory(Memory):
         Names of namespaces that expired whole leave the set here, each checked and removed
         in one script (a write meanwhile keeps its name).
         """
-        at = (now or datetime.now(UTC)).timestamp()
+        at = moment(now).timestamp()
         names = await self._names()
 
         async def sweep(_client: Any) -> int:

@@ -31,6 +31,7 @@ from tether.memory.base import (
     MemoryQuery,
     MemoryRecord,
     MemorySearch,
+    moment,
 )
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import (
@@ -276,7 +277,7 @@ class SqliteMemory(Memory):
 
     async def forget(self, *, now: datetime | None = None) -> int:
         """Delete expired records and enforce caps (see ``Memory.forget``)."""
-        at = (now or datetime.now(UTC)).timestamp()
+        at = moment(now).timestamp()
 
         def sweep(db: sqlite3.Connection) -> int:
             db.execute("BEGIN IMMEDIATE")
