@@ -70,3 +70,26 @@ async def test_a_record_past_postgresqls_limits_is_refused_with_what_to_do(table
         assert [r.id for r in await memory.get("ns", ["ok"])] == ["ok"]
     finally:
         await memory.close()
+
+
+async def test_a_session_the_server_ended_is_opened_again(table: str) -> None:
+    # the next call failed ("terminating connection due to administrator command"), and
+    # only the one after it connected again: a run's recall or write was lost to a restart
+    import psycopg
+
+    memory = PostgresMemory(PG_URL, table=table)
+    try:
+        await memory.put(MemoryRecord(namespace="ns", text="the deploy runs on fridays"))
+        for _ in range(2):
+            async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as admin:
+                await admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = '' AND pid <> pg_backend_pid() "
+                    "AND query LIKE %s",
+                    (f"%{table}%",),
+                )
+            found = await memory.search(MemoryQuery(namespace="ns", text="deploy"))
+            assert [r.text for r in found.records] == ["the deploy runs on fridays"]
+        await memory.put(MemoryRecord(namespace="ns", text="and the backup on sundays"))
+    finally:
+        await memory.close()

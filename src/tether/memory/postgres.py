@@ -161,22 +161,37 @@ class PostgresMemory(Memory):
         import psycopg
 
         async with self._lock:
-            conn = await self._connection()
-            try:
-                return await work(conn)
-            except psycopg.errors.QueryCanceled:
-                raise self._busy(doing) from None
-            except psycopg.errors.ProgramLimitExceeded as exc:  # what SQLite and Redis keep
-                raise InvalidEntry(
-                    f"the memory's PostgreSQL cannot hold what was given while {doing} "
-                    f"({_first_line(exc)}): keep a record's id under 1,000 characters and "
-                    "split a text of megabytes into several records (KnowledgeBase chunks a "
-                    "document); nothing of this write was stored"
-                ) from None
-            except psycopg.Error as exc:
-                raise StoreError(
-                    f"the memory's PostgreSQL failed while {doing}: {_first_line(exc)}"
-                ) from None
+            retried = False
+            while True:
+                conn = await self._connection()
+                try:
+                    return await work(conn)
+                except psycopg.errors.QueryCanceled:
+                    raise self._busy(doing) from None
+                except psycopg.errors.ProgramLimitExceeded as exc:  # what SQLite and Redis keep
+                    raise InvalidEntry(
+                        f"the memory's PostgreSQL cannot hold what was given while {doing} "
+                        f"({_first_line(exc)}): keep a record's id under 1,000 characters and "
+                        "split a text of megabytes into several records (KnowledgeBase chunks "
+                        "a document); nothing of this write was stored"
+                    ) from None
+                except psycopg.Error as exc:
+                    if not conn.broken:
+                        raise StoreError(
+                            f"the memory's PostgreSQL failed while {doing}: {_first_line(exc)}"
+                        ) from None
+                    # the server ended the session (a restart, a failover, an idle session
+                    # killed): the work is done once more on a new connection. A write is an
+                    # upsert, as harmless twice; a delete that had committed counts 0 again
+                    await conn.close()
+                    self._conn = None
+                    if retried:
+                        raise StoreUnavailable(
+                            f"the memory's PostgreSQL closed the connection while {doing}, "
+                            f"twice ({_first_line(exc)}): check that the server runs and "
+                            "accepts this user's sessions"
+                        ) from None
+                    retried = True
 
     def _busy(self, doing: str) -> StoreBusy:
         return StoreBusy(
