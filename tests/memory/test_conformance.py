@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL, Identifier
 
-from tests.memory.servers import REDIS_URL, drop_redis, redis_answers
+from tests.memory.servers import PG_URL, Make, drop, postgres_answers
 from tether.content import JsonObject
 from tether.errors import InvalidEntry
 from tether.memory import (
-    Embedder,
     InProcessMemory,
-    Memory,
     MemoryQuery,
     MemoryRecord,
     SqliteMemory,
@@ -27,73 +23,9 @@ from tether.memory import (
 )
 from tether.memory.base import replaced
 from tether.memory.postgres import PostgresMemory
-from tether.memory.redis import RedisMemory
 from tether.testing import HashEmbedder
 
-Make = Callable[..., Awaitable[Memory]]
-
 NOW = datetime.now(UTC)
-
-
-PG_URL = os.environ.get("TETHER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def drop(table: str) -> Composed:
-    return SQL("DROP TABLE IF EXISTS {t}, {v}").format(
-        t=Identifier(table), v=Identifier(f"{table}_versions")
-    )
-
-
-async def _postgres_answers() -> str | None:
-    """Why PostgreSQL cannot be used here (``None``: it answers)."""
-    import psycopg
-
-    try:
-        conn = await psycopg.AsyncConnection.connect(PG_URL, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        return f"no PostgreSQL server at {PG_URL}: {exc}"
-    await conn.close()
-    return None
-
-
-@pytest.fixture(params=["inprocess", "sqlite", "postgres", "redis"])
-async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Make]:
-    made: list[Memory] = []
-    tables: list[str] = []
-    prefixes: list[str] = []
-    if request.param == "postgres" and (why := await _postgres_answers()) is not None:
-        pytest.skip(why)
-    if request.param == "redis" and (why := await redis_answers()) is not None:
-        pytest.skip(why)
-
-    async def build(
-        *, embedder: Embedder | None = None, caps: Mapping[str, int] | None = None
-    ) -> Memory:
-        memory: Memory
-        if request.param == "inprocess":
-            memory = InProcessMemory(embedder=embedder, caps=caps)
-        elif request.param == "sqlite":
-            memory = SqliteMemory(tmp_path / f"memory{len(made)}.db", embedder=embedder, caps=caps)
-        elif request.param == "redis":
-            prefixes.append(f"tether-test:{uuid.uuid4().hex[:12]}")
-            memory = RedisMemory(REDIS_URL, prefix=prefixes[-1], embedder=embedder, caps=caps)
-        else:
-            tables.append(f"tether_mem_{uuid.uuid4().hex[:12]}")
-            memory = PostgresMemory(PG_URL, table=tables[-1], embedder=embedder, caps=caps)
-        made.append(memory)
-        return memory
-
-    yield build
-    for memory in made:
-        await memory.close()
-    for prefix in prefixes:
-        await drop_redis(prefix)
-    if tables:
-        import psycopg
-
-        async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
-            for table in tables:
-                await conn.execute(drop(table))
 
 
 def rec(text: str, namespace: str = "ns", **fields: object) -> MemoryRecord:
@@ -590,7 +522,7 @@ async def test_a_file_that_is_not_a_database_is_reported_not_overwritten(tmp_pat
 
 
 async def test_two_postgres_workers_see_each_others_writes() -> None:
-    if (why := await _postgres_answers()) is not None:
+    if (why := await postgres_answers()) is not None:
         pytest.skip(why)
     import psycopg
 
@@ -614,7 +546,7 @@ async def test_two_postgres_workers_see_each_others_writes() -> None:
 
 
 async def test_a_postgres_table_of_an_older_tether_gets_a_wide_event_seq() -> None:
-    if (why := await _postgres_answers()) is not None:
+    if (why := await postgres_answers()) is not None:
         pytest.skip(why)
     import psycopg
 

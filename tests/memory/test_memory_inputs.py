@@ -9,18 +9,22 @@ every smaller one that fitted out of the recall.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.memory.servers import Make
 from tether import Agent, Remember, tool
+from tether.content import JsonObject
 from tether.errors import InvalidEntry, ModelRetry
 from tether.events import MemoryRecalled
 from tether.memory import InProcessMemory, MemoryQuery, MemoryRecord, SqliteMemory
 from tether.run.sessions import namespace_of
-from tether.testing import ScriptedModel, call, finish
+from tether.testing import HashEmbedder, ScriptedModel, call, finish
 
 SECRET = "Zq8vLm3pTx"
+NOW = datetime.now(UTC)
 
 
 @tool(open_world=False)
@@ -206,3 +210,110 @@ async def test_without_numpy_search_falls_back_to_keywords_and_says_so(
     assert found.warning is not None
     assert "tether[memory]" in found.warning
     assert [r.text for r in found.records] == ["the deploy runs on fridays"]
+
+
+def _nested(depth: int) -> JsonObject:
+    value: JsonObject = {"leaf": 1}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+async def test_a_vector_float32_cannot_hold_is_refused_before_it_is_stored(make: Make) -> None:
+    # stored as float32 it was inf: every later search or get of the namespace that met
+    # the record raised InvalidEntry, on each backend but the in-process one
+    memory = await make()
+    with pytest.raises(InvalidEntry, match="float32"):
+        await memory.put(MemoryRecord(namespace="ns", text="huge vector", embedding=(1e39, 1.0)))
+    await memory.put(MemoryRecord(namespace="ns", text="a plain vector", embedding=(3e38, 1.0)))
+    found = await memory.search(MemoryQuery(namespace="ns", text="vector", mode="keyword"))
+    assert [r.text for r in found.records] == ["a plain vector"]
+
+
+async def test_a_vector_stored_as_inf_before_is_read_without_it(tmp_path: Path) -> None:
+    import sqlite3
+    from array import array
+
+    memory = SqliteMemory(tmp_path / "m.db")
+    try:
+        await memory.put(MemoryRecord(namespace="n", text="an old fact", embedding=(1.0, 2.0)))
+    finally:
+        await memory.close()
+    with sqlite3.connect(tmp_path / "m.db") as db:  # as an earlier version could write it
+        db.execute("UPDATE memory_records SET embedding = ?", (array("f", [1e39, 1]).tobytes(),))
+    memory = SqliteMemory(tmp_path / "m.db", embedder=HashEmbedder(2))
+    try:
+        found = await memory.search(MemoryQuery(namespace="n", text="fact"))
+        assert [(r.text, r.embedding) for r in found.records] == [("an old fact", None)]
+    finally:
+        await memory.close()
+
+
+async def test_a_nul_or_lone_surrogate_in_run_id_or_model_reads_back_alike(make: Make) -> None:
+    # UnicodeEncodeError from SQLite and PostgreSQL; PostgreSQL also refused the NUL
+    memory = await make()
+    record = MemoryRecord(
+        namespace="ns",
+        text="from a run",
+        id="r",
+        run_id="run\0caf\udce9",
+        embedding=(1.0, 0.5),
+        embedding_model="model\0\udce9",
+        created=NOW.replace(microsecond=0),
+    )
+    assert record.run_id == "run\\u0000caf\\udce9"
+    assert record.embedding_model == "model\\u0000\\udce9"
+    await memory.put(record)
+    assert await memory.get("ns", ["r"]) == [record]
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"metadata": _nested(65)}, "nested deeper than 64"),
+        ({"metadata": _nested(2000)}, "nested deeper than 64"),  # RecursionError
+    ],
+)
+def test_metadata_nested_too_deeply_is_refused(fields: dict[str, object], says: str) -> None:
+    MemoryRecord(namespace="n", text="t", metadata=_nested(64))
+    with pytest.raises(InvalidEntry, match=says):
+        MemoryRecord(namespace="n", text="t", **fields)  # pyright: ignore[reportArgumentType]
+    with pytest.raises(InvalidEntry, match=says):
+        MemoryQuery(namespace="n", text="t", **fields)  # pyright: ignore[reportArgumentType]
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"namespace": "agent:My Bot"}, "namespace"),  # found nothing, without a word
+        ({"kinds": "episodic"}, "tuple of kinds"),  # a string: backends disagreed
+        ({"kinds": ("fact",)}, "not one of"),
+        ({"min_similarity": float("nan")}, "cosine"),  # no vector matched
+        ({"limit": 2.5}, "limit"),  # TypeError
+        ({"limit": True}, "limit"),
+        ({"after": datetime(2026, 1, 1)}, "timezone"),  # TypeError in every backend
+        ({"before": datetime(2026, 1, 1)}, "timezone"),
+    ],
+)
+def test_a_query_that_could_only_fail_or_find_nothing_is_refused(
+    fields: dict[str, object], says: str
+) -> None:
+    values: dict[str, object] = {"namespace": "ns", "text": "x", **fields}
+    with pytest.raises(InvalidEntry, match=says):
+        MemoryQuery(**values)  # pyright: ignore[reportArgumentType]
+
+
+def test_a_cap_on_a_namespace_no_record_can_have_is_refused() -> None:
+    # agent "My Bot" writes to agent:My_Bot: a cap on "agent:My Bot" never held
+    with pytest.raises(InvalidEntry, match="agent:My Bot"):
+        InProcessMemory(caps={"agent:My Bot": 100})
+    assert InProcessMemory(caps={"agent:My_Bot": 100}).caps == {"agent:My_Bot": 100}
+
+
+async def test_forget_at_a_naive_time_is_refused_and_forgets_nothing(make: Make) -> None:
+    # in-process raised a bare TypeError; the others read it as local time
+    memory = await make()
+    await memory.put(MemoryRecord(namespace="ns", text="x", id="x", expires=NOW + timedelta(1)))
+    with pytest.raises(InvalidEntry, match="timezone-aware"):
+        await memory.forget(now=datetime(2999, 1, 1))
+    assert [r.id for r in await memory.get("ns", ["x"])] == ["x"]

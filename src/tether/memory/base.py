@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -21,7 +20,9 @@ if TYPE_CHECKING:
     from tether.memory.embedder import Embedder
 
 __all__ = [
+    "FLOAT32_MAX",
     "KINDS",
+    "NAMESPACE",
     "Memory",
     "MemoryHit",
     "MemoryKind",
@@ -29,6 +30,7 @@ __all__ = [
     "MemoryRecord",
     "MemorySearch",
     "SearchMode",
+    "moment",
     "record_id",
     "replaced",
 ]
@@ -39,8 +41,25 @@ KINDS: tuple[MemoryKind, ...] = ("semantic", "episodic", "procedural")
 
 SearchMode = Literal["hybrid", "keyword", "vector"]
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32: vectors are stored as float32, where anything larger is inf."""
+
 _SPACE = re.compile(r"\s+")
-_NAMESPACE = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
+NAMESPACE = re.compile(r"[A-Za-z0-9_.:@/-]{1,200}")
+"""What a memory namespace may be."""
+
+
+def moment(now: datetime | None) -> datetime:
+    """``now`` (default: the current time), which must be timezone-aware.
+
+    A naive time was compared with the records' aware ones (a bare TypeError in one backend)
+    or read as local time (in the others), so each backend forgot something else.
+    """
+    if now is None:
+        return datetime.now(UTC)
+    if now.tzinfo is None:
+        raise InvalidEntry("now must be timezone-aware (datetime.now(UTC))")
+    return now
 
 
 def record_id(namespace: str, text: str) -> str:
@@ -82,7 +101,7 @@ class MemoryRecord:
     """The event of that run it came from, if any."""
 
     def __post_init__(self) -> None:
-        if not _NAMESPACE.fullmatch(self.namespace):
+        if not NAMESPACE.fullmatch(self.namespace):
             raise InvalidEntry(
                 f"memory namespace {self.namespace!r} is not valid: use 1-200 letters, digits "
                 "and _ . : @ / -"
@@ -92,23 +111,20 @@ class MemoryRecord:
         # a lone surrogate or a NUL: its escape (no UTF-8 encoder, or PostgreSQL, holds it)
         object.__setattr__(self, "text", nul_free(self.text))
         object.__setattr__(self, "id", nul_free(self.id))
+        for name in ("run_id", "embedding_model"):  # text columns too, as the text is
+            object.__setattr__(self, name, nul_free(getattr(self, name)))
         if self.kind not in KINDS:
             raise InvalidEntry(f"memory kind {self.kind!r} is not one of {', '.join(KINDS)}")
         self._check_numbers()
-        if not isinstance(self.metadata, dict):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
-            raise InvalidEntry(
-                f"a memory record's metadata must be a JSON object ({{...}}), not "
-                f"{type(self.metadata).__name__}"
-            )
-        object.__setattr__(self, "metadata", nul_free(self.metadata))
+        object.__setattr__(self, "metadata", _metadata(self.metadata, "a memory record's"))
         if self.embedding is not None and (
-            not self.embedding or not all(math.isfinite(x) for x in self.embedding)
+            not self.embedding or not all(_float32(x) for x in self.embedding)
         ):
-            raise InvalidEntry("a record's embedding must be a non-empty list of finite numbers")
-        try:
-            json.dumps(self.metadata, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidEntry(f"a memory record's metadata must be JSON: {exc}") from None
+            # stored as float32, a larger number is inf, and the record could not be read
+            raise InvalidEntry(
+                "a record's embedding must be a non-empty list of finite numbers within "
+                f"float32's range (±{FLOAT32_MAX:.4g}): scale the vector, or check the embedder"
+            )
         for name in ("created", "expires"):
             when = getattr(self, name)
             if when is not None and when.tzinfo is None:
@@ -134,7 +150,7 @@ class MemoryRecord:
 
     def with_ttl(self, ttl: timedelta, *, now: datetime | None = None) -> MemoryRecord:
         """This record, expiring ``ttl`` from ``now`` (default: the current time)."""
-        start = now or datetime.now(UTC)
+        start = moment(now)
         return replaced(self, expires=start + ttl)
 
 
@@ -185,12 +201,39 @@ class MemoryQuery:
     """Vector matches below this cosine are not matches (keyword matches are kept)."""
 
     def __post_init__(self) -> None:
+        # a query of another namespace than a record can have would find nothing, silently
+        if not isinstance(self.namespace, str) or not NAMESPACE.fullmatch(self.namespace):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+            raise InvalidEntry(
+                f"memory namespace {self.namespace!r} is not valid: use 1-200 letters, digits "
+                "and _ . : @ / -"
+            )
         object.__setattr__(self, "text", nul_free(self.text))  # as the records hold theirs
-        object.__setattr__(self, "metadata", nul_free(self.metadata))
-        if not 1 <= self.limit <= 1000:
-            raise InvalidEntry(f"a memory search's limit must be 1 to 1000, not {self.limit}")
+        object.__setattr__(self, "metadata", _metadata(self.metadata, "a memory search's"))
+        limit = cast(object, self.limit)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidEntry(f"a memory search's limit must be 1 to 1000, not {limit!r}")
         if self.mode not in ("hybrid", "keyword", "vector"):
             raise InvalidEntry(f"search mode {self.mode!r} is not hybrid, keyword or vector")
+        kinds = cast(object, self.kinds)
+        if isinstance(kinds, str) or not isinstance(kinds, tuple | list | frozenset | set):
+            raise InvalidEntry(
+                f"a memory search's kinds is a tuple of kinds, such as ('episodic',), not {kinds!r}"
+            )
+        object.__setattr__(self, "kinds", tuple(cast(Sequence[MemoryKind], kinds)))
+        if unknown := [k for k in self.kinds if k not in KINDS]:
+            raise InvalidEntry(
+                f"memory kind {unknown[0]!r} is not one of {', '.join(KINDS)} (a search for "
+                "it would find nothing)"
+            )
+        similarity = cast(object, self.min_similarity)
+        if not isinstance(similarity, int | float) or not -1.0 <= similarity <= 1.0:
+            raise InvalidEntry(
+                f"min_similarity is a cosine, -1 to 1 (0: any vector match), not {similarity!r}"
+            )
+        for name in ("after", "before"):
+            when = getattr(self, name)
+            if when is not None and when.tzinfo is None:
+                raise InvalidEntry(f"{name} must be timezone-aware (datetime.now(UTC))")
 
     def admits(self, record: MemoryRecord, now: datetime) -> bool:
         """Whether ``record`` passes this query's filters (and has not expired)."""
@@ -219,6 +262,43 @@ class MemoryQuery:
 
 
 _MISSING = object()
+
+
+_DEPTH = 64
+"""How deeply metadata may nest (as the run store's key-value entries)."""
+
+
+def _metadata(metadata: object, whose: str) -> JsonObject:
+    """``metadata`` checked (a JSON object, at most ``_DEPTH`` deep) and mended (``nul_free``).
+
+    The depth is checked before anything walks the value: a deeper one raised RecursionError.
+    """
+    if not isinstance(metadata, dict):
+        raise InvalidEntry(
+            f"{whose} metadata must be a JSON object ({{...}}), not {type(metadata).__name__}"
+        )
+    stack: list[tuple[object, int]] = [(metadata, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > _DEPTH and isinstance(item, dict | list | tuple):
+            raise InvalidEntry(
+                f"{whose} metadata is nested deeper than {_DEPTH} levels: flatten it"
+            )
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in cast(dict[object, object], item).values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in cast(Sequence[object], item))
+    mended = nul_free(cast(JsonObject, metadata))
+    try:
+        json.dumps(mended, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidEntry(f"{whose} metadata must be JSON: {exc}") from None
+    return mended
+
+
+def _float32(x: object) -> bool:
+    """Whether ``x`` is a number float32 holds (finite, within its range)."""
+    return isinstance(x, int | float) and abs(x) <= FLOAT32_MAX
 
 
 @frozen

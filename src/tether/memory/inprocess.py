@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from tether.memory.base import Memory, MemoryQuery, MemoryRecord, MemorySearch, replaced
+from tether.memory.base import Memory, MemoryQuery, MemoryRecord, MemorySearch, moment, replaced
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import (
     bm25_ranking,
@@ -104,7 +104,7 @@ class InProcessMemory(Memory):
 
     async def forget(self, *, now: datetime | None = None) -> int:
         """Delete expired records and enforce caps (see ``Memory.forget``)."""
-        at = now or datetime.now(UTC)
+        at = moment(now)
         gone = 0
         for namespace in list(self._records):
             space = self._records[namespace]

@@ -17,8 +17,15 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, LiteralString, cast
 
-from tether.errors import ConfigError, MissingExtraError, StoreError, StoreUnavailable
-from tether.memory.base import Memory, MemoryQuery, MemoryRecord, MemorySearch
+from tether.errors import (
+    ConfigError,
+    InvalidEntry,
+    MissingExtraError,
+    StoreBusy,
+    StoreError,
+    StoreUnavailable,
+)
+from tether.memory.base import Memory, MemoryQuery, MemoryRecord, MemorySearch, moment
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import (
     MATCH_BUDGET,
@@ -49,7 +56,8 @@ class PostgresMemory(Memory):
     """Long-term memory in a PostgreSQL database, shared by every process that opens it.
 
     ``conninfo``: a libpq connection string or URL. ``table``: the records' table (made if
-    missing). ``embedder`` and ``caps`` as for every backend. Needs ``psycopg``
+    missing). ``statement_timeout``: the seconds a statement may take, waiting for locks
+    included, before it fails (``StoreBusy``). ``embedder`` and ``caps`` as for every backend. Needs ``psycopg``
     (``pip install "tether[postgres]"``) and, for vector search, ``numpy`` (``tether[memory]``).
     """
 
@@ -61,6 +69,7 @@ class PostgresMemory(Memory):
         embedder: Embedder | None = None,
         caps: Mapping[str, int] | None = None,
         connect_timeout: int = 10,
+        statement_timeout: float = 30.0,
     ) -> None:
         if not _TABLE.fullmatch(table):
             raise ConfigError(
@@ -70,7 +79,13 @@ class PostgresMemory(Memory):
         self.table = table
         self.embedder = embedder
         self.caps = caps_of(caps)
+        if not 0 < statement_timeout <= 2_000_000:  # PostgreSQL's own limit is 2**31 ms
+            raise ConfigError(
+                f"PostgresMemory(statement_timeout={statement_timeout!r}): use seconds, more "
+                "than 0 and at most 2,000,000"
+            )
         self._timeout = connect_timeout
+        self._statement_timeout = statement_timeout
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._lock = asyncio.Lock()
         self._matrices: dict[tuple[str, str, int], tuple[int, VectorMatrix]] = {}
@@ -96,7 +111,16 @@ class PostgresMemory(Memory):
                 "the server runs and that the connection string is right"
             ) from None
         try:
+            # a lock another session holds (a migration, a VACUUM FULL, an open transaction)
+            # would make a search wait for ever, and the run with it
+            await _exec(
+                conn,
+                f"SET statement_timeout = {max(1, round(self._statement_timeout * 1000))}",
+            )
             await self._create(conn)
+        except psycopg.errors.QueryCanceled:
+            await conn.close()
+            raise self._busy("making its tables") from None
         except psycopg.Error as exc:
             await conn.close()
             raise StoreUnavailable(
@@ -137,13 +161,45 @@ class PostgresMemory(Memory):
         import psycopg
 
         async with self._lock:
-            conn = await self._connection()
-            try:
-                return await work(conn)
-            except psycopg.Error as exc:
-                raise StoreError(
-                    f"the memory's PostgreSQL failed while {doing}: {_first_line(exc)}"
-                ) from None
+            retried = False
+            while True:
+                conn = await self._connection()
+                try:
+                    return await work(conn)
+                except psycopg.errors.QueryCanceled:
+                    raise self._busy(doing) from None
+                except psycopg.errors.ProgramLimitExceeded as exc:  # what SQLite and Redis keep
+                    raise InvalidEntry(
+                        f"the memory's PostgreSQL cannot hold what was given while {doing} "
+                        f"({_first_line(exc)}): keep a record's id under 1,000 characters and "
+                        "split a text of megabytes into several records (KnowledgeBase chunks "
+                        "a document); nothing of this write was stored"
+                    ) from None
+                except psycopg.Error as exc:
+                    if not conn.broken:
+                        raise StoreError(
+                            f"the memory's PostgreSQL failed while {doing}: {_first_line(exc)}"
+                        ) from None
+                    # the server ended the session (a restart, a failover, an idle session
+                    # killed): the work is done once more on a new connection. A write is an
+                    # upsert, as harmless twice; a delete that had committed counts 0 again
+                    await conn.close()
+                    self._conn = None
+                    if retried:
+                        raise StoreUnavailable(
+                            f"the memory's PostgreSQL closed the connection while {doing}, "
+                            f"twice ({_first_line(exc)}): check that the server runs and "
+                            "accepts this user's sessions"
+                        ) from None
+                    retried = True
+
+    def _busy(self, doing: str) -> StoreBusy:
+        return StoreBusy(
+            f"the memory's PostgreSQL took longer than {self._statement_timeout:g} s while "
+            f"{doing} (statement_timeout), most likely waiting for a lock another session "
+            f"holds on {self.table}: end that session's transaction, or give "
+            "PostgresMemory(statement_timeout=...) more seconds"
+        )
 
     async def close(self) -> None:
         """Close the connection."""
@@ -240,7 +296,7 @@ class PostgresMemory(Memory):
 
     async def forget(self, *, now: datetime | None = None) -> int:
         """Delete expired records and enforce caps (see ``Memory.forget``)."""
-        at = (now or datetime.now(UTC)).timestamp()
+        at = moment(now).timestamp()
 
         async def sweep(conn: psycopg.AsyncConnection[Any]) -> int:
             async with conn.transaction():

@@ -16,7 +16,14 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from tether.errors import InvalidEntry
-from tether.memory.base import MemoryHit, MemoryQuery, MemoryRecord, SearchMode, replaced
+from tether.memory.base import (
+    NAMESPACE,
+    MemoryHit,
+    MemoryQuery,
+    MemoryRecord,
+    SearchMode,
+    replaced,
+)
 from tether.memory.embedder import Embedder
 
 __all__ = [
@@ -177,6 +184,13 @@ def caps_of(caps: Mapping[str, int] | None) -> dict[str, int]:
     """Validated per-namespace caps (how many records a namespace keeps at most)."""
     out = dict(caps or {})
     for namespace, cap in out.items():
+        if not isinstance(namespace, str) or not NAMESPACE.fullmatch(namespace):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+            # no record is ever stored there: the cap would never hold, without a word
+            raise InvalidEntry(
+                f"caps names memory namespace {namespace!r}, which no record can have: use "
+                "1-200 letters, digits and _ . : @ / - (an agent's runs use agent:NAME, "
+                "other characters written as _)"
+            )
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidEntry(f"the cap of memory namespace {namespace!r} must be an int >= 1")
     return out

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from tether.content import JsonObject
 from tether.errors import ConfigError, MissingExtraError, StoreError, StoreUnavailable
-from tether.memory.base import Memory, MemoryKind, MemoryQuery, MemoryRecord, MemorySearch
+from tether.memory.base import Memory, MemoryKind, MemoryQuery, MemoryRecord, MemorySearch, moment
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import (
     KeywordIndex,
@@ -42,6 +42,7 @@ from tether.memory.ranking import (
     words,
 )
 from tether.memory.ranking import probe as probe_of
+from tether.memory.rows import stored_vector
 from tether.memory.vectors import VectorMatrix, nearest_rows
 
 __all__ = ["RedisMemory"]
@@ -172,7 +173,7 @@ class _Row(NamedTuple):
             id=self.id,
             kind=self.kind,
             metadata=self.metadata,
-            embedding=tuple(array("f", self.blob)) if self.blob else None,
+            embedding=stored_vector(self.blob),
             embedding_model=self.model,
             created=self.created,
             expires=self.expires,
@@ -472,7 +473,7 @@ class RedisMemory(Memory):
         Names of namespaces that expired whole leave the set here, each checked and removed
         in one script (a write meanwhile keeps its name).
         """
-        at = (now or datetime.now(UTC)).timestamp()
+        at = moment(now).timestamp()
         names = await self._names()
 
         async def sweep(_client: Any) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from array import array
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -11,7 +12,7 @@ from typing import Any, cast
 from tether.jsontypes import JsonObject
 from tether.memory.base import MemoryKind, MemoryRecord
 
-__all__ = ["COLUMNS", "record_from_row", "row_values", "upsert_sql"]
+__all__ = ["COLUMNS", "record_from_row", "row_values", "stored_vector", "upsert_sql"]
 
 COLUMNS = (
     "namespace, id, text, kind, metadata, embedding, embedding_model, created, expires, "
@@ -62,6 +63,18 @@ def row_values(record: MemoryRecord, now: float) -> tuple[Any, ...]:
     )
 
 
+def stored_vector(blob: bytes | None) -> tuple[float, ...] | None:
+    """A stored float32 vector (``None``: none, or one that holds inf or NaN).
+
+    Before records refused numbers beyond float32's range, such a vector was stored as inf,
+    and the record it belonged to could not be read: it keeps its text, without the vector.
+    """
+    if not blob:
+        return None
+    vector = tuple(array("f", bytes(blob)))
+    return vector if all(math.isfinite(x) for x in vector) else None
+
+
 def record_from_row(row: Sequence[Any]) -> MemoryRecord:
     """The record of a row read as ``key, COLUMNS`` (metadata as JSON text or decoded)."""
     (
@@ -89,7 +102,7 @@ def record_from_row(row: Sequence[Any]) -> MemoryRecord:
         id=id_,
         kind=kind_,
         metadata=cast(JsonObject, metadata),
-        embedding=None if blob is None else tuple(array("f", bytes(blob))),
+        embedding=stored_vector(blob),
         embedding_model=model,
         created=datetime.fromtimestamp(created, UTC),
         expires=None if expires is None else datetime.fromtimestamp(expires, UTC),

@@ -23,17 +23,15 @@ from pathlib import Path
 from typing import TypeVar
 
 from tether.errors import (
-    StoreBusy,
-    StoreCorrupt,
     StoreError,
     StoreUnavailable,
-    StoreWriteError,
 )
 from tether.memory.base import (
     Memory,
     MemoryQuery,
     MemoryRecord,
     MemorySearch,
+    moment,
 )
 from tether.memory.embedder import Embedder
 from tether.memory.ranking import (
@@ -49,6 +47,7 @@ from tether.memory.ranking import (
 )
 from tether.memory.ranking import probe as probe_of
 from tether.memory.rows import COLUMNS, record_from_row, row_values, upsert_sql
+from tether.memory.sqlitefile import SCHEMA, foreign_tables, sqlite_error
 from tether.memory.sqlitequery import filters, passing_rows
 from tether.memory.vectors import VectorMatrix, nearest_rows
 
@@ -56,45 +55,6 @@ __all__ = ["SqliteMemory"]
 
 T = TypeVar("T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS memory_records (
-    rowid INTEGER PRIMARY KEY,
-    namespace TEXT NOT NULL,
-    id TEXT NOT NULL,
-    text TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    embedding BLOB,
-    embedding_model TEXT,
-    dims INTEGER,
-    created REAL NOT NULL,
-    expires REAL,
-    importance REAL NOT NULL,
-    run_id TEXT,
-    event_seq INTEGER,
-    UNIQUE (namespace, id)
-);
-CREATE INDEX IF NOT EXISTS memory_records_vectors
-    ON memory_records (namespace, embedding_model, dims);
-CREATE INDEX IF NOT EXISTS memory_records_expires ON memory_records (expires);
-CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5(
-    text, content='memory_records', content_rowid='rowid', tokenize='unicode61'
-);
-CREATE TABLE IF NOT EXISTS memory_versions (
-    namespace TEXT PRIMARY KEY,
-    version INTEGER NOT NULL
-);
-CREATE TRIGGER IF NOT EXISTS memory_records_ai AFTER INSERT ON memory_records BEGIN
-    INSERT INTO memory_fts (rowid, text) VALUES (new.rowid, new.text);
-END;
-CREATE TRIGGER IF NOT EXISTS memory_records_ad AFTER DELETE ON memory_records BEGIN
-    INSERT INTO memory_fts (memory_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
-END;
-CREATE TRIGGER IF NOT EXISTS memory_records_au AFTER UPDATE OF text ON memory_records BEGIN
-    INSERT INTO memory_fts (memory_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
-    INSERT INTO memory_fts (rowid, text) VALUES (new.rowid, new.text);
-END;
-"""
 
 _NEWEST_SCAN = 20_000
 """How many matches of only common words a search pages through for its namespace."""
@@ -143,7 +103,7 @@ class SqliteMemory(Memory):
             except sqlite3.Error as exc:
                 if db.in_transaction:
                     db.rollback()
-                raise _error(exc, self.path, doing) from None
+                raise sqlite_error(exc, self.path, doing) from None
             except BaseException:  # never leave the file locked, or half a write visible
                 if db.in_transaction:
                     db.rollback()
@@ -168,13 +128,22 @@ class SqliteMemory(Memory):
                 check_same_thread=False,
             )
         except sqlite3.Error as exc:
-            raise _error(exc, self.path, "opening it") from None
+            raise sqlite_error(exc, self.path, "opening it") from None
         try:
             db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
+            foreign = foreign_tables(db)
+            if foreign is None:
+                db.executescript(SCHEMA)
         except sqlite3.Error as exc:
             db.close()
-            raise _error(exc, self.path, "opening it") from None
+            raise sqlite_error(exc, self.path, "opening it") from None
+        if foreign is not None:
+            db.close()
+            raise StoreUnavailable(
+                f"the memory {self.path} holds tables that tether's memory did not make "
+                f"({foreign}): another program's, or another version's; nothing was changed. "
+                "Give SqliteMemory a file of its own, or rename those tables"
+            )
         self._db = db
         return db
 
@@ -308,7 +277,7 @@ class SqliteMemory(Memory):
 
     async def forget(self, *, now: datetime | None = None) -> int:
         """Delete expired records and enforce caps (see ``Memory.forget``)."""
-        at = (now or datetime.now(UTC)).timestamp()
+        at = moment(now).timestamp()
 
         def sweep(db: sqlite3.Connection) -> int:
             db.execute("BEGIN IMMEDIATE")
@@ -563,30 +532,3 @@ def _bump(db: sqlite3.Connection, namespace: str) -> None:
         "ON CONFLICT (namespace) DO UPDATE SET version = version + 1",
         (namespace,),
     )
-
-
-def _error(exc: sqlite3.Error, path: Path, doing: str) -> StoreError:
-    """The store error a ``sqlite3`` error means, naming the memory's file and what to do."""
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    text = str(exc)
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
-        return StoreBusy(
-            f"the memory {path} is locked by another process and stayed locked while {doing}; "
-            "close that program, or wait for it, and try again"
-        )
-    if name.startswith("SQLITE_CORRUPT") or "malformed" in text or name == "SQLITE_NOTADB":
-        return StoreCorrupt(
-            f"the memory {path} is damaged or not a SQLite file ({text}): restore a backup, "
-            f"or recover what is readable with `sqlite3 {path} .recover`"
-        )
-    if name.startswith(("SQLITE_READONLY", "SQLITE_FULL", "SQLITE_IOERR")):
-        return StoreWriteError(
-            f"the memory {path} could not be written while {doing} ({text}): free space or "
-            "fix its permissions; what was stored before is intact"
-        )
-    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_PERM")):
-        return StoreUnavailable(
-            f"cannot open the memory {path} ({text}): check that this user may read and "
-            "write the file and its directory"
-        )
-    return StoreError(f"the memory {path} failed while {doing}: {text}")
