@@ -230,7 +230,7 @@ async def test_a_blocking_call_that_never_got_its_slot_is_a_timeout_not_unknown(
     held, running = threading.Event(), threading.Event()
 
     @tool(name="capped", open_world=False, timeout=DEADLINE)
-    def holding(n: int) -> str:
+    def holding_call(n: int) -> str:
         """Blocks while the test holds it: the same tool for the policy (its name), with a
         timeout that outlasts the test, so the slot stays held however slow the machine.
 
@@ -258,7 +258,7 @@ async def test_a_blocking_call_that_never_got_its_slot_is_a_timeout_not_unknown(
     )
     holder = Agent(
         model=ScriptedModel([call("capped", n=0), finish("x")]),
-        tools=[holding],
+        tools=[holding_call],
         policy=policy,
     )
     holding = asyncio.ensure_future(holder.run("hold"))
