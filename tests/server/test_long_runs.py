@@ -1,10 +1,9 @@
-"""A long run's log and events are sent a page at a time as they are read, never held whole."""
+"""A long run is read a page at a time, never held whole: its log, events, audit, waiting calls."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +12,18 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import Response, StreamingResponse
 
-from tests.stores.helpers import agent_log, finished
+from tests.stores.helpers import stored_long_run
+from tests.stores.tampering import (
+    CHAIN_TAMPERINGS,
+    MAC_TAMPERINGS,
+    Tampering,
+    audited_whole,
+    tamper,
+)
 from tether import Agent
-from tether.codec import encode_event, seal
-from tether.events import Event, UserReplied
+from tether.auditkey import ENV_KEY, AuditKey
+from tether.codec import encode_event
+from tether.events import Event
 from tether.server import ApiKeys, create_app
 from tether.server.endpoints import Endpoints
 from tether.server.sse import PAGE
@@ -25,6 +32,9 @@ from tether.testing import ScriptedModel, finish
 
 LENGTH = 3000
 """Events past the run's start: many pages."""
+SECRET = "long-runs-audit-key:8d41f0c2a97e"
+"""The server's audit key (``$TETHER_AUDIT_KEY``) where a test gives it one."""
+KEY = AuditKey(SECRET.encode())
 
 
 @dataclass
@@ -33,6 +43,8 @@ class Reads:
 
     pages: list[int] = field(default_factory=list[int])
     """The size of each page read, in order."""
+    mac_pages: list[int] = field(default_factory=list[int])
+    """The ``limit`` of each page of MACs read, in order."""
 
 
 class Served:
@@ -59,32 +71,16 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     await store.close()
 
 
-async def long_run(store: SqliteStore) -> list[Event]:
+async def long_run(store: SqliteStore, key: AuditKey | None = None) -> list[Event]:
     """A run of the tenant's with ``LENGTH`` user replies, written straight to the store."""
-    start = await agent_log(tags=("tenant:acme",))
-    log = start[:-1]
-    for i in range(LENGTH):
-        last = log[-1]
-        log.append(
-            seal(
-                UserReplied(
-                    run_id=last.run_id,
-                    seq=last.seq + 1,
-                    at=last.at + timedelta(milliseconds=1),
-                    prev_hash=last.hash,
-                    text=f"reply {i} " + "x" * (i % 50),
-                )
-            )
-        )
-    log.append(finished(log))
-    await store.append(log[0].run_id, log)
-    return log
+    return await stored_long_run(store, LENGTH, key=key, tags=("tenant:acme",))
 
 
 def counted(store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> Reads:
     """Count the store's page reads; a read of the whole run fails the test."""
     reads = Reads()
     read_page, read_encoded_pages = store.read_page, store.read_encoded_pages
+    read_macs_page = store.read_macs_page
 
     async def page(run_id: str, *, after_seq: int = -1, limit: int) -> list[Event]:
         got = await read_page(run_id, after_seq=after_seq, limit=limit)
@@ -96,13 +92,18 @@ def counted(store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> Reads:
             reads.pages.append(len(got))
             yield got
 
+    async def macs_page(run_id: str, *, after_seq: int = -1, limit: int) -> dict[int, str]:
+        reads.mac_pages.append(limit)
+        return await read_macs_page(run_id, after_seq=after_seq, limit=limit)
+
     async def whole(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the whole run was read at once")
 
     monkeypatch.setattr(store, "read_page", page)
     monkeypatch.setattr(store, "read_encoded_pages", encoded_pages)
-    monkeypatch.setattr(store, "read", whole)
-    monkeypatch.setattr(store, "read_encoded", whole)
+    monkeypatch.setattr(store, "read_macs_page", macs_page)
+    for name in ("read", "read_encoded", "read_macs"):
+        monkeypatch.setattr(store, name, whole)
     return reads
 
 
@@ -171,3 +172,46 @@ async def test_a_long_runs_events_are_streamed_a_page_at_a_time_with_no_gap_or_d
     assert reads.pages == [PAGE]
     assert first == old_sse(log[:PAGE])
     assert first + b"".join([c async for c in chunks]) == old_sse(log)
+
+
+@pytest.mark.parametrize(
+    ("keyed", "how"),
+    [
+        (False, None),
+        (False, "resealed"),
+        (True, None),
+        *((True, how) for how in (*CHAIN_TAMPERINGS, *MAC_TAMPERINGS)),
+    ],
+)
+async def test_a_long_runs_audit_is_the_same_answer_read_a_page_at_a_time(
+    served: Served, monkeypatch: pytest.MonkeyPatch, keyed: bool, how: Tampering | None
+) -> None:
+    if keyed:
+        monkeypatch.setenv(ENV_KEY, SECRET)
+    log = await long_run(served.store, KEY)
+    run_id = log[0].run_id
+    at = 17 * PAGE  # a user reply's: past many pages, and the first of one
+    if how is not None:
+        tamper(served.store.path, run_id, how, at)
+    whole = await audited_whole(served.store, run_id, KEY if keyed else None)
+    assert whole.ok == (how is None)
+    found = {None: None, "cut": len(log) - 1, "resealed": at if keyed else at + 1}
+    assert whole.bad_seq == found.get(how, at)  # the test tampered where it meant to
+    reads = counted(served.store, monkeypatch)
+
+    got = await served.client.get(f"/v1/runs/{run_id}/audit", headers=served.auth)
+
+    assert got.status_code == 200
+    assert got.json() == {  # what the audit answered when it read the run whole
+        "run_id": run_id,
+        "ok": whole.ok,
+        "events": whole.events,
+        "bad_seq": whole.bad_seq,
+        "problem": whole.problem,
+        "last_hash": whole.last_hash,
+        "keyed": whole.keyed,
+        "verified_through": whole.verified_through,
+    }
+    assert max(reads.pages) == PAGE
+    assert sum(reads.pages) == whole.events  # those after a bad one are counted
+    assert max(reads.mac_pages) <= PAGE
