@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import Response, StreamingResponse
 
-from tests.stores.helpers import stored_long_run
+from tests.stores.helpers import T0, rechain, stored_long_run
 from tests.stores.tampering import (
     CHAIN_TAMPERINGS,
     MAC_TAMPERINGS,
@@ -20,15 +22,18 @@ from tests.stores.tampering import (
     audited_whole,
     tamper,
 )
-from tether import Agent
+from tether import Agent, tool
 from tether.auditkey import ENV_KEY, AuditKey
 from tether.codec import encode_event
-from tether.events import Event
+from tether.errors import TetherError
+from tether.events import GENESIS_HASH, ApprovalGiven, ApprovalRequested, Event
+from tether.jsontypes import JsonValue
+from tether.policy import RulePolicy, Rules, require_approval
 from tether.server import ApiKeys, create_app
 from tether.server.endpoints import Endpoints
 from tether.server.sse import PAGE
 from tether.stores.sqlite import SqliteStore
-from tether.testing import ScriptedModel, finish
+from tether.testing import FakeClock, ScriptedModel, call, finish
 
 LENGTH = 3000
 """Events past the run's start: many pages."""
@@ -63,7 +68,7 @@ class Served:
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
     store = SqliteStore(tmp_path / "runs.db")
-    token = (await ApiKeys(store).create("acme", ["read"]))[1]
+    token = (await ApiKeys(store).create("acme", ["read", "approve"]))[1]
     app = create_app(Agent(name="agent", model=ScriptedModel([finish("done")])), store)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
@@ -215,3 +220,130 @@ async def test_a_long_runs_audit_is_the_same_answer_read_a_page_at_a_time(
     assert max(reads.pages) == PAGE
     assert sum(reads.pages) == whole.events  # those after a bad one are counted
     assert max(reads.mac_pages) <= PAGE
+
+
+@tool(destructive=True, open_world=False)
+def wire(amount: float) -> str:
+    """Wires money.
+
+    Args:
+        amount: How much.
+    """
+    return "wired"
+
+
+async def long_waiting_run(store: SqliteStore) -> list[Event]:
+    """A run of the tenant's that waits for approvals, written straight to the store.
+
+    After a real run's first call held for approval it asks ``LENGTH // 2`` more, each
+    answered at once but calls 7, 507 and 1007; call 7 is answered many pages on, then asked
+    again: it waits, last in line.
+    """
+    policy = RulePolicy(Rules(rules=(require_approval("wire"),)))
+    outcome = await Agent(name="agent", tools=[wire], policy=policy).run(
+        "wire it",
+        model=ScriptedModel([call("wire", amount=12.5)]),
+        clock=FakeClock(T0),
+        tags=("tenant:acme",),
+    )
+    assert outcome.status == "waiting_for_approval"
+    *start, asked, end = outcome.events
+    assert isinstance(asked, ApprovalRequested)
+
+    def ask(i: int) -> Event:
+        return dataclasses.replace(asked, call_id=f"call_{i}", arguments={"amount": i})
+
+    def give(i: int) -> Event:
+        return ApprovalGiven(
+            run_id=asked.run_id,
+            seq=0,
+            at=asked.at,
+            prev_hash="",
+            call_id=f"call_{i}",
+            approved=i % 2 == 0,
+            by="ops",
+        )
+
+    events: list[Event] = [*start, asked]
+    for i in range(LENGTH // 2):
+        events += [ask(i)] if i % 500 == 7 else [ask(i), give(i)]
+    events += [give(7), ask(7), end]
+    log = rechain(
+        [dataclasses.replace(e, seq=n) for n, e in enumerate(events)], prev_hash=GENESIS_HASH
+    )
+    await store.append(log[0].run_id, log)
+    return log
+
+
+def old_pending(events: list[Event]) -> list[JsonValue]:
+    """The calls ``GET /runs/{id}`` said a run waits for when it read the run whole."""
+    requested: dict[str, ApprovalRequested] = {}
+    for event in events:
+        if isinstance(event, ApprovalRequested):
+            requested[event.call_id] = event
+        elif isinstance(event, ApprovalGiven):
+            requested.pop(event.call_id, None)
+    return [
+        {
+            "call_id": r.call_id,
+            "tool": r.tool,
+            "arguments": r.arguments,
+            "arguments_hash": r.arguments_hash,
+        }
+        for r in requested.values()
+    ]
+
+
+async def test_a_long_runs_waiting_calls_are_found_a_page_at_a_time(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = await long_waiting_run(served.store)
+    run_id = log[0].run_id
+    pending = old_pending(log)
+    ids = [p["call_id"] for p in pending if isinstance(p, dict)]
+    assert ids[1:] == ["call_507", "call_1007", "call_7"]
+    reads = counted(served.store, monkeypatch)
+
+    shown = await served.client.get(f"/v1/runs/{run_id}", headers=served.auth)
+
+    assert shown.status_code == 200
+    assert shown.json()["status"] == "waiting_for_approval"
+    assert shown.json()["pending"] == pending
+    assert max(reads.pages) == PAGE
+    assert sum(reads.pages) == len(log)
+
+    decisions = {"decisions": [{"call_id": "nope", "approve": True, "arguments_hash": "0" * 64}]}
+    refused = await served.client.post(
+        f"/v1/runs/{run_id}/approvals", json=decisions, headers=served.auth
+    )
+
+    assert refused.status_code == 409
+    waits = ", ".join(map(str, ids))
+    assert refused.json()["error"] == f"the run waits for no call 'nope': it waits for {waits}"
+
+
+@pytest.mark.parametrize("how", CHAIN_TAMPERINGS)
+async def test_a_tampered_long_runs_waiting_calls_fail_as_when_it_was_read_whole(
+    served: Served,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    how: Tampering,
+) -> None:
+    log = await long_waiting_run(served.store)
+    run_id = log[0].run_id
+    tamper(served.store.path, run_id, how, 17 * PAGE)
+    try:  # what the run's page said when it read the run whole
+        before: JsonValue | TetherError = old_pending(await served.store.read(run_id))
+    except TetherError as exc:
+        before = exc
+    counted(served.store, monkeypatch)
+
+    with caplog.at_level(logging.ERROR, logger="tether.server"):
+        shown = await served.client.get(f"/v1/runs/{run_id}", headers=served.auth)
+
+    if isinstance(before, TetherError):  # the same error, naming the same seq and reason
+        assert shown.status_code == 503
+        assert f"failed: {type(before).__name__}: {before}" in caplog.text
+    else:
+        assert shown.status_code == 200
+        assert shown.json()["pending"] == before

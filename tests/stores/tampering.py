@@ -9,13 +9,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal, TypeAlias
 
 from tests.stores.helpers import resealed
 from tether.auditkey import AuditKey
 from tether.codec import decode_event, encode_event
-from tether.events import UserReplied
 from tether.policy.audit import AuditReport, audit_encoded
 from tether.stores import RunStore
 
@@ -47,9 +47,9 @@ MAC_TAMPERINGS: tuple[Tampering, ...] = ("mac_forged", "mac_removed")
 
 
 def tamper(db: Path, run_id: str, how: Tampering, seq: int) -> None:
-    """Edit the event (or the MAC) at ``seq`` of a stored run (a user reply's, for its text).
+    """Edit the event (or the MAC) at ``seq`` of a stored run.
 
-    ``edited``: its text changed, its hash not; ``resealed``: its text changed and its hash
+    ``edited``: its time changed, its hash not; ``resealed``: its time changed and its hash
     made valid again (the next event's link breaks); ``undecodable``: not JSON any more;
     ``spaced``: the same values written with a space tether never writes; ``removed``:
     gone (a gap); ``cut``: the run's last event gone (``seq`` unused: the index still counts
@@ -62,8 +62,7 @@ def tamper(db: Path, run_id: str, how: Tampering, seq: int) -> None:
         new: bytes | None = None
         match how:
             case "edited" | "resealed":
-                assert isinstance(event, UserReplied)
-                edited = dataclasses.replace(event, text="forged")
+                edited = dataclasses.replace(event, at=event.at + timedelta(seconds=1))
                 new = encode_event(resealed(edited) if how == "resealed" else edited)
             case "undecodable":
                 new = body[: len(body) // 2]

@@ -360,10 +360,20 @@ class Endpoints:
                 break
 
     async def _waiting(self, run_id: str) -> dict[str, ApprovalRequested]:
+        """The calls the run waits for a human to decide, in the order they were asked.
+
+        Folded from the log ``sse.PAGE`` events at a time: only the calls still waiting at
+        each point are held, never the run.
+        """
         requested: dict[str, ApprovalRequested] = {}
-        for event in await self.store.read(run_id):
-            if isinstance(event, ApprovalRequested):
-                requested[event.call_id] = event
-            elif isinstance(event, ApprovalGiven):
-                requested.pop(event.call_id, None)
-        return requested
+        after = -1
+        while True:
+            page = await self.store.read_page(run_id, after_seq=after, limit=PAGE)
+            for event in page:
+                if isinstance(event, ApprovalRequested):
+                    requested[event.call_id] = event
+                elif isinstance(event, ApprovalGiven):
+                    requested.pop(event.call_id, None)
+            if len(page) < PAGE:
+                return requested
+            after = page[-1].seq
