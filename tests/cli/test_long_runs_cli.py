@@ -20,6 +20,8 @@ from tests.stores.tampering import Tampering, audited_whole, tamper
 from tether.auditkey import AuditKey
 from tether.cli import safety_commands
 from tether.cli.app import app
+from tether.codec import encode_line, verify_chain
+from tether.errors import TetherError
 from tether.events import Event
 from tether.policy import audit
 from tether.stores import SqliteStore
@@ -59,6 +61,25 @@ def whole_audit(db: Path, run_id: str, key: AuditKey | None) -> Any:
             await store.close()
 
     return asyncio.run(go())
+
+
+def whole_export(db: Path, run_id: str) -> bytes | TetherError:
+    """``tether export``'s output as it was when it read the run whole, or its error."""
+
+    async def go() -> bytes:
+        store = SqliteStore(db, audit_key=None)
+        try:
+            events = await store.read(run_id)
+            verify_chain(events, run_id=run_id)
+            macs = await store.read_macs(run_id)
+            return b"".join(encode_line(e, macs.get(e.seq)) + b"\n" for e in events)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except TetherError as exc:
+        return exc
 
 
 def refuse_whole_reads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,3 +143,25 @@ def test_audit_of_a_jsonl_log_checks_each_line_as_it_is_read(
     assert got.exit_code == 0, got.output
     assert json.loads(got.stdout)["events"] == len(read) > LENGTH
     assert checked == read  # each line checked once read, before the next is
+
+
+@pytest.mark.parametrize("how", [None, "resealed", "undecodable", "removed"])
+def test_export_of_a_long_stored_run_is_the_same_bytes_read_a_page_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: Tampering | None
+) -> None:
+    db = tmp_path / "t.db"
+    run_id = long_run(db, how)
+    expected = whole_export(db, run_id)
+    assert isinstance(expected, bytes) == (how is None)
+    refuse_whole_reads(monkeypatch)
+
+    got = CliRunner().invoke(app, ["export", run_id, "--db", str(db)])
+
+    if isinstance(expected, bytes):
+        assert got.exit_code == 0, got.output
+        assert got.stdout_bytes == expected
+        assert expected.count(b'"mac":') == expected.count(b"\n") > LENGTH
+    else:  # nothing written, and the error reading it whole gave
+        assert got.exit_code == 2
+        assert got.stdout_bytes == b""
+        assert " ".join(got.stderr.split()) == f"error: {' '.join(str(expected).split())}"
