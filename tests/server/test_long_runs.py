@@ -1,10 +1,11 @@
-"""A long run's log and events are sent a page at a time as they are read, never held whole."""
+"""A long run is read a page at a time, never held whole: its log, events, audit, waiting calls."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +14,32 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import Response, StreamingResponse
 
-from tests.stores.helpers import agent_log, finished
-from tether import Agent
-from tether.codec import encode_event, seal
-from tether.events import Event, UserReplied
+from tests.stores.helpers import T0, rechain, stored_long_run
+from tests.stores.tampering import (
+    CHAIN_TAMPERINGS,
+    MAC_TAMPERINGS,
+    Tampering,
+    audited_whole,
+    tamper,
+)
+from tether import Agent, tool
+from tether.auditkey import ENV_KEY, AuditKey
+from tether.codec import encode_event
+from tether.errors import TetherError
+from tether.events import GENESIS_HASH, ApprovalGiven, ApprovalRequested, Event
+from tether.jsontypes import JsonValue
+from tether.policy import RulePolicy, Rules, require_approval
 from tether.server import ApiKeys, create_app
 from tether.server.endpoints import Endpoints
 from tether.server.sse import PAGE
 from tether.stores.sqlite import SqliteStore
-from tether.testing import ScriptedModel, finish
+from tether.testing import FakeClock, ScriptedModel, call, finish
 
 LENGTH = 3000
 """Events past the run's start: many pages."""
+SECRET = "long-runs-audit-key:8d41f0c2a97e"
+"""The server's audit key (``$TETHER_AUDIT_KEY``) where a test gives it one."""
+KEY = AuditKey(SECRET.encode())
 
 
 @dataclass
@@ -33,6 +48,8 @@ class Reads:
 
     pages: list[int] = field(default_factory=list[int])
     """The size of each page read, in order."""
+    mac_pages: list[int] = field(default_factory=list[int])
+    """The ``limit`` of each page of MACs read, in order."""
 
 
 class Served:
@@ -51,7 +68,7 @@ class Served:
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
     store = SqliteStore(tmp_path / "runs.db")
-    token = (await ApiKeys(store).create("acme", ["read"]))[1]
+    token = (await ApiKeys(store).create("acme", ["read", "approve"]))[1]
     app = create_app(Agent(name="agent", model=ScriptedModel([finish("done")])), store)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
@@ -59,32 +76,16 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     await store.close()
 
 
-async def long_run(store: SqliteStore) -> list[Event]:
+async def long_run(store: SqliteStore, key: AuditKey | None = None) -> list[Event]:
     """A run of the tenant's with ``LENGTH`` user replies, written straight to the store."""
-    start = await agent_log(tags=("tenant:acme",))
-    log = start[:-1]
-    for i in range(LENGTH):
-        last = log[-1]
-        log.append(
-            seal(
-                UserReplied(
-                    run_id=last.run_id,
-                    seq=last.seq + 1,
-                    at=last.at + timedelta(milliseconds=1),
-                    prev_hash=last.hash,
-                    text=f"reply {i} " + "x" * (i % 50),
-                )
-            )
-        )
-    log.append(finished(log))
-    await store.append(log[0].run_id, log)
-    return log
+    return await stored_long_run(store, LENGTH, key=key, tags=("tenant:acme",))
 
 
 def counted(store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> Reads:
     """Count the store's page reads; a read of the whole run fails the test."""
     reads = Reads()
     read_page, read_encoded_pages = store.read_page, store.read_encoded_pages
+    read_macs_page = store.read_macs_page
 
     async def page(run_id: str, *, after_seq: int = -1, limit: int) -> list[Event]:
         got = await read_page(run_id, after_seq=after_seq, limit=limit)
@@ -96,13 +97,18 @@ def counted(store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> Reads:
             reads.pages.append(len(got))
             yield got
 
+    async def macs_page(run_id: str, *, after_seq: int = -1, limit: int) -> dict[int, str]:
+        reads.mac_pages.append(limit)
+        return await read_macs_page(run_id, after_seq=after_seq, limit=limit)
+
     async def whole(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the whole run was read at once")
 
     monkeypatch.setattr(store, "read_page", page)
     monkeypatch.setattr(store, "read_encoded_pages", encoded_pages)
-    monkeypatch.setattr(store, "read", whole)
-    monkeypatch.setattr(store, "read_encoded", whole)
+    monkeypatch.setattr(store, "read_macs_page", macs_page)
+    for name in ("read", "read_encoded", "read_macs"):
+        monkeypatch.setattr(store, name, whole)
     return reads
 
 
@@ -171,3 +177,173 @@ async def test_a_long_runs_events_are_streamed_a_page_at_a_time_with_no_gap_or_d
     assert reads.pages == [PAGE]
     assert first == old_sse(log[:PAGE])
     assert first + b"".join([c async for c in chunks]) == old_sse(log)
+
+
+@pytest.mark.parametrize(
+    ("keyed", "how"),
+    [
+        (False, None),
+        (False, "resealed"),
+        (True, None),
+        *((True, how) for how in (*CHAIN_TAMPERINGS, *MAC_TAMPERINGS)),
+    ],
+)
+async def test_a_long_runs_audit_is_the_same_answer_read_a_page_at_a_time(
+    served: Served, monkeypatch: pytest.MonkeyPatch, keyed: bool, how: Tampering | None
+) -> None:
+    if keyed:
+        monkeypatch.setenv(ENV_KEY, SECRET)
+    log = await long_run(served.store, KEY)
+    run_id = log[0].run_id
+    at = 17 * PAGE  # a user reply's: past many pages, and the first of one
+    if how is not None:
+        tamper(served.store.path, run_id, how, at)
+    whole = await audited_whole(served.store, run_id, KEY if keyed else None)
+    assert whole.ok == (how is None)
+    found = {None: None, "cut": len(log) - 1, "resealed": at if keyed else at + 1}
+    assert whole.bad_seq == found.get(how, at)  # the test tampered where it meant to
+    reads = counted(served.store, monkeypatch)
+
+    got = await served.client.get(f"/v1/runs/{run_id}/audit", headers=served.auth)
+
+    assert got.status_code == 200
+    assert got.json() == {  # what the audit answered when it read the run whole
+        "run_id": run_id,
+        "ok": whole.ok,
+        "events": whole.events,
+        "bad_seq": whole.bad_seq,
+        "problem": whole.problem,
+        "last_hash": whole.last_hash,
+        "keyed": whole.keyed,
+        "verified_through": whole.verified_through,
+    }
+    assert max(reads.pages) == PAGE
+    assert sum(reads.pages) == whole.events  # those after a bad one are counted
+    assert max(reads.mac_pages) <= PAGE
+
+
+@tool(destructive=True, open_world=False)
+def wire(amount: float) -> str:
+    """Wires money.
+
+    Args:
+        amount: How much.
+    """
+    return "wired"
+
+
+async def long_waiting_run(store: SqliteStore) -> list[Event]:
+    """A run of the tenant's that waits for approvals, written straight to the store.
+
+    After a real run's first call held for approval it asks ``LENGTH // 2`` more, each
+    answered at once but calls 7, 507 and 1007; call 7 is answered many pages on, then asked
+    again: it waits, last in line.
+    """
+    policy = RulePolicy(Rules(rules=(require_approval("wire"),)))
+    outcome = await Agent(name="agent", tools=[wire], policy=policy).run(
+        "wire it",
+        model=ScriptedModel([call("wire", amount=12.5)]),
+        clock=FakeClock(T0),
+        tags=("tenant:acme",),
+    )
+    assert outcome.status == "waiting_for_approval"
+    *start, asked, end = outcome.events
+    assert isinstance(asked, ApprovalRequested)
+
+    def ask(i: int) -> Event:
+        return dataclasses.replace(asked, call_id=f"call_{i}", arguments={"amount": i})
+
+    def give(i: int) -> Event:
+        return ApprovalGiven(
+            run_id=asked.run_id,
+            seq=0,
+            at=asked.at,
+            prev_hash="",
+            call_id=f"call_{i}",
+            approved=i % 2 == 0,
+            by="ops",
+        )
+
+    events: list[Event] = [*start, asked]
+    for i in range(LENGTH // 2):
+        events += [ask(i)] if i % 500 == 7 else [ask(i), give(i)]
+    events += [give(7), ask(7), end]
+    log = rechain(
+        [dataclasses.replace(e, seq=n) for n, e in enumerate(events)], prev_hash=GENESIS_HASH
+    )
+    await store.append(log[0].run_id, log)
+    return log
+
+
+def old_pending(events: list[Event]) -> list[JsonValue]:
+    """The calls ``GET /runs/{id}`` said a run waits for when it read the run whole."""
+    requested: dict[str, ApprovalRequested] = {}
+    for event in events:
+        if isinstance(event, ApprovalRequested):
+            requested[event.call_id] = event
+        elif isinstance(event, ApprovalGiven):
+            requested.pop(event.call_id, None)
+    return [
+        {
+            "call_id": r.call_id,
+            "tool": r.tool,
+            "arguments": r.arguments,
+            "arguments_hash": r.arguments_hash,
+        }
+        for r in requested.values()
+    ]
+
+
+async def test_a_long_runs_waiting_calls_are_found_a_page_at_a_time(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = await long_waiting_run(served.store)
+    run_id = log[0].run_id
+    pending = old_pending(log)
+    ids = [p["call_id"] for p in pending if isinstance(p, dict)]
+    assert ids[1:] == ["call_507", "call_1007", "call_7"]
+    reads = counted(served.store, monkeypatch)
+
+    shown = await served.client.get(f"/v1/runs/{run_id}", headers=served.auth)
+
+    assert shown.status_code == 200
+    assert shown.json()["status"] == "waiting_for_approval"
+    assert shown.json()["pending"] == pending
+    assert max(reads.pages) == PAGE
+    assert sum(reads.pages) == len(log)
+
+    decisions = {"decisions": [{"call_id": "nope", "approve": True, "arguments_hash": "0" * 64}]}
+    refused = await served.client.post(
+        f"/v1/runs/{run_id}/approvals", json=decisions, headers=served.auth
+    )
+
+    assert refused.status_code == 409
+    waits = ", ".join(map(str, ids))
+    assert refused.json()["error"] == f"the run waits for no call 'nope': it waits for {waits}"
+
+
+@pytest.mark.parametrize("how", CHAIN_TAMPERINGS)
+async def test_a_tampered_long_runs_waiting_calls_fail_as_when_it_was_read_whole(
+    served: Served,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    how: Tampering,
+) -> None:
+    log = await long_waiting_run(served.store)
+    run_id = log[0].run_id
+    tamper(served.store.path, run_id, how, 17 * PAGE)
+    try:  # what the run's page said when it read the run whole
+        before: JsonValue | TetherError = old_pending(await served.store.read(run_id))
+    except TetherError as exc:
+        before = exc
+    counted(served.store, monkeypatch)
+
+    with caplog.at_level(logging.ERROR, logger="tether.server"):
+        shown = await served.client.get(f"/v1/runs/{run_id}", headers=served.auth)
+
+    if isinstance(before, TetherError):  # the same error, naming the same seq and reason
+        assert shown.status_code == 503
+        assert f"failed: {type(before).__name__}: {before}" in caplog.text
+    else:
+        assert shown.status_code == 200
+        assert shown.json()["pending"] == before

@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from tether import Agent, Event, Usage, tool
+from tether.auditkey import AuditKey
 from tether.codec import compute_hash, seal
 from tether.events import GENESIS_HASH, RunFinished, ToolCallFinished, UserReplied
 from tether.messages import ToolCall
+from tether.stores import RunStore
 from tether.testing import FakeClock, ScriptedModel, call, finish
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -142,3 +144,33 @@ def resealed(event: Event) -> Event:
 def relabel(events: Sequence[Event], run_id: str) -> list[Event]:
     """The same log as run ``run_id`` (every event moved, the chain re-sealed)."""
     return rechain([dataclasses.replace(e, run_id=run_id) for e in events], prev_hash=GENESIS_HASH)
+
+
+async def stored_long_run(
+    store: RunStore, length: int, *, key: AuditKey | None = None, tags: Sequence[str] = ()
+) -> list[Event]:
+    """A finished run with ``length`` user replies in it, written straight to ``store``.
+
+    With ``key``: each event's MAC under it beside it, as a keyed writer stores them.
+    """
+    start = await agent_log(tags=tags)
+    log = start[:-1]
+    for i in range(length):
+        last = log[-1]
+        log.append(
+            seal(
+                UserReplied(
+                    run_id=last.run_id,
+                    seq=last.seq + 1,
+                    at=last.at + timedelta(milliseconds=1),
+                    prev_hash=last.hash,
+                    text=f"reply {i} " + "x" * (i % 50),
+                )
+            )
+        )
+    log.append(finished(log))
+    if key is None:
+        await store.append(log[0].run_id, log)
+    else:
+        await store.append_copied(log[0].run_id, log, [key.mac(e.hash) for e in log])
+    return log

@@ -1,4 +1,6 @@
-"""Reading a run's log in pages (``read_page``, ``read_encoded_pages``), on every backend."""
+"""Reading a run's log in pages (``read_page``, ``read_encoded_pages``, ``read_macs_page``).
+
+On every backend."""
 
 from __future__ import annotations
 
@@ -6,14 +8,17 @@ import contextlib
 import dataclasses
 import sqlite3
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
+from tether.auditkey import AuditKey
 from tether.codec import encode_event, seal
 from tether.errors import BrokenChain, UserError
 from tether.events import Event, UserReplied
-from tether.stores import RunNotFound, RunStore, SqliteStore
+from tether.stores import MemoryStore, RunNotFound, RunStore, SqliteStore
 
 from .helpers import agent_log, resealed
 
@@ -117,3 +122,69 @@ async def test_sqlite_pages_check_the_chain_across_their_edges(store: RunStore) 
     assert await store.read_page(run_id, after_seq=cut - 1, limit=1) == [edited]  # alone: sound
     with pytest.raises(BrokenChain):  # the page after it does not link to it
         await store.read_page(run_id, after_seq=cut, limit=3)
+
+
+KEY = AuditKey(b"pages-test-audit-key:5f1c9e2b7a64", source="the test's key")
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def keyed(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
+    """An empty store of each backend that keeps MACs (none made: the tests copy theirs)."""
+    opened: RunStore = (
+        MemoryStore()
+        if request.param == "memory"
+        else SqliteStore(tmp_path / "k.db", audit_key=None)
+    )
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def copied_with_gaps(store: RunStore) -> tuple[str, dict[int, str]]:
+    """A run stored with a MAC on every event but each third (copied: none made here)."""
+    log = await agent_log(run_id=str(uuid.uuid4()))
+    log += replies(log, 20)
+    macs = [None if e.seq % 3 == 1 else KEY.mac(e.hash) for e in log]
+    await store.append_copied(log[0].run_id, log, macs)
+    return log[0].run_id, {e.seq: m for e, m in zip(log, macs, strict=True) if m is not None}
+
+
+@pytest.mark.parametrize("limit", [1, 3, 7, 1000])
+async def test_mac_pages_are_the_macs_of_the_event_pages(keyed: RunStore, limit: int) -> None:
+    run_id, macs = await copied_with_gaps(keyed)
+    assert await keyed.read_macs(run_id) == macs
+    together: dict[int, str] = {}
+    for after in range(-1, max(macs) + 1, limit):
+        page = await keyed.read_macs_page(run_id, after_seq=after, limit=limit)
+        assert page == {s: m for s, m in macs.items() if after < s <= after + limit}
+        # the default, for a store that cannot read a page, finds the same
+        assert page == await RunStore.read_macs_page(keyed, run_id, after_seq=after, limit=limit)
+        together |= page
+    assert together == macs
+
+
+@pytest.mark.parametrize("after", [-7, -1, 5, 100])
+async def test_a_mac_page_starts_after_the_seq_given(keyed: RunStore, after: int) -> None:
+    run_id, macs = await copied_with_gaps(keyed)
+    page = await keyed.read_macs_page(run_id, after_seq=after, limit=4)
+    first = max(after, -1) + 1
+    assert page == {s: m for s, m in macs.items() if first <= s < first + 4}
+
+
+async def test_a_mac_page_of_an_unknown_run_raises_run_not_found(keyed: RunStore) -> None:
+    for after in (-1, 3):
+        with pytest.raises(RunNotFound):
+            await keyed.read_macs_page("nope", after_seq=after, limit=5)
+
+
+async def test_a_mac_page_holds_at_least_one_seq(keyed: RunStore) -> None:
+    run_id, _ = await copied_with_gaps(keyed)
+    for limit in (0, -1):
+        with pytest.raises(UserError, match="limit must be 1 or more"):
+            await keyed.read_macs_page(run_id, limit=limit)
+
+
+async def test_a_run_stored_without_macs_has_empty_mac_pages(store: RunStore) -> None:
+    log = await stored(store)
+    assert await store.read_macs_page(log[0].run_id, limit=5) == {}

@@ -117,6 +117,9 @@ class UncheckedStore(MemoryStore):
     async def read(self, run_id: str, *, after_seq: int = -1) -> list[Event]:
         return self.log[after_seq + 1 :]
 
+    async def read_page(self, run_id: str, *, after_seq: int = -1, limit: int) -> list[Event]:
+        return await RunStore.read_page(self, run_id, after_seq=after_seq, limit=limit)
+
 
 async def test_export_verifies_the_chain_whatever_the_backend() -> None:
     edited, index = tamper(await agent_run())

@@ -30,7 +30,7 @@ from tether.errors import EmptyLog, TetherError, UserError
 from tether.events import ApprovalGiven, ApprovalRequested, Event
 from tether.jsontypes import JsonObject
 from tether.policy.approvals import Approval
-from tether.policy.audit import AuditReport, audit_encoded
+from tether.policy.audit import AuditReport, audit_encoded, audit_stored
 from tether.policy.redaction import Redactor
 
 __all__ = ["safety_app"]
@@ -186,10 +186,10 @@ def _audit_report(
 ) -> AuditReport:
     path = Path(run)
     if path.is_file():  # as show and replay take it: a file by any name
-        lines = [line for _, line in iter_jsonl_lines(path)]
-        if not lines:
+        report = audit_encoded((line for _, line in iter_jsonl_lines(path)), key=key)
+        if not report.events:
             raise EmptyLog(run)
-        return audit_encoded(lines, key=key)
+        return report
     if path.exists():
         raise UserError(f"{run} is not a file: give a run id or a run's JSONL log")
     from tether.cli.store_commands import looks_like_a_path, open_store, resolve_run_id
@@ -201,10 +201,9 @@ def _audit_report(
         store = open_store(db, busy_timeout=busy_timeout)
         try:
             run_id = await resolve_run_id(store, run)
-            lines = await store.read_encoded(run_id)
-            macs = await store.read_macs(run_id)
             expected = (await store.info(run_id)).events
-            return audit_encoded(lines, expected_events=expected, key=key, macs=macs)
+            # a page at a time: the log and its MACs are never held whole, only the decisions
+            return await audit_stored(store, run_id, expected_events=expected, key=key)
         finally:
             await store.close()
 

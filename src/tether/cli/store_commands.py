@@ -12,9 +12,10 @@ import asyncio
 import getpass
 import os
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, TypeVar, cast, get_args
+from typing import Annotated, BinaryIO, TypeVar, cast, get_args
 
 import typer
 from rich.cells import cell_len
@@ -32,7 +33,7 @@ from tether.stores.base import RunIndexStatus, RunInfo, RunNotFound, RunQuery, R
 from tether.stores.retention import parse_age, prune
 from tether.stores.sqlite import SqliteStore, default_store_path
 from tether.stores.stale import Abandoned, StaleRun, abandon_run, stale_runs
-from tether.stores.transfer import decode_jsonl_log, export_run, import_events
+from tether.stores.transfer import decode_jsonl_log, export_pages, import_events
 from tether.stores.waiting import CancelledWaiting, cancel_waiting_run
 
 __all__ = [
@@ -368,8 +369,12 @@ def _show(
         out.print(f"[dim]{event.seq:>3}[/] {describe(event)}", soft_wrap=True)
 
 
-async def _export(store: RunStore, ref: str) -> bytes:
-    return await export_run(store, await resolve_run_id(store, ref))
+async def _export(store: RunStore, ref: str, stdout: BinaryIO) -> None:
+    """Write the run's log a page at a time (all of it is checked before the first)."""
+    async with aclosing(export_pages(store, await resolve_run_id(store, ref))) as pages:
+        async for page in pages:
+            await asyncio.to_thread(stdout.write, page)
+    await asyncio.to_thread(stdout.flush)
 
 
 @store_app.command("export")
@@ -382,10 +387,8 @@ def _export_command(
 
     Events stored with an audit key's MAC carry it on their line (`tether import` keeps it).
     """
-    data = with_store(db, lambda store: _export(store, run), busy_timeout=busy_timeout)
     stdout = typer.get_binary_stream("stdout")
-    stdout.write(data)
-    stdout.flush()
+    with_store(db, lambda store: _export(store, run, stdout), busy_timeout=busy_timeout)
 
 
 @store_app.command("import")

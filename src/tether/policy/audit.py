@@ -15,8 +15,10 @@ previous hash), so a report says how far the log is authenticated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import aclosing
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -34,7 +36,10 @@ from tether.events import (
     RunFinished,
 )
 
-__all__ = ["AuditEntry", "AuditReport", "audit_encoded", "audit_events"]
+if TYPE_CHECKING:
+    from tether.stores.base import RunStore
+
+__all__ = ["AuditEntry", "AuditReport", "audit_encoded", "audit_events", "audit_stored"]
 
 
 @frozen
@@ -138,14 +143,107 @@ def _entry(event: Event) -> AuditEntry | None:
             return None
 
 
+class _Audit:
+    """An audit under way: a log's lines, given one at a time in stored order.
+
+    Once a line is bad nothing more is checked: the report is of the log up to it. The
+    lines are not kept, so a log read a page at a time (``audit_stored``) is never held
+    whole; nor are its decisions, unless ``entries``.
+    """
+
+    def __init__(self, key: AuditKey | None, *, entries: bool = True) -> None:
+        self.key = key
+        self.keep = entries
+        self.entries: list[AuditEntry] = []
+        self.run_id = ""
+        self.prev = GENESIS_HASH
+        self.through: int | None = None
+        self.found = 0
+        self.ended = False
+        self.checked = 0
+        self.failure: tuple[int, str, bool] | None = None
+        """The first bad line: its position, what is wrong, whether it is its MAC."""
+
+    def check(self, raw: bytes, kept: str | None) -> bool:
+        """Check the next line (``kept``: its MAC kept apart); whether the log still holds."""
+        if self.failure is not None:
+            return False
+        position = self.checked
+        try:
+            event, mac = decode_line(raw)
+        except LogError as exc:
+            return self.fail(position, f"it does not decode: {exc}")
+        body = raw.strip()
+        if orjson.dumps(orjson.loads(body)) != body:
+            return self.fail(
+                position,
+                "it is not written as tether writes it (a key twice, or the line edited by "
+                "hand): readers may disagree on its values, which its hash does not cover",
+            )
+        self.run_id = self.run_id or event.run_id
+        problem = _chain_problem(event, self.run_id, position, self.prev)
+        if problem is not None:
+            return self.fail(position, problem)
+        mac = mac if mac is not None else kept
+        self.found += mac is not None
+        if self.key is not None:
+            problem = _mac_problem(self.key, event.hash, mac)
+            if problem is not None:
+                return self.fail(position, problem, mac=True)
+            self.through = position
+        self.prev = event.hash
+        self.ended = isinstance(event, RunFinished)
+        entry = _entry(event) if self.keep else None
+        if entry is not None:
+            self.entries.append(entry)
+        self.checked += 1
+        return True
+
+    def fail(self, position: int, problem: str, *, mac: bool = False) -> bool:
+        self.failure = (position, problem, mac)
+        return False
+
+    def report(self, events: int, expected_events: int | None) -> AuditReport:
+        """The report on a log of ``events`` lines, all of them given up to the first bad one."""
+        failure = self.failure
+        if failure is None and not events:  # no run's log is empty: nothing to vouch for
+            failure = (0, "the log holds no events, so there is no chain to verify", False)
+        if failure is None and expected_events is not None and expected_events != events:
+            failure = (
+                events,
+                f"the store's index records {expected_events} events but the log has "
+                f"{events}: it was cut (or added to) at its end",
+                False,
+            )
+        position, problem, mac = failure if failure is not None else (None, None, False)
+        return AuditReport(
+            run_id=self.run_id,
+            events=events,
+            ok=failure is None,
+            bad_seq=position,
+            problem=problem,
+            entries=tuple(self.entries),
+            last_hash=self.prev,
+            keyed=self.key is not None,
+            key_id=None if self.key is None else self.key.key_id,
+            verified_through=self.through,
+            bad_mac=mac,
+            macs=self.found,
+            ended=self.ended,
+        )
+
+
 def audit_encoded(
-    lines: Sequence[bytes],
+    lines: Iterable[bytes],
     *,
     expected_events: int | None = None,
     key: AuditKey | None = None,
     macs: Mapping[int, str] | None = None,
 ) -> AuditReport:
     """Verify a log given as its stored JSON lines, one event each, in stored order.
+
+    The lines are taken one at a time (a file's, say, as they are read): those after a bad
+    one are counted, not checked.
 
     Args:
         lines: The encoded events (a line may end with its MAC, as JSONL logs do).
@@ -157,79 +255,54 @@ def audit_encoded(
     Returns:
         The report; an empty log is never ``ok``.
     """
-    entries: list[AuditEntry] = []
-    run_id = ""
-    prev = GENESIS_HASH
-    through: int | None = None
-    found = 0
-    ended = False
+    audit = _Audit(key)
     kept = macs or {}
+    count = 0
+    for raw in lines:
+        audit.check(raw, kept.get(count))
+        count += 1
+    return audit.report(count, expected_events)
 
-    def bad(position: int, problem: str, *, mac: bool = False) -> AuditReport:
-        return AuditReport(
-            run_id=run_id,
-            events=len(lines),
-            ok=False,
-            bad_seq=position,
-            problem=problem,
-            entries=tuple(entries),
-            last_hash=prev,
-            keyed=key is not None,
-            key_id=None if key is None else key.key_id,
-            verified_through=through,
-            bad_mac=mac,
-            macs=found,
-            ended=ended,
-        )
 
-    if not lines:  # no run's log is empty: there is nothing to vouch for
-        return bad(0, "the log holds no events, so there is no chain to verify")
-    for position, raw in enumerate(lines):
-        try:
-            event, mac = decode_line(raw)
-        except LogError as exc:
-            return bad(position, f"it does not decode: {exc}")
-        body = raw.strip()
-        if orjson.dumps(orjson.loads(body)) != body:
-            return bad(
-                position,
-                "it is not written as tether writes it (a key twice, or the line edited by "
-                "hand): readers may disagree on its values, which its hash does not cover",
-            )
-        run_id = run_id or event.run_id
-        problem = _chain_problem(event, run_id, position, prev)
-        if problem is not None:
-            return bad(position, problem)
-        mac = mac if mac is not None else kept.get(position)
-        found += mac is not None
-        if key is not None:
-            problem = _mac_problem(key, event.hash, mac)
-            if problem is not None:
-                return bad(position, problem, mac=True)
-            through = position
-        prev = event.hash
-        ended = isinstance(event, RunFinished)
-        entry = _entry(event)
-        if entry is not None:
-            entries.append(entry)
-    if expected_events is not None and expected_events != len(lines):
-        return bad(
-            len(lines),
-            f"the store's index records {expected_events} events but the log has "
-            f"{len(lines)}: it was cut (or added to) at its end",
-        )
-    return AuditReport(
-        run_id=run_id,
-        events=len(lines),
-        ok=True,
-        entries=tuple(entries),
-        last_hash=prev,
-        keyed=key is not None,
-        key_id=None if key is None else key.key_id,
-        verified_through=through,
-        macs=found,
-        ended=ended,
-    )
+async def audit_stored(
+    store: RunStore,
+    run_id: str,
+    *,
+    expected_events: int | None = None,
+    key: AuditKey | None = None,
+    entries: bool = True,
+    page: int = 100,
+) -> AuditReport:
+    """``audit_encoded`` of a stored run, read ``page`` events (and their MACs) at a time.
+
+    The report is the one ``audit_encoded`` makes of ``store.read_encoded(run_id)`` with
+    ``store.read_macs(run_id)``, but however long the run, no more than a page of it is
+    held: the pages after a bad event are counted, not checked.
+
+    Args:
+        store: The run's store.
+        run_id: The run.
+        expected_events: What the store's index says the run has (see ``audit_encoded``).
+        key: The audit key: every event must carry its MAC under it.
+        entries: List the run's decisions; ``False``: the report has none (a caller that
+            shows only the verdict holds nothing that grows with the run).
+        page: Events read at a time.
+
+    Raises:
+        RunNotFound: no such run.
+        UserError: ``page`` is not positive.
+    """
+    audit = _Audit(key, entries=entries)
+    count = 0
+    async with aclosing(store.read_encoded_pages(run_id, limit=page)) as pages:
+        async for lines in pages:
+            if audit.failure is None:
+                macs = await store.read_macs_page(run_id, after_seq=count - 1, limit=len(lines))
+                for position, raw in enumerate(lines, start=count):
+                    if not audit.check(raw, macs.get(position)):
+                        break
+            count += len(lines)
+    return audit.report(count, expected_events)
 
 
 def _chain_problem(event: Event, run_id: str, position: int, prev: str) -> str | None:

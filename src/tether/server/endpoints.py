@@ -19,7 +19,7 @@ from tether.errors import RunNotFound, TetherError, UserError
 from tether.events import ApprovalGiven, ApprovalRequested
 from tether.jsontypes import JsonObject, JsonValue
 from tether.policy.approvals import Approval
-from tether.policy.audit import audit_encoded
+from tether.policy.audit import audit_stored
 from tether.server.bodies import Answer, Decisions, StartRun
 from tether.server.cursors import decode_cursor, encode_cursor
 from tether.server.keys import ApiKey, ApiKeys, KeyRefused, Scope
@@ -294,12 +294,18 @@ class Endpoints:
         return await self.owned(run_id, key)
 
     async def audit_run(self, run_id: str, key: Reader) -> JsonObject:
-        """Verify the run's hash chain (and its MACs, with the server's audit key)."""
+        """Verify the run's hash chain (and its MACs, with the server's audit key).
+
+        The log and its MACs are read ``sse.PAGE`` events at a time, never held whole.
+        """
         info = await self.owned(run_id, key)
-        lines = await self.store.read_encoded(run_id)
-        macs = await self.store.read_macs(run_id)
-        report = audit_encoded(
-            lines, expected_events=cast(int, info["events"]), key=audit_key_from_env(), macs=macs
+        report = await audit_stored(
+            self.store,
+            run_id,
+            expected_events=cast(int, info["events"]),
+            key=audit_key_from_env(),
+            entries=False,  # not in the answer
+            page=PAGE,
         )
         return {
             "run_id": run_id,
@@ -354,10 +360,20 @@ class Endpoints:
                 break
 
     async def _waiting(self, run_id: str) -> dict[str, ApprovalRequested]:
+        """The calls the run waits for a human to decide, in the order they were asked.
+
+        Folded from the log ``sse.PAGE`` events at a time: only the calls still waiting at
+        each point are held, never the run.
+        """
         requested: dict[str, ApprovalRequested] = {}
-        for event in await self.store.read(run_id):
-            if isinstance(event, ApprovalRequested):
-                requested[event.call_id] = event
-            elif isinstance(event, ApprovalGiven):
-                requested.pop(event.call_id, None)
-        return requested
+        after = -1
+        while True:
+            page = await self.store.read_page(run_id, after_seq=after, limit=PAGE)
+            for event in page:
+                if isinstance(event, ApprovalRequested):
+                    requested[event.call_id] = event
+                elif isinstance(event, ApprovalGiven):
+                    requested.pop(event.call_id, None)
+            if len(page) < PAGE:
+                return requested
+            after = page[-1].seq

@@ -148,10 +148,19 @@ def insert_macs(db: sqlite3.Connection, rows: Sequence[tuple[str, int, str]]) ->
     db.executemany("INSERT OR REPLACE INTO macs (run_id, seq, mac) VALUES (?, ?, ?)", rows)
 
 
-def stored_macs(db: sqlite3.Connection, run_id: str) -> dict[int, str]:
-    """A run's MACs by seq; none in a store that has no ``macs`` table (read-only, older)."""
+def stored_macs(
+    db: sqlite3.Connection, run_id: str, *, seqs: tuple[int, int] | None = None
+) -> dict[int, str]:
+    """A run's MACs by seq (``seqs``: only those from the first up to, not with, the second).
+
+    None in a store that has no ``macs`` table (read-only, older).
+    """
+    sql = "SELECT seq, mac FROM macs WHERE run_id = ?"
+    params: tuple[str | int, ...] = (run_id,)
+    if seqs is not None:
+        sql, params = sql + " AND seq >= ? AND seq < ?", (run_id, *seqs)
     try:
-        rows = db.execute("SELECT seq, mac FROM macs WHERE run_id = ?", (run_id,)).fetchall()
+        rows = db.execute(sql, params).fetchall()
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):
             return {}

@@ -314,6 +314,24 @@ class RunStore(ABC):
         """
         return {}
 
+    async def read_macs_page(
+        self, run_id: str, *, after_seq: int = -1, limit: int
+    ) -> dict[int, str]:
+        """The MACs kept beside the events ``after_seq + 1`` to ``after_seq + limit``, by seq.
+
+        What a page of ``read_page`` or ``read_encoded_pages`` needs beside it, so that a long
+        run's MACs are never held whole either; unchecked. The backends read only these;
+        this default, for a store that cannot, keeps them out of ``read_macs``.
+
+        Raises:
+            RunNotFound: no such run (a store may also return ``{}``).
+            UserError: ``limit`` is not positive.
+        """
+        check_limit(limit)
+        first = max(after_seq, -1) + 1
+        macs = await self.read_macs(run_id)
+        return {seq: mac for seq, mac in macs.items() if first <= seq < first + limit}
+
     async def append_copied(
         self, run_id: str, events: Sequence[Event], macs: Sequence[str | None]
     ) -> None:

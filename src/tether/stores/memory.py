@@ -76,6 +76,19 @@ class MemoryStore(RunStore, KeyValueStore):
             raise RunNotFound(run_id)
         return dict(self._macs.get(run_id, {}))
 
+    async def read_macs_page(
+        self, run_id: str, *, after_seq: int = -1, limit: int
+    ) -> dict[int, str]:
+        """The MACs stored beside the events ``after_seq + 1`` to ``after_seq + limit``."""
+        check_limit(limit)
+        if run_id not in self._events:
+            raise RunNotFound(run_id)
+        macs = self._macs.get(run_id, {})
+        first = max(after_seq, -1) + 1
+        if limit < len(macs):
+            return {seq: macs[seq] for seq in range(first, first + limit) if seq in macs}
+        return {seq: mac for seq, mac in macs.items() if first <= seq < first + limit}
+
     def _add(self, run_id: str, events: Sequence[Event], lease: Lease | None) -> list[Event]:
         if lease is not None:
             current = self._tokens.get(run_id, 0)

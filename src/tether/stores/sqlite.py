@@ -343,6 +343,24 @@ class SqliteStore(RunStore, KeyValueStore):
             raise RunNotFound(run_id)
         return macs
 
+    async def read_macs_page(
+        self, run_id: str, *, after_seq: int = -1, limit: int
+    ) -> dict[int, str]:
+        """The MACs stored beside the events ``after_seq + 1`` to ``after_seq + limit``."""
+        check_limit(limit)
+        first = max(after_seq, -1) + 1
+
+        def job(db: sqlite3.Connection) -> dict[int, str] | None:
+            self._db.sync(db)
+            if not self._exists(db, run_id):
+                return None
+            return stored_macs(db, run_id, seqs=(first, first + limit))
+
+        macs = await self._db.call(job)
+        if macs is None:
+            raise RunNotFound(run_id)
+        return macs
+
     def _exists(self, db: sqlite3.Connection, run_id: str) -> bool:
         found = _query(db, "SELECT 1 FROM events WHERE run_id = ? LIMIT 1", (run_id,))
         return bool(found)

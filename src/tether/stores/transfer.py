@@ -16,13 +16,21 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
+from contextlib import aclosing
 from pathlib import Path
 from typing import BinaryIO
 
 from tether._internal.frozen import frozen
 from tether._internal.ids import RUN_ID
-from tether.codec import MAX_LINE_BYTES, decode_line, encode_line, iter_jsonl_lines, verify_chain
+from tether.codec import (
+    MAX_LINE_BYTES,
+    decode_event,
+    decode_line,
+    encode_line,
+    iter_jsonl_lines,
+    verify_chain,
+)
 from tether.errors import BrokenChain, EmptyLog, LogError, UserError
 from tether.events import Event, RunStarted
 from tether.stores.base import RunNotFound, RunStore, StoreConflict, default_owner
@@ -31,6 +39,7 @@ __all__ = [
     "JsonlLog",
     "decode_jsonl",
     "decode_jsonl_log",
+    "export_pages",
     "export_run",
     "import_events",
     "import_run",
@@ -56,16 +65,85 @@ async def export_run(store: RunStore, run_id: str) -> bytes:
 
     Returns:
         The log, as ``codec.write_jsonl`` would write it to a file; each event stored with a
-        MAC has it on its line.
+        MAC has it on its line. ``export_pages`` gives it a page at a time.
 
     Raises:
         RunNotFound: no such run.
+        LogError: a stored event does not decode (nothing is exported).
         BrokenChain: the stored log has been tampered with (nothing is exported).
     """
-    events = await store.read(run_id)
-    verify_chain(events, run_id=run_id)
-    macs = await store.read_macs(run_id)
-    return b"".join(encode_line(event, macs.get(event.seq)) + b"\n" for event in events)
+    async with aclosing(export_pages(store, run_id)) as pages:
+        return b"".join([page async for page in pages])
+
+
+async def export_pages(store: RunStore, run_id: str, *, limit: int = 100) -> AsyncGenerator[bytes]:
+    """``export_run``'s bytes, ``limit`` lines at a time: a long run is never held whole.
+
+    The log is read twice, a page at a time. The first reading checks all of it, as
+    ``export_run`` does, before any page is given: a log that does not decode or whose
+    chain is broken gives nothing (the error is the one reading it whole raised: the first
+    event that does not decode, else the first break in the chain). The second reading
+    gives the pages, each checked again, up to where the first ended (a run that goes on
+    meanwhile is exported as it was then).
+
+    Raises:
+        RunNotFound: no such run.
+        LogError: a stored event does not decode.
+        BrokenChain: the log is tampered with (or was, between the readings: then the pages
+            given already are not the whole log).
+        UserError: ``limit`` is not positive.
+    """
+    count, last = await _checked(store, run_id, limit)
+    given = 0
+    prev: Event | None = None
+    async with aclosing(store.read_encoded_pages(run_id, limit=limit)) as pages:
+        async for bodies in pages:
+            events = [decode_event(body) for body in bodies[: count - given]]
+            if not events:
+                break
+            _verify_page(run_id, events, prev)
+            macs = await store.read_macs_page(run_id, after_seq=given - 1, limit=len(events))
+            yield b"".join(encode_line(event, macs.get(event.seq)) + b"\n" for event in events)
+            given, prev = given + len(events), events[-1]
+            if given == count:
+                break
+    if given != count or (prev is not None and prev.hash != last):
+        raise BrokenChain(
+            "the log changed while it was exported: it no longer has the events checked",
+            seq=given,
+            run_id=run_id,
+        )
+
+
+async def _checked(store: RunStore, run_id: str, limit: int) -> tuple[int, str | None]:
+    """How many events a stored run has, and its last hash, once all are checked.
+
+    Every event is decoded before a break in the chain is raised, as ``store.read``
+    decoded them all before the chain was verified: the error is the one that gave.
+    """
+    count = 0
+    prev: Event | None = None
+    broken: BrokenChain | None = None
+    async with aclosing(store.read_encoded_pages(run_id, limit=limit)) as pages:
+        async for bodies in pages:
+            events = [decode_event(body) for body in bodies]
+            if broken is None:
+                try:
+                    _verify_page(run_id, events, prev)
+                except BrokenChain as exc:
+                    broken = exc
+            count, prev = count + len(events), events[-1]
+    if broken is not None:
+        raise broken
+    return count, None if prev is None else prev.hash
+
+
+def _verify_page(run_id: str, events: list[Event], prev: Event | None) -> None:
+    """``verify_chain`` of a page, linked to the last event of the page before it."""
+    if prev is None:
+        verify_chain(events, run_id=run_id)
+    else:  # checked again with the page: how the page's first link is checked
+        verify_chain([prev, *events], run_id=run_id, start_seq=prev.seq)
 
 
 def decode_jsonl(

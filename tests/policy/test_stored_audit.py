@@ -1,0 +1,129 @@
+"""Auditing a stored run a page at a time (``audit_stored``): what auditing it whole finds."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.stores.helpers import agent_log
+from tests.stores.tampering import (
+    CHAIN_TAMPERINGS,
+    MAC_TAMPERINGS,
+    Tampering,
+    audited_whole,
+    tamper,
+)
+from tether.auditkey import AuditKey
+from tether.codec import seal
+from tether.errors import RunNotFound
+from tether.events import Event, UserReplied
+from tether.policy.audit import audit_stored
+from tether.stores import MemoryStore, RunStore, SqliteStore
+
+KEY = AuditKey(b"stored-audit-test-key:3e9a61c0b7d2", source="the tests' key")
+
+
+async def stored_run(store: RunStore, *, replies: int = 20, key: AuditKey | None = None) -> str:
+    """A run of an agent's events then ``replies`` user replies; with ``key``: MACs too."""
+    log = await agent_log(run_id=str(uuid.uuid4()))
+    for i in range(replies):
+        last = log[-1]
+        log.append(
+            seal(
+                UserReplied(
+                    run_id=last.run_id,
+                    seq=last.seq + 1,
+                    at=last.at + timedelta(milliseconds=1),
+                    prev_hash=last.hash,
+                    text=f"reply {i}",
+                )
+            )
+        )
+    macs = [None if key is None else key.mac(e.hash) for e in log]
+    await store.append_copied(log[0].run_id, log, macs)
+    return log[0].run_id
+
+
+@pytest.fixture
+async def sqlite(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(tmp_path / "t.db", audit_key=None)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def first_reply(events: int, replies: int = 20) -> int:
+    return events - replies
+
+
+@pytest.mark.parametrize("page", [1, 3, 7, 100])
+@pytest.mark.parametrize("key", [None, KEY], ids=["unkeyed", "keyed"])
+@pytest.mark.parametrize("how", [None, *CHAIN_TAMPERINGS, *MAC_TAMPERINGS])
+async def test_a_stored_run_audited_a_page_at_a_time_gets_the_whole_runs_report(
+    sqlite: SqliteStore, page: int, key: AuditKey | None, how: Tampering | None
+) -> None:
+    run_id = await stored_run(sqlite, key=KEY)
+    events = (await sqlite.info(run_id)).events
+    for offset in (0, 2, 6, 13) if how is not None else (0,):
+        if how is not None:  # a fresh copy of the run for each place it is tampered with
+            run_id = await stored_run(sqlite, key=KEY)
+            tamper(sqlite.path, run_id, how, first_reply(events) + offset)
+        whole = await audited_whole(sqlite, run_id, key)
+
+        paged = await audit_stored(
+            sqlite, run_id, expected_events=(await sqlite.info(run_id)).events, key=key, page=page
+        )
+
+        assert paged == whole, (how, offset)
+        assert paged.ok == (how is None or (key is None and how in MAC_TAMPERINGS))
+
+
+async def test_an_audit_without_entries_holds_no_decision(sqlite: SqliteStore) -> None:
+    run_id = await stored_run(sqlite)
+    whole = await audited_whole(sqlite, run_id, None)
+    assert whole.entries  # the agent's run has policy decisions
+
+    paged = await audit_stored(
+        sqlite, run_id, expected_events=(await sqlite.info(run_id)).events, entries=False, page=3
+    )
+
+    assert paged.entries == ()
+    assert paged == dataclasses.replace(whole, entries=())
+
+
+async def test_a_stored_audit_reads_pages_and_never_the_whole_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = MemoryStore(audit_key=KEY)
+    run_id = await stored_run(store, replies=50, key=KEY)
+    whole = await audited_whole(store, run_id, KEY)
+    sizes: list[int] = []
+    read_page = store.read_page
+
+    async def page(run_id: str, *, after_seq: int = -1, limit: int) -> list[Event]:
+        got = await read_page(run_id, after_seq=after_seq, limit=limit)
+        sizes.append(len(got))
+        return got
+
+    async def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the whole run was read at once")
+
+    monkeypatch.setattr(store, "read_page", page)
+    for name in ("read", "read_encoded", "read_macs"):
+        monkeypatch.setattr(store, name, refused)
+
+    assert await audit_stored(store, run_id, key=KEY, page=8) == whole
+    assert max(sizes) == 8
+    assert sum(sizes) == whole.events
+
+
+async def test_a_stored_audit_of_an_unknown_run_raises_run_not_found(sqlite: SqliteStore) -> None:
+    with pytest.raises(RunNotFound):
+        await audit_stored(sqlite, "nope")
