@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, BinaryIO, TypeVar, cast, get_args
+from typing import Annotated, BinaryIO, Protocol, TypeVar, cast, get_args
 
 import typer
 from rich.cells import cell_len
@@ -32,9 +32,9 @@ from tether.outcome import RunStatus
 from tether.stores.base import RunIndexStatus, RunInfo, RunNotFound, RunQuery, RunStore
 from tether.stores.retention import parse_age, prune
 from tether.stores.sqlite import SqliteStore, default_store_path
-from tether.stores.stale import Abandoned, StaleRun, abandon_run, stale_runs
+from tether.stores.stale import StaleRun, abandon_run, stale_runs
 from tether.stores.transfer import decode_jsonl_log, export_pages, import_events
-from tether.stores.waiting import CancelledWaiting, cancel_waiting_run
+from tether.stores.waiting import cancel_waiting_run
 
 __all__ = [
     "BusyTimeoutOption",
@@ -476,8 +476,41 @@ def _user() -> str:
         return ""
 
 
-async def _abandon(store: RunStore, ref: str, reason: str, by: str) -> Abandoned:
-    return await abandon_run(store, await resolve_run_id(store, ref), reason=reason, by=by)
+class _Ended(Protocol):
+    """What ``abandon_run`` and ``cancel_waiting_run`` return."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def closed_calls(self) -> int: ...
+    @property
+    def warnings(self) -> tuple[str, ...]: ...
+
+
+E = TypeVar("E", bound=_Ended)
+
+
+def _end(
+    ending: Callable[..., Awaitable[E]],
+    ref: str,
+    reason: str,
+    by: str | None,
+    db: Path | None,
+    busy_timeout: float | None,
+) -> E:
+    """``ending`` (``abandon_run``, ``cancel_waiting_run``) of the run ``ref`` names."""
+    who = _user() if by is None else by
+
+    async def end(store: RunStore) -> E:
+        return await ending(store, await resolve_run_id(store, ref), reason=reason, by=who)
+
+    return with_store(db, end, busy_timeout=busy_timeout)
+
+
+def _say_ended(done: _Ended, said: str) -> None:
+    err.print(f"{said}. See its log with `tether show {done.run_id}`", soft_wrap=True)
+    for warning in done.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
 
 
 @store_app.command("abandon")
@@ -497,25 +530,12 @@ def _abandon_command(
     Refused while its owner is alive, and for a run that has ended. `tether runs --stale`
     lists the runs it applies to; `tether resume RUN` continues one instead.
     """
-    who = _user() if by is None else by
-    done = with_store(
-        db, lambda store: _abandon(store, run, reason, who), busy_timeout=busy_timeout
-    )
+    done = _end(abandon_run, run, reason, by, db, busy_timeout)
     calls = done.closed_calls
     closed = (
         f"; {calls} call{'' if calls == 1 else 's'} left without a result closed" if calls else ""
     )
-    err.print(
-        f"abandoned {done.run_id}: it ended failed (Abandoned){closed}. See its log with "
-        f"`tether show {done.run_id}`",
-        soft_wrap=True,
-    )
-    for warning in done.warnings:
-        err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
-
-
-async def _cancel(store: RunStore, ref: str, reason: str, by: str) -> CancelledWaiting:
-    return await cancel_waiting_run(store, await resolve_run_id(store, ref), reason=reason, by=by)
+    _say_ended(done, f"abandoned {done.run_id}: it ended failed (Abandoned){closed}")
 
 
 @store_app.command("cancel")
@@ -535,13 +555,7 @@ def _cancel_command(
     (a running one is cancelled by its own process: Ctrl-C; one left by a dead process is
     ended with `tether abandon`).
     """
-    who = _user() if by is None else by
-    done = with_store(db, lambda store: _cancel(store, run, reason, who), busy_timeout=busy_timeout)
+    done = _end(cancel_waiting_run, run, reason, by, db, busy_timeout)
     calls = done.closed_calls
     closed = f"; {calls} waiting call{'' if calls == 1 else 's'} not executed" if calls else ""
-    err.print(
-        f"cancelled {done.run_id}{closed}. See its log with `tether show {done.run_id}`",
-        soft_wrap=True,
-    )
-    for warning in done.warnings:
-        err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    _say_ended(done, f"cancelled {done.run_id}{closed}")
