@@ -228,7 +228,15 @@ def _alternation(secrets: tuple[str, ...]) -> _Alternation:
     options = re2.Options()
     options.log_errors = False
     words = sorted((s for s in secrets if _encodable(s)), key=len, reverse=True)
-    return cast(_Alternation, re2.compile("|".join(map(re2.escape, words)), options))
+    pattern = "|".join(map(re2.escape, words))
+    # not ``re2.compile``: it keeps what it compiles in a process-wide cache (128 patterns),
+    # where a run's secrets would outlive the run
+    uncached = getattr(re2, "_Regexp", None)
+    if isinstance(uncached, type):
+        return cast(_Alternation, uncached(pattern, options))
+    compiled = re2.compile(pattern, options)  # another version of the binding: then purge
+    re2.purge()
+    return cast(_Alternation, compiled)
 
 
 def _encodable(secret: str) -> bool:
