@@ -28,6 +28,7 @@ Tampering: TypeAlias = Literal[
     "spaced",
     "removed",
     "cut",
+    "below_zero",
     "mac_forged",
     "mac_removed",
 ]
@@ -40,6 +41,7 @@ CHAIN_TAMPERINGS: tuple[Tampering, ...] = (
     "spaced",
     "removed",
     "cut",
+    "below_zero",
 )
 """The edits of events (an audit without a key sees all but a re-sealed one's own event)."""
 MAC_TAMPERINGS: tuple[Tampering, ...] = ("mac_forged", "mac_removed")
@@ -53,7 +55,8 @@ def tamper(db: Path, run_id: str, how: Tampering, seq: int) -> None:
     made valid again (the next event's link breaks); ``undecodable``: not JSON any more;
     ``spaced``: the same values written with a space tether never writes; ``removed``:
     gone (a gap); ``cut``: the run's last event gone (``seq`` unused: the index still counts
-    it); ``mac_forged``: its MAC changed (still naming the key); ``mac_removed``: its MAC gone.
+    it); ``below_zero``: a copy of it inserted at seq -1 (below where a page read from the
+    start would begin, if it began at 0); ``mac_forged``: its MAC changed (still naming the key); ``mac_removed``: its MAC gone.
     """
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         where = "WHERE run_id = ? AND seq = ?"
@@ -75,6 +78,11 @@ def tamper(db: Path, run_id: str, how: Tampering, seq: int) -> None:
                     "DELETE FROM events WHERE run_id = ? AND seq = "
                     "(SELECT MAX(seq) FROM events WHERE run_id = ?)",
                     (run_id, run_id),
+                )
+            case "below_zero":
+                conn.execute(
+                    "INSERT INTO events (run_id, seq, kind, hash, body) VALUES (?, -1, ?, ?, ?)",
+                    (run_id, event.kind, event.hash, body),
                 )
             case "mac_forged":
                 (mac,) = conn.execute(f"SELECT mac FROM macs {where}", (run_id, seq)).fetchone()

@@ -250,10 +250,10 @@ class SqliteStore(RunStore, KeyValueStore):
 
         def job(db: sqlite3.Connection) -> list[bytes] | None:
             self._db.sync(db)
-            rows = _query(
+            rows = _query(  # the whole run: no lower bound (a row below seq 0 fails the check)
                 db,
                 "SELECT body FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
-                (run_id, after_seq),
+                (run_id, after_seq if after_seq >= 0 else -(2**63)),
             )
             if not rows and (after_seq < 0 or not self._exists(db, run_id)):
                 return None
@@ -278,11 +278,18 @@ class SqliteStore(RunStore, KeyValueStore):
 
         def job(db: sqlite3.Connection) -> list[bytes] | None:
             self._db.sync(db)
-            rows = _query(
-                db,
-                "SELECT body FROM events WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
-                (run_id, max(start, 0), limit + 1 if start >= 0 else limit),
-            )
+            if start < 0:  # no lower bound: a row written below seq 0 is read (and fails)
+                rows = _query(
+                    db,
+                    "SELECT body FROM events WHERE run_id = ? ORDER BY seq LIMIT ?",
+                    (run_id, limit),
+                )
+            else:
+                rows = _query(
+                    db,
+                    "SELECT body FROM events WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
+                    (run_id, start, limit + 1),
+                )
             if not rows and (start < 0 or not self._exists(db, run_id)):
                 return None
             return [_bytes(body) for (body,) in rows]
@@ -310,11 +317,17 @@ class SqliteStore(RunStore, KeyValueStore):
     async def read_encoded_pages(self, run_id: str, *, limit: int) -> AsyncGenerator[list[bytes]]:
         """The run's stored event bodies in ``seq`` order, a page at a time, unchecked."""
         check_limit(limit)
-        after = -1
+        after: int | None = None  # the first page: no lower bound (a row below seq 0 is read)
         while True:
 
-            def job(db: sqlite3.Connection, after: int = after) -> list[Any]:
+            def job(db: sqlite3.Connection, after: int | None = after) -> list[Any]:
                 self._db.sync(db)
+                if after is None:
+                    return _query(
+                        db,
+                        "SELECT seq, body FROM events WHERE run_id = ? ORDER BY seq LIMIT ?",
+                        (run_id, limit),
+                    )
                 return _query(
                     db,
                     "SELECT seq, body FROM events WHERE run_id = ? AND seq > ? "
@@ -323,7 +336,7 @@ class SqliteStore(RunStore, KeyValueStore):
                 )
 
             rows = await self._db.call(job)
-            if not rows and after < 0:
+            if not rows and after is None:
                 raise RunNotFound(run_id)
             if rows:
                 yield [_bytes(body) for (_, body) in rows]
