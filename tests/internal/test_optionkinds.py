@@ -159,3 +159,19 @@ def test_any_value_for_any_option_is_taken_or_refused_with_a_config_error(
         refused = exc
     if refused is not None:
         assert str(refused).startswith(f"f.toml: [t]: {key}")
+
+
+@pytest.mark.parametrize("name", ["auth_token", "client_secret", "db_password", "api_keys"])
+def test_a_value_under_a_name_that_holds_a_credential_word_is_not_quoted(name: str) -> None:
+    # before: only names that were exactly "token", "secret", ... hid their values
+    def configure(**options: str) -> None:
+        del options
+
+    def factory(auth_token: str = "", client_secret: str = "", db_password: str = "",
+                api_keys: str = "") -> None:  # fmt: skip
+        del auth_token, client_secret, db_password, api_keys
+
+    with pytest.raises(ConfigError) as raised:
+        checked_options(configure, {name: ["ghp_SECRETSECRET1234"]}, "a.toml", options_of=factory)
+    assert "SECRETSECRET" not in str(raised.value)
+    assert name in str(raised.value)

@@ -38,8 +38,12 @@ _ARRAYS: frozenset[object] = frozenset(
 )
 _TABLES: frozenset[object] = frozenset({dict, Mapping})
 _SHOWN_CHARS = 60
-_SECRET_KEYS = frozenset({"env", "headers", "password", "secret", "token", "key", "api_key"})
-"""Options whose values a message names only by kind: they may hold credentials."""
+_SECRET_KEY = re.compile(
+    r"env|header|passw|secret|token|key|auth|credential|cookie|session|signature|private",
+    re.IGNORECASE,
+)
+"""What in an option's name (anywhere in it: ``auth_token``, ``client_secret``) makes a
+message name its value only by kind: it may hold a credential."""
 
 
 def wrong_kind(
@@ -150,7 +154,7 @@ def _converted(annotation: object, value: object, key: str, where: str, *, path:
         raise ConfigError(f"{where}: {exc}") from None
     if not isinstance(fitted, _Misfit):
         return fitted
-    secret = any(part in _SECRET_KEYS for part in re.split(r"[.\[]", fitted.key.lower()))
+    secret = _SECRET_KEY.search(fitted.key) is not None
     if fitted.expected is None:
         raise wrong_kind(
             where, fitted.key, fitted.given, "left out (it takes a Python object)", show=not secret
