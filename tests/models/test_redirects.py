@@ -189,3 +189,18 @@ def test_a_redirect_to_an_address_that_is_not_a_url_is_still_a_model_error() -> 
         "m: http://127.0.0.1:9 answered HTTP 307 with a redirect to an address that is not a "
         "URL; it was not followed; check base_url"
     )
+
+
+def test_a_redirect_is_named_without_its_path_parameters() -> None:
+    # before: ``;sig=...`` stayed in the path the message showed
+    from tether._internal.redirects import refused_redirect
+
+    error = refused_redirect(
+        "m",
+        status=307,
+        url="https://api.example.com/v1/chat/completions",
+        location="https://api.example.com/v2/chat/completions;sig=Sg-91xq",
+        base_url="https://api.example.com/v1",
+    )
+    assert "Sg-91xq" not in str(error)
+    assert "path parameters left out" in str(error)

@@ -88,8 +88,8 @@ def _host_port(netloc: str) -> str:
 def _shown(url: str) -> tuple[str, list[str]]:
     """``url`` as an error may show it, and the names of the parts it leaves out.
 
-    Only scheme, host, port and path are shown: the query string, the fragment and the
-    userinfo are where a redirect carries a token or a signature.
+    Only scheme, host, port and path are shown: the query string, the fragment, the path's
+    ``;parameters`` and the userinfo are where a redirect carries a token or a signature.
     """
     parts = urlsplit(url)
     host_port = _host_port(parts.netloc)
@@ -100,7 +100,10 @@ def _shown(url: str) -> tuple[str, list[str]]:
         hidden.append("query string")
     if parts.fragment:
         hidden.append("fragment")
-    return urlunsplit((parts.scheme, host_port, parts.path, "", "")), hidden
+    path, semicolon, _ = parts.path.partition(";")  # ``;sig=...``: a path's parameters
+    if semicolon:
+        hidden.append("path parameters")
+    return urlunsplit((parts.scheme, host_port, path, "", "")), hidden
 
 
 def _listed(names: list[str]) -> str:
