@@ -127,3 +127,65 @@ async def test_a_stored_audit_reads_pages_and_never_the_whole_run(
 async def test_a_stored_audit_of_an_unknown_run_raises_run_not_found(sqlite: SqliteStore) -> None:
     with pytest.raises(RunNotFound):
         await audit_stored(sqlite, "nope")
+
+
+class _Live(SqliteStore):
+    """A run that commits one event while the audit reads its pages (it goes on)."""
+
+    tail: Event | None = None
+
+    async def read_macs_page(
+        self, run_id: str, *, after_seq: int = -1, limit: int
+    ) -> dict[int, str]:
+        out = await super().read_macs_page(run_id, after_seq=after_seq, limit=limit)
+        if self.tail is not None:
+            event, self.tail = self.tail, None
+            await self.append(run_id, [event])
+        return out
+
+
+async def test_a_run_that_goes_on_while_it_is_audited_is_not_called_added_to(
+    tmp_path: Path,
+) -> None:
+    # before: the index's count read before the pages was the one compared: "the store's
+    # index records 5 events but the log has 6: it was cut (or added to)"
+    from tests.stores.helpers import reply, waiting_log
+
+    store = _Live(tmp_path / "live.db")
+    try:
+        log = await waiting_log()
+        run_id = log[0].run_id
+        await store.append(run_id, log)
+        expected = (await store.info(run_id)).events
+        store.tail = reply(log)
+        report = await audit_stored(store, run_id, expected_events=expected, page=2)
+        assert report.ok, report.problem
+        assert report.events == len(log) + 1
+    finally:
+        await store.close()
+
+
+async def test_a_log_added_to_behind_its_index_is_still_found(tmp_path: Path) -> None:
+    import contextlib
+    import sqlite3
+
+    from tests.stores.helpers import reply, waiting_log
+    from tether.codec import encode_event
+
+    store = SqliteStore(tmp_path / "added.db")
+    try:
+        log = await waiting_log()
+        run_id = log[0].run_id
+        await store.append(run_id, log)
+        expected = (await store.info(run_id)).events
+        extra = reply(log)
+        with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:  # not the index
+            conn.execute(
+                "INSERT INTO events (run_id, seq, kind, hash, body) VALUES (?, ?, ?, ?, ?)",
+                (run_id, extra.seq, extra.kind, extra.hash, encode_event(extra)),
+            )
+        report = await audit_stored(store, run_id, expected_events=expected, page=2)
+        assert not report.ok
+        assert "index records" in (report.problem or "")
+    finally:
+        await store.close()
