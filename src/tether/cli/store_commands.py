@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, BinaryIO, Protocol, TypeVar, cast, get_args
+from typing import Annotated, BinaryIO, TypeVar, cast, get_args
 
 import typer
 from rich.cells import cell_len
@@ -32,9 +32,9 @@ from tether.outcome import RunStatus
 from tether.stores.base import RunIndexStatus, RunInfo, RunNotFound, RunQuery, RunStore
 from tether.stores.retention import parse_age, prune
 from tether.stores.sqlite import SqliteStore, default_store_path
-from tether.stores.stale import StaleRun, abandon_run, stale_runs
+from tether.stores.stale import Abandoned, StaleRun, abandon_run, stale_runs
 from tether.stores.transfer import decode_jsonl_log, export_pages, import_events
-from tether.stores.waiting import cancel_waiting_run
+from tether.stores.waiting import CancelledWaiting, cancel_waiting_run
 
 __all__ = [
     "BusyTimeoutOption",
@@ -476,18 +476,7 @@ def _user() -> str:
         return ""
 
 
-class _Ended(Protocol):
-    """What ``abandon_run`` and ``cancel_waiting_run`` return."""
-
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def closed_calls(self) -> int: ...
-    @property
-    def warnings(self) -> tuple[str, ...]: ...
-
-
-E = TypeVar("E", bound=_Ended)
+E = TypeVar("E", Abandoned, CancelledWaiting)
 
 
 def _end(
@@ -507,7 +496,7 @@ def _end(
     return with_store(db, end, busy_timeout=busy_timeout)
 
 
-def _say_ended(done: _Ended, said: str) -> None:
+def _say_ended(done: Abandoned | CancelledWaiting, said: str) -> None:
     err.print(f"{said}. See its log with `tether show {done.run_id}`", soft_wrap=True)
     for warning in done.warnings:
         err.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)

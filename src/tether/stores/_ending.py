@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tether._internal.clock import Clock
+from tether._internal.frozen import frozen
 from tether.errors import StoreError
 from tether.events import Event
 from tether.policy.redaction import Redactor
@@ -19,7 +20,22 @@ from tether.run.journal import Journal
 from tether.state import StateBuilder
 from tether.stores.base import RunStore, default_owner
 
-__all__ = ["Check", "Ending", "end_under_lease"]
+__all__ = ["Check", "Ended", "Ending", "end_under_lease"]
+
+
+@frozen
+class Ended:
+    """What ending a run here recorded (``Abandoned``, ``CancelledWaiting``)."""
+
+    run_id: str
+    """The run."""
+    events: tuple[Event, ...]
+    """The events appended: the calls' results, then ``run_finished``."""
+    closed_calls: int
+    """How many calls were left without a result (each got one)."""
+    warnings: tuple[str, ...] = ()
+    """What went wrong after the ending was stored (the lease could not be released)."""
+
 
 Check = Callable[[str, Sequence[Event]], None]
 """Raises if the run (its id, its stored log) may not be ended so."""

@@ -34,7 +34,7 @@ from tether.outcome import ErrorInfo
 from tether.run.journal import Journal
 from tether.run.unfinished import refuse, verdict
 from tether.state import StateBuilder
-from tether.stores._ending import end_under_lease
+from tether.stores._ending import Ended, end_under_lease
 from tether.stores.base import RunInfo, RunQuery, RunStore, alive
 from tether.stores.sqlite import SqliteStore
 
@@ -64,17 +64,8 @@ class StaleRun:
 
 
 @frozen
-class Abandoned:
-    """What ``abandon_run`` recorded."""
-
-    run_id: str
-    """The run."""
-    events: tuple[Event, ...]
-    """The events appended: the calls' results, then ``run_finished`` (failed)."""
-    closed_calls: int
-    """How many calls were left without a result (each got one)."""
-    warnings: tuple[str, ...] = ()
-    """What went wrong after the ending was stored (the lease could not be released)."""
+class Abandoned(Ended):
+    """What ``abandon_run`` recorded (its ``run_finished`` failed, as ``Abandoned``)."""
 
 
 async def stale_runs(store: SqliteStore, *, agent: str | None = None) -> list[StaleRun]:

@@ -20,7 +20,7 @@ from tether.outcome import ErrorInfo
 from tether.run.journal import Journal
 from tether.run.unfinished import refuse
 from tether.state import StateBuilder
-from tether.stores._ending import end_under_lease
+from tether.stores._ending import Ended, end_under_lease
 from tether.stores.base import RunStore
 
 __all__ = ["CancelledWaiting", "cancel_waiting_run"]
@@ -32,17 +32,8 @@ _WAITS_FOR = {
 
 
 @frozen
-class CancelledWaiting:
-    """What ``cancel_waiting_run`` recorded."""
-
-    run_id: str
-    """The run."""
-    events: tuple[Event, ...]
-    """The events appended: the calls' results, then ``run_finished`` (cancelled)."""
-    closed_calls: int
-    """How many calls were left without a result (each got one)."""
-    warnings: tuple[str, ...] = ()
-    """What went wrong after the ending was stored (the lease could not be released)."""
+class CancelledWaiting(Ended):
+    """What ``cancel_waiting_run`` recorded (its ``run_finished`` is ``cancelled``)."""
 
 
 async def cancel_waiting_run(
