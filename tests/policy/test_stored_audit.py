@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.stores.helpers import agent_log
+from tests.stores.helpers import agent_log, reply, waiting_log
 from tests.stores.tampering import (
     CHAIN_TAMPERINGS,
     MAC_TAMPERINGS,
@@ -20,9 +19,8 @@ from tests.stores.tampering import (
     tamper,
 )
 from tether.auditkey import AuditKey
-from tether.codec import seal
 from tether.errors import RunNotFound
-from tether.events import Event, UserReplied
+from tether.events import Event
 from tether.policy.audit import audit_stored
 from tether.stores import MemoryStore, RunStore, SqliteStore
 
@@ -33,18 +31,7 @@ async def stored_run(store: RunStore, *, replies: int = 20, key: AuditKey | None
     """A run of an agent's events then ``replies`` user replies; with ``key``: MACs too."""
     log = await agent_log(run_id=str(uuid.uuid4()))
     for i in range(replies):
-        last = log[-1]
-        log.append(
-            seal(
-                UserReplied(
-                    run_id=last.run_id,
-                    seq=last.seq + 1,
-                    at=last.at + timedelta(milliseconds=1),
-                    prev_hash=last.hash,
-                    text=f"reply {i}",
-                )
-            )
-        )
+        log.append(reply(log, f"reply {i}"))
     macs = [None if key is None else key.mac(e.hash) for e in log]
     await store.append_copied(log[0].run_id, log, macs)
     return log[0].run_id
@@ -149,8 +136,6 @@ async def test_a_run_that_goes_on_while_it_is_audited_is_not_called_added_to(
 ) -> None:
     # before: the index's count read before the pages was the one compared: "the store's
     # index records 5 events but the log has 6: it was cut (or added to)"
-    from tests.stores.helpers import reply, waiting_log
-
     store = _Live(tmp_path / "live.db")
     try:
         log = await waiting_log()

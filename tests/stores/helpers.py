@@ -156,18 +156,7 @@ async def stored_long_run(
     start = await agent_log(tags=tags)
     log = start[:-1]
     for i in range(length):
-        last = log[-1]
-        log.append(
-            seal(
-                UserReplied(
-                    run_id=last.run_id,
-                    seq=last.seq + 1,
-                    at=last.at + timedelta(milliseconds=1),
-                    prev_hash=last.hash,
-                    text=f"reply {i} " + "x" * (i % 50),
-                )
-            )
-        )
+        log.append(reply(log, f"reply {i} " + "x" * (i % 50)))
     log.append(finished(log))
     if key is None:
         await store.append(log[0].run_id, log)
